@@ -1,0 +1,202 @@
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3 family) in Flax NNX.
+
+Shape suffixes: B batch, T query length, S key length (cache length when decoding), D hidden size,
+N query heads, K kv heads, H head dim, F MLP hidden size, V vocabulary.
+
+Parameters carry logical axis names (see `grpo_jax/model/sharding.py` for the rules mapping them to mesh axes):
+  'vocab', 'embed', 'q_heads', 'kv_heads', 'head_dim', 'mlp', 'norm'.
+
+Masks are explicit: `attn_mask_BxTxS` is True where query t may attend to key s. The caller builds it
+(causal & key-is-not-padding), which lets the same code serve training (S = T) and cached decoding
+(S = cache length, keys written at `cache_index`).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from grpo_jax.model.config import ModelConfig
+
+
+class LayerCache(NamedTuple):
+  k_BxSxKxH: jax.Array
+  v_BxSxKxH: jax.Array
+
+
+def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache]:
+  shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
+  return [LayerCache(jnp.zeros(shape, cfg.jnp_dtype), jnp.zeros(shape, cfg.jnp_dtype))
+          for _ in range(cfg.num_layers)]
+
+
+def _param(rngs: nnx.Rngs, init, shape, names, dtype):
+  return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=names, eager_sharding=False)
+
+
+class RMSNorm(nnx.Module):
+  def __init__(self, dim: int, eps: float, dtype, *, rngs: nnx.Rngs):
+    del rngs
+    self.scale = nnx.Param(jnp.ones((dim,), dtype), out_sharding=("norm",), eager_sharding=False)
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * self.scale.value.astype(jnp.float32)).astype(x.dtype)
+
+
+def rope_inv_freq(cfg: ModelConfig) -> jax.Array:
+  """[H/2] inverse frequencies, with Llama-3 scaling when configured."""
+  inv = 1.0 / (cfg.rope_theta ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
+  rs = cfg.rope_scaling
+  if rs is None:
+    return inv
+  low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
+  high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor
+  wavelen = 2 * math.pi / inv
+  scaled = jnp.where(wavelen > low_wavelen, inv / rs.factor, inv)
+  smooth = (rs.original_max_position_embeddings / wavelen - rs.low_freq_factor) / (
+      rs.high_freq_factor - rs.low_freq_factor)
+  smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled
+  medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+  return jnp.where(medium, smoothed, scaled)
+
+
+def apply_rope(x_BxTxNxH, positions_BxT, inv_freq):
+  """Rotary embedding in the 'rotate half' layout used by Hugging Face Llama/Qwen checkpoints."""
+  angles = positions_BxT[..., None].astype(jnp.float32) * inv_freq  # BxTx(H/2)
+  cos = jnp.cos(angles)[:, :, None, :]
+  sin = jnp.sin(angles)[:, :, None, :]
+  x = x_BxTxNxH.astype(jnp.float32)
+  x1, x2 = jnp.split(x, 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x_BxTxNxH.dtype)
+
+
+class Attention(nnx.Module):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    D, N, K, H = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    pd = cfg.jnp_param_dtype
+    init = nnx.initializers.normal(0.02)
+    self.q_DxNxH = _param(rngs, init, (D, N, H), ("embed", "q_heads", "head_dim"), pd)
+    self.k_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
+    self.v_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
+    self.o_NxHxD = _param(rngs, init, (N, H, D), ("q_heads", "head_dim", "embed"), pd)
+    if cfg.attention_bias:
+      self.q_bias_NxH = nnx.Param(jnp.zeros((N, H), pd), out_sharding=("q_heads", "head_dim"), eager_sharding=False)
+      self.k_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
+      self.v_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
+    if cfg.qk_norm:
+      self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
+      self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
+
+  def __call__(self, x_BxTxD, positions_BxT, attn_mask_BxTxS, cache: LayerCache | None, cache_index):
+    cfg = self.cfg
+    dt = cfg.jnp_dtype
+    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH.value.astype(dt))
+    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH.value.astype(dt))
+    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH.value.astype(dt))
+    if cfg.attention_bias:
+      q = q + self.q_bias_NxH.value.astype(dt)
+      k = k + self.k_bias_KxH.value.astype(dt)
+      v = v + self.v_bias_KxH.value.astype(dt)
+    if cfg.qk_norm:
+      q, k = self.q_norm(q), self.k_norm(k)
+    inv_freq = rope_inv_freq(cfg)
+    q = apply_rope(q, positions_BxT, inv_freq)
+    k = apply_rope(k, positions_BxT, inv_freq)
+
+    new_cache = None
+    if cache is not None:
+      k_all = jax.lax.dynamic_update_slice_in_dim(cache.k_BxSxKxH, k.astype(cache.k_BxSxKxH.dtype),
+                                                  cache_index, axis=1)
+      v_all = jax.lax.dynamic_update_slice_in_dim(cache.v_BxSxKxH, v.astype(cache.v_BxSxKxH.dtype),
+                                                  cache_index, axis=1)
+      new_cache = LayerCache(k_all, v_all)
+      k, v = k_all.astype(dt), v_all.astype(dt)
+
+    B, T, N, H = q.shape
+    K = cfg.num_kv_heads
+    q = q.reshape(B, T, K, N // K, H)
+    logits = jnp.einsum("btkgh,bskh->bkgts", q, k).astype(jnp.float32) / math.sqrt(H)
+    logits = jnp.where(attn_mask_BxTxS[:, None, None, :, :], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(dt)
+    out = jnp.einsum("bkgts,bskh->btkgh", probs, v).reshape(B, T, N, H)
+    y = jnp.einsum("btnh,nhd->btd", out, self.o_NxHxD.value.astype(dt))
+    return y, new_cache
+
+
+class MLP(nnx.Module):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    D, F, pd = cfg.hidden_size, cfg.intermediate_size, cfg.jnp_param_dtype
+    init = nnx.initializers.normal(0.02)
+    self.gate_DxF = _param(rngs, init, (D, F), ("embed", "mlp"), pd)
+    self.up_DxF = _param(rngs, init, (D, F), ("embed", "mlp"), pd)
+    self.down_FxD = _param(rngs, init, (F, D), ("mlp", "embed"), pd)
+
+  def __call__(self, x_BxTxD):
+    dt = self.cfg.jnp_dtype
+    gate = x_BxTxD @ self.gate_DxF.value.astype(dt)
+    up = x_BxTxD @ self.up_DxF.value.astype(dt)
+    return (jax.nn.silu(gate) * up) @ self.down_FxD.value.astype(dt)
+
+
+class DecoderLayer(nnx.Module):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    pd = cfg.jnp_param_dtype
+    self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
+    self.attn = Attention(cfg, rngs=rngs)
+    self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
+    self.mlp = MLP(cfg, rngs=rngs)
+
+  def __call__(self, x_BxTxD, positions_BxT, attn_mask_BxTxS, cache, cache_index):
+    h, new_cache = self.attn(self.input_norm(x_BxTxD), positions_BxT, attn_mask_BxTxS, cache, cache_index)
+    x_BxTxD = x_BxTxD + h
+    x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
+    return x_BxTxD, new_cache
+
+
+class Transformer(nnx.Module):
+  """`__call__` returns final-norm hidden states [B,T,D]; `logits(hidden)` projects to the vocabulary."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    pd = cfg.jnp_param_dtype
+    self.embed_VxD = _param(rngs, nnx.initializers.normal(0.02), (cfg.vocab_size, cfg.hidden_size),
+                            ("vocab", "embed"), pd)
+    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
+    if not cfg.tie_word_embeddings:
+      self.lm_head_DxV = _param(rngs, nnx.initializers.normal(0.02), (cfg.hidden_size, cfg.vocab_size),
+                                ("embed", "vocab"), pd)
+
+  def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
+               cache_index=0):
+    """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`."""
+    x = jnp.take(self.embed_VxD.value, tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
+    new_cache = [] if cache is not None else None
+    for i, layer in enumerate(self.layers):
+      layer_cache = cache[i] if cache is not None else None
+      if self.cfg.remat and cache is None:
+        x, c = nnx.remat(lambda lyr, *a: lyr(*a))(layer, x, positions_BxT, attn_mask_BxTxS, None, 0)
+      else:
+        x, c = layer(x, positions_BxT, attn_mask_BxTxS, layer_cache, cache_index)
+      if cache is not None:
+        new_cache.append(c)
+    return self.final_norm(x), new_cache
+
+  def output_matrix_DxV(self) -> jax.Array:
+    if self.cfg.tie_word_embeddings:
+      return self.embed_VxD.value.T
+    return self.lm_head_DxV.value
+
+  def logits(self, hidden_BxTxD) -> jax.Array:
+    """float32 logits [B,T,V]. For log-probs over a large vocabulary use `logprobs.token_logprobs`."""
+    return jnp.einsum("btd,dv->btv", hidden_BxTxD, self.output_matrix_DxV().astype(hidden_BxTxD.dtype),
+                      preferred_element_type=jnp.float32)
