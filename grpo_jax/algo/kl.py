@@ -1,0 +1,54 @@
+"""Per-token estimators of KL(π_θ ‖ π_ref) from the log-probs of the SAMPLED tokens only.
+
+With d = logp_ref − logp (per token; tokens were sampled from π_θ, or π_old ≈ π_θ), Schulman's
+"Approximating KL Divergence" (2020) estimators are:
+
+    k1 = −d                 = logp − logp_ref     unbiased value; as a loss its gradient is 0 in expectation
+    k2 = ½ d²                                    biased value; its gradient is the gradient of KL(π_θ‖π_ref)
+    k3 = exp(d) − d − 1     = π_ref/π_θ − log(π_ref/π_θ) − 1
+                                                  unbiased value, always ≥ 0 (DeepSeekMath Eq. 4,
+                                                  Shao et al. 2024, arXiv:2402.03300); its gradient is
+                                                  ∂k3/∂logp = 1 − π_ref/π_θ, that of the forward KL
+
+For k3 this gives the gradient coefficient of DeepSeekMath appendix A.1.6: maximizing Â·logp − β·k3 pushes
+logp with weight Â + β(π_ref/π_θ − 1).
+
+k3 is evaluated as expm1(d) − d, which keeps precision when π_θ ≈ π_ref (d ≈ 0). No estimator is clamped.
+Every function is elementwise on arrays of any shape.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+
+def k1(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
+  """log π_θ − log π_ref: the plain log-ratio (seed 003's "simple log-ratio estimator")."""
+  return logp - ref_logp
+
+
+def k2(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
+  """½ (log π_ref − log π_θ)²."""
+  d = ref_logp - logp
+  return 0.5 * d * d
+
+
+def k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
+  """exp(d) − d − 1 with d = log π_ref − log π_θ (DeepSeekMath Eq. 4)."""
+  d = ref_logp - logp
+  return jnp.expm1(d) - d
+
+
+KL_ESTIMATORS: dict[str, Callable] = {"k1": k1, "k2": k2, "k3": k3}
+
+
+def get_kl_estimator(name_or_fn: str | Callable) -> Callable:
+  """The estimator called `name_or_fn` ("k1", "k2", "k3"), or a function `fn(logp, ref_logp) -> kl` itself."""
+  if callable(name_or_fn):
+    return name_or_fn
+  if name_or_fn not in KL_ESTIMATORS:
+    raise ValueError(f"unknown KL estimator {name_or_fn!r}; expected one of {sorted(KL_ESTIMATORS)} "
+                     "or a function fn(logp, ref_logp) -> per-token kl")
+  return KL_ESTIMATORS[name_or_fn]

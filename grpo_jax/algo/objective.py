@@ -1,0 +1,206 @@
+"""The GRPO objective: policy term + β·KL − entropy_coef·H per token, aggregated as (sum, denominator).
+
+For completion i of the rollout batch and its real tokens t (mask m_{i,t}):
+
+    ℓ_{i,t} = sel_{i,t} · policy_{i,t}  +  β · KL_{i,t}  −  entropy_coef · H_{i,t}
+    loss    = sum / denominator   with (sum, denominator) = aggregation(ℓ, m)
+
+- policy_{i,t}: a registered policy loss (`policy_losses.py`: "clipped" = PPO/GRPO/DAPO/GSPO surrogate,
+  "cispo"), or any function with that signature (`registry.py`).
+- KL_{i,t}: `kl_estimator` ("k1", "k2", "k3"; `kl.py`) of π_θ against the frozen reference π_ref. Skipped
+  when β = 0 or `ref_logp_BxT` is None (then the reference model need not run at all). When reference
+  log-probs are given, the token mean of KL is reported as metric `kl` even if β = 0.
+- H_{i,t}: the policy's token entropy (`entropy_BxT`, differentiable), needed for `entropy_coef` ≠ 0 and
+  for `top_entropy_quantile` (sel_{i,t} = 1 on the top-q highest-entropy real tokens, else 0;
+  `entropy.py`). Selection applies to the policy term only, as in TRL; it is computed over the tokens of one
+  call, so with it a split batch is not exactly the whole batch.
+- aggregation: `seq_mean_token_mean` | `token_mean` | `seq_mean_token_sum_norm` (`aggregation.py`).
+
+With π_old = sg(π_θ) (μ = 1), `clipped` and k3 give ∂loss/∂logp_{i,t} = −(Â_i + β(π_ref/π_θ − 1)) · w_{i,t},
+where w_{i,t} is the aggregation's weight of token t (1/(|o_i| G⁺), 1/Σ|o|, 1/(G⁺ L_max)): the gradient
+coefficient of DeepSeekMath (Shao et al. 2024, arXiv:2402.03300) appendix A.1.6, negated because this is a
+loss to minimize.
+
+Split batches: `grpo_objective` returns (loss_sum, denom, metrics), where every metric is a (sum, count)
+pair. For a rollout batch cut into micro-batches, add loss_sum, denom and each metric's parts over the
+pieces (or their gradients: ∇loss = Σ_k ∇loss_sum_k / Σ_k denom_k), then divide: the result equals the
+whole batch exactly. Advantages must be computed over the whole rollout batch beforehand.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from grpo_jax.algo import aggregation as agg
+from grpo_jax.algo import kl as kl_lib
+from grpo_jax.algo.entropy import top_entropy_mask
+from grpo_jax.algo.registry import get_loss
+
+IMPORTANCE_LEVELS = ("token", "sequence")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """Every knob of the objective, each default explicit. Frozen and hashable: a static jit argument.
+
+  policy_loss: registry name ("clipped", "cispo", or one a user registered) or a policy-loss function.
+  epsilon_low / epsilon_high: clip range [1 − ε_low, 1 + ε_high] of the ratio; ε_high None means ε_low.
+    DAPO clip-higher: 0.2 / 0.28. GSPO (importance_level="sequence"): 3e-4 / 4e-4.
+  delta: dual clip δ > 1 for negative advantages (None: off).
+  importance_level: "token" (GRPO) or "sequence" (GSPO: one length-normalized ratio per completion).
+  cispo_epsilon_high: cap on the importance weight for policy_loss="cispo".
+  kl_estimator: "k1" | "k2" | "k3" (DeepSeekMath) or a function fn(logp, ref_logp) -> per-token kl.
+  beta: KL weight β (DeepSeekMath 0.04, R1-Zero 0.001, DAPO / Dr. GRPO 0).
+  entropy_coef: weight of the entropy bonus (the loss gets −entropy_coef·H).
+  top_entropy_quantile: keep the policy term only on this top fraction of highest-entropy tokens (None: all).
+  aggregation: "seq_mean_token_mean" | "token_mean" | "seq_mean_token_sum_norm".
+  max_completion_length: L_max of seq_mean_token_sum_norm (None: the mask's width).
+  """
+  policy_loss: str | Callable = "clipped"
+  epsilon_low: float = 0.2
+  epsilon_high: Optional[float] = None
+  delta: Optional[float] = None
+  importance_level: str = "token"
+  cispo_epsilon_high: float = 5.0
+  kl_estimator: str | Callable = "k3"
+  beta: float = 0.04
+  entropy_coef: float = 0.0
+  top_entropy_quantile: Optional[float] = None
+  aggregation: str = "seq_mean_token_mean"
+  max_completion_length: Optional[int] = None
+
+  def __post_init__(self):
+    if not (isinstance(self.policy_loss, str) or callable(self.policy_loss)):
+      raise ValueError(f"LossConfig.policy_loss must be a registered name or a function, got "
+                       f"{self.policy_loss!r}")
+    if not 0.0 <= self.epsilon_low < 1.0:
+      raise ValueError(f"LossConfig.epsilon_low must be in [0, 1), got {self.epsilon_low}")
+    if self.epsilon_high is not None and not self.epsilon_high >= 0.0:
+      raise ValueError(f"LossConfig.epsilon_high must be >= 0 or None, got {self.epsilon_high}")
+    if self.delta is not None and not self.delta > 1.0:
+      raise ValueError(f"LossConfig.delta (dual clip) must be > 1 or None, got {self.delta}")
+    if self.importance_level not in IMPORTANCE_LEVELS:
+      raise ValueError(f"LossConfig.importance_level must be one of {list(IMPORTANCE_LEVELS)}, got "
+                       f"{self.importance_level!r}")
+    if not self.cispo_epsilon_high > 0.0:
+      raise ValueError(f"LossConfig.cispo_epsilon_high must be > 0, got {self.cispo_epsilon_high}")
+    kl_lib.get_kl_estimator(self.kl_estimator)
+    if not self.beta >= 0.0:
+      raise ValueError(f"LossConfig.beta must be >= 0, got {self.beta}")
+    if self.top_entropy_quantile is not None and not 0.0 < self.top_entropy_quantile <= 1.0:
+      raise ValueError(f"LossConfig.top_entropy_quantile must be in (0, 1] or None, got "
+                       f"{self.top_entropy_quantile}")
+    agg.get_aggregation(self.aggregation)
+    if self.max_completion_length is not None and (
+        isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
+        or self.max_completion_length < 1):
+      raise ValueError(f"LossConfig.max_completion_length must be a positive int or None, got "
+                       f"{self.max_completion_length!r}")
+
+  @property
+  def resolved_epsilon_high(self) -> float:
+    return self.epsilon_low if self.epsilon_high is None else self.epsilon_high
+
+  @property
+  def uses_kl(self) -> bool:
+    return self.beta != 0.0
+
+  @property
+  def needs_entropy(self) -> bool:
+    return self.entropy_coef != 0.0 or self.top_entropy_quantile is not None
+
+
+class LossInputs(NamedTuple):
+  """Per-token inputs of the objective for B completions padded to T tokens.
+
+  logp_BxT: log π_θ of the sampled tokens (differentiable; at the sampling temperature).
+  old_logp_BxT: log π_old (the sampler's), or None: π_old = stop_gradient(π_θ) (μ = 1).
+  ref_logp_BxT: log π_ref, or None: no KL term.
+  advantages_B: one advantage per completion (`advantages.compute_advantages`).
+  mask_BxT: 1/True on real completion tokens (including the stop token), 0/False on padding.
+  entropy_BxT: token entropies of π_θ (differentiable), or None; needed for the entropy options.
+  """
+  logp_BxT: jax.Array
+  old_logp_BxT: Optional[jax.Array]
+  ref_logp_BxT: Optional[jax.Array]
+  advantages_B: jax.Array
+  mask_BxT: jax.Array
+  entropy_BxT: Optional[jax.Array] = None
+
+
+def _check_inputs(inputs: LossInputs, cfg: LossConfig):
+  if not isinstance(cfg, LossConfig):
+    raise TypeError(f"cfg must be a LossConfig, got {type(cfg).__name__}")
+  shape = tuple(jnp.shape(inputs.logp_BxT))
+  if len(shape) != 2:
+    raise ValueError(f"logp_BxT must be [B, T], got shape {shape}")
+  for name in ("old_logp_BxT", "ref_logp_BxT", "mask_BxT", "entropy_BxT"):
+    value = getattr(inputs, name)
+    if value is not None and tuple(jnp.shape(value)) != shape:
+      raise ValueError(f"{name} has shape {tuple(jnp.shape(value))}, but logp_BxT has shape {shape}")
+  if inputs.mask_BxT is None:
+    raise ValueError("mask_BxT is required")
+  if tuple(jnp.shape(inputs.advantages_B)) != shape[:1]:
+    raise ValueError(f"advantages_B has shape {tuple(jnp.shape(inputs.advantages_B))}, expected ({shape[0]},) "
+                     "(one advantage per completion)")
+  if cfg.needs_entropy and inputs.entropy_BxT is None:
+    raise ValueError("entropy_coef != 0 or top_entropy_quantile set, but entropy_BxT is None "
+                     "(compute it with with_entropy=True)")
+
+
+def _clean(x_BxT, mask_BxT):
+  # Padding may hold garbage (even NaN/inf); a select (not a multiply by 0) keeps it out of values and grads.
+  return None if x_BxT is None else jnp.where(mask_BxT, x_BxT.astype(jnp.float32), 0.0)
+
+
+def grpo_objective(inputs: LossInputs, cfg: LossConfig = LossConfig()):
+  """(loss_sum, denom, metrics): the batch loss is loss_sum / denom; metrics map name -> (sum, count).
+
+  Metrics: every metric of the policy loss (clip_ratio/low, high, region, ...), `policy_loss` (token mean of
+  the policy term), `kl` (when ref_logp is given), `entropy` (when entropy is given), `entropy_selected`
+  (fraction of tokens kept by top_entropy_quantile).
+  """
+  _check_inputs(inputs, cfg)
+  mask = jnp.asarray(inputs.mask_BxT).astype(bool)
+  logp = _clean(inputs.logp_BxT, mask)
+  old = jax.lax.stop_gradient(logp) if inputs.old_logp_BxT is None else _clean(inputs.old_logp_BxT, mask)
+  ref = _clean(inputs.ref_logp_BxT, mask)
+  ent = _clean(inputs.entropy_BxT, mask)
+  clean = LossInputs(logp, old, ref, jnp.asarray(inputs.advantages_B, jnp.float32), mask, ent)
+
+  policy_fn = get_loss(cfg.policy_loss)
+  policy_BxT, metrics = policy_fn(clean, cfg)
+  if tuple(jnp.shape(policy_BxT)) != mask.shape:
+    raise ValueError(f"policy loss {cfg.policy_loss!r} returned shape {tuple(jnp.shape(policy_BxT))}, "
+                     f"expected {mask.shape}")
+  metrics = dict(metrics)
+  metrics["policy_loss"] = agg.masked_sum_count(policy_BxT, mask)
+
+  if cfg.top_entropy_quantile is not None:
+    selected = top_entropy_mask(ent, mask, cfg.top_entropy_quantile)
+    policy_BxT = jnp.where(selected, policy_BxT, 0.0)
+    metrics["entropy_selected"] = agg.masked_sum_count(selected.astype(jnp.float32), mask)
+
+  total_BxT = policy_BxT
+  if ref is not None:
+    kl_BxT = kl_lib.get_kl_estimator(cfg.kl_estimator)(logp, ref)
+    metrics["kl"] = agg.masked_sum_count(kl_BxT, mask)
+    if cfg.uses_kl:
+      total_BxT = total_BxT + cfg.beta * kl_BxT
+  if ent is not None:
+    metrics["entropy"] = agg.masked_sum_count(ent, mask)
+    if cfg.entropy_coef != 0.0:
+      total_BxT = total_BxT - cfg.entropy_coef * ent
+
+  loss_sum, denom = agg.aggregate(cfg.aggregation, total_BxT, mask, cfg.max_completion_length)
+  metrics = {k: (jax.lax.stop_gradient(s), jax.lax.stop_gradient(c)) for k, (s, c) in metrics.items()}
+  return loss_sum, denom, metrics
+
+
+def grpo_loss(inputs: LossInputs, cfg: LossConfig = LossConfig()):
+  """(loss, metric means) of one whole batch: loss_sum / denom and sum / count (0 when empty)."""
+  loss_sum, denom, metrics = grpo_objective(inputs, cfg)
+  return agg.safe_divide(loss_sum, denom), {k: agg.safe_divide(s, c) for k, (s, c) in metrics.items()}

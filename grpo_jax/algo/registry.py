@@ -1,0 +1,72 @@
+"""A registry of named policy losses, so a loss can be chosen by name in a config or passed as a function.
+
+A policy loss is a pure function
+
+    fn(inputs: LossInputs, cfg: LossConfig) -> (per_token_loss_BxT, metrics)
+
+- `inputs` (`grpo_jax.algo.objective.LossInputs`) arrives already cleaned by `grpo_objective`:
+  `old_logp_BxT` is filled in (stop_gradient(logp_BxT) when the caller passed None), and every masked
+  position of `logp_BxT`, `old_logp_BxT`, `ref_logp_BxT` and `entropy_BxT` holds 0.0 (never NaN/inf), so
+  `exp(logp - old_logp)` is 1 there. `mask_BxT` is bool. `advantages_B` is float32 [B].
+- `cfg` is the frozen `LossConfig`; a loss reads the fields it needs (e.g. `epsilon_low`).
+- `per_token_loss_BxT` is the POLICY term only, as a loss to MINIMIZE (minus the surrogate objective),
+  float32 [B, T]. Values at masked positions are ignored. The objective adds β·KL and −entropy_coef·H,
+  applies top-entropy token selection, and aggregates (`aggregation.py`); a policy loss does none of that.
+- `metrics` is a dict name -> (sum, count) of float32 scalars, so that metrics of micro-batches add up
+  exactly; `aggregation.masked_sum_count(value_BxT, mask_BxT)` makes the pair for a per-token mean.
+
+A user's own loss (say, written in a notebook) plugs in without touching the package, either by object,
+`LossConfig(policy_loss=my_loss)`, or by name after `register_loss("my_loss")(my_loss)`.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+_LOSSES: dict[str, Callable] = {}
+
+
+def register_loss(name: str, *, overwrite: bool = False):
+  """Decorator that registers `fn` under `name` and returns it unchanged.
+
+  A name can be taken once; re-registering it raises unless `overwrite=True`, or unless the new function has
+  the same module and qualified name as the old one (re-running a notebook cell redefines the function).
+  """
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"loss name must be a non-empty string, got {name!r}")
+
+  def decorator(fn: Callable) -> Callable:
+    if not callable(fn):
+      raise TypeError(f"register_loss({name!r}) expects a function, got {type(fn).__name__}")
+    old = _LOSSES.get(name)
+    same_definition = old is not None and (
+        getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == (
+        getattr(fn, "__module__", None), getattr(fn, "__qualname__", None))
+    if old is not None and old is not fn and not (overwrite or same_definition):
+      raise ValueError(f"a policy loss named {name!r} is already registered ({old!r}); "
+                       "pass overwrite=True to replace it")
+    _LOSSES[name] = fn
+    return fn
+
+  return decorator
+
+
+def _ensure_builtins():
+  # The built-in losses register themselves when their module is imported.
+  from grpo_jax.algo import policy_losses  # noqa: F401
+
+
+def get_loss(name_or_fn: str | Callable) -> Callable:
+  """The registered loss called `name_or_fn`, or `name_or_fn` itself when it is already a function."""
+  if callable(name_or_fn):
+    return name_or_fn
+  _ensure_builtins()
+  if not isinstance(name_or_fn, str) or name_or_fn not in _LOSSES:
+    raise ValueError(f"unknown policy loss {name_or_fn!r}; registered losses: {list_losses()} "
+                     "(or pass a function)")
+  return _LOSSES[name_or_fn]
+
+
+def list_losses() -> list[str]:
+  """Sorted names of all registered policy losses."""
+  _ensure_builtins()
+  return sorted(_LOSSES)
