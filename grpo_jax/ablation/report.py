@@ -1,0 +1,319 @@
+"""Turns a sweep directory into a comparison: per-group tables (Markdown, CSV) and curves with seed bands (PNG).
+
+Per member, from its `metrics.jsonl` (rows merged by `step`: a later row for a step updates an earlier one, so
+an evaluation row and a step re-logged after a resume both land on their step):
+  eval_acc_start  `eval/accuracy` at the first step that has it (step 0: the warm-started policy),
+  eval_acc_final  `eval/accuracy` at the last step that has it (the final held-out accuracy),
+  reward_auc      mean of `reward` over all steps that have it (area under the reward curve / number of steps),
+  kl_final        `kl` at the last step that has it (absent when the run does not compute a KL, e.g. β = 0),
+  mean_length     mean of `completions/mean_length` over steps,
+  steps_per_s     1 / median(`step_time`): the median ignores the compile steps at the start and after a resume,
+  wall_s          seconds the sweep runner measured over all attempts (attempts.jsonl); without it, the sum of
+                  `step_time`,
+  steps           the last step logged.
+Per group: mean ± sample standard deviation (ddof=1) over the group's finished members ('done'), with n.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from grpo_jax.ablation import runner
+from grpo_jax.ablation import spec as spec_lib
+
+REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
+
+# (column, header, format) of the per-group table, in order.
+COLUMNS = [
+    ("eval_acc_start", "eval acc @0", "{:.3f}"),
+    ("eval_acc_final", "final eval acc", "{:.3f}"),
+    ("reward_auc", "reward AUC", "{:.3f}"),
+    ("kl_final", "final KL", "{:.2e}"),
+    ("mean_length", "mean length", "{:.2f}"),
+    ("steps_per_s", "steps/s", "{:.2f}"),
+    ("wall_s", "wall (s)", "{:.0f}"),
+]
+CURVES = [(REWARD, "reward (train)"), (EVAL_ACC, "held-out accuracy"), (KL, "KL to reference")]
+
+
+def read_metrics(path: str) -> dict[int, dict[str, Any]]:
+  """step -> merged metrics. Unparseable lines (e.g. a line cut short by a kill) are skipped."""
+  rows: dict[int, dict[str, Any]] = {}
+  try:
+    f = open(path)
+  except OSError:
+    return rows
+  with f:
+    for line in f:
+      try:
+        row = json.loads(line)
+        step = int(row["step"])
+      except (ValueError, KeyError, TypeError):
+        continue
+      rows.setdefault(step, {}).update(row)
+  return rows
+
+
+def series(rows: Mapping[int, Mapping[str, Any]], key: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, values) of the steps where `key` is a finite number, in step order."""
+  steps, values = [], []
+  for step in sorted(rows):
+    value = rows[step].get(key)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+      steps.append(step)
+      values.append(float(value))
+  return np.asarray(steps, np.int64), np.asarray(values, np.float64)
+
+
+def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None) -> dict[str, float]:
+  """The per-member numbers of the module docstring; NaN where the metric was never logged."""
+  nan = float("nan")
+  _, acc = series(rows, EVAL_ACC)
+  _, reward = series(rows, REWARD)
+  _, kl = series(rows, KL)
+  _, length = series(rows, LENGTH)
+  _, step_time = series(rows, STEP_TIME)
+  if wall_s is None:
+    wall_s = float(step_time.sum()) if step_time.size else nan
+  return {
+      "eval_acc_start": acc[0] if acc.size else nan,
+      "eval_acc_final": acc[-1] if acc.size else nan,
+      "reward_auc": reward.mean() if reward.size else nan,
+      "kl_final": kl[-1] if kl.size else nan,
+      "mean_length": length.mean() if length.size else nan,
+      "steps_per_s": 1.0 / np.median(step_time) if step_time.size and np.median(step_time) > 0 else nan,
+      "wall_s": wall_s,
+      "steps": float(max(rows)) if rows else nan,
+  }
+
+
+class MemberRun:
+  """One member's workdir: identity, status, metrics and (if it failed) its error."""
+
+  def __init__(self, name: str, group: str, workdir: str, overrides: Mapping[str, Any] | None = None):
+    self.name, self.group, self.workdir = name, group, workdir
+    self.overrides = dict(overrides or {})
+    self.status = runner.status(workdir)
+    self.rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
+    marker = runner.read_json(os.path.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
+    wall_s = (marker or {}).get("wall_s")
+    if wall_s is None and os.path.exists(os.path.join(workdir, runner.ATTEMPTS)):
+      wall_s = runner.previous_wall_s(workdir)
+    self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
+    self.summary = summarize(self.rows, wall_s)
+
+
+def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = None) -> list[MemberRun]:
+  """Members of a sweep directory: those planned in sweep.json (in its order), then any other subdirectory that
+  has a member.json or metrics.jsonl. `group_fn(name, planned_group) -> group` regroups them."""
+  if not os.path.isdir(sweep_dir):
+    raise FileNotFoundError(f"sweep directory {sweep_dir!r} does not exist")
+  planned = (runner.read_json(os.path.join(sweep_dir, runner.SWEEP_JSON)) or {}).get("members", [])
+  entries = [(m["name"], m.get("group"), m.get("overrides")) for m in planned]
+  known = {name for name, _, _ in entries}
+  for name in sorted(os.listdir(sweep_dir)):
+    workdir = os.path.join(sweep_dir, name)
+    if name in known or not os.path.isdir(workdir):
+      continue
+    info = runner.read_json(os.path.join(workdir, runner.MEMBER_JSON))
+    if info is None and not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+      continue
+    entries.append((name, (info or {}).get("group"), (info or {}).get("overrides")))
+  if not entries:
+    raise ValueError(f"{sweep_dir!r} holds no sweep members (no sweep.json, no member workdirs)")
+  runs = []
+  for name, group, overrides in entries:
+    group = group or spec_lib.default_group(name)
+    if group_fn is not None:
+      group = group_fn(name, group)
+    runs.append(MemberRun(name, group, os.path.join(sweep_dir, name), overrides))
+  return runs
+
+
+def regex_grouper(pattern: str) -> Callable[[str, str], str]:
+  """Group = the named group `group`, else group 1, else the whole match of `pattern` in the member name."""
+  compiled = re.compile(pattern)
+
+  def group_fn(name: str, planned_group: str) -> str:
+    match = compiled.search(name)
+    if match is None:
+      raise ValueError(f"--group_by {pattern!r} does not match member {name!r}")
+    if "group" in compiled.groupindex:
+      return match.group("group")
+    return match.group(1) if compiled.groups else match.group(0)
+
+  return group_fn
+
+
+def groups_in_order(runs: Sequence[MemberRun]) -> dict[str, list[MemberRun]]:
+  grouped: dict[str, list[MemberRun]] = {}
+  for run in runs:
+    grouped.setdefault(run.group, []).append(run)
+  return grouped
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
+  """(mean, sample std with ddof=1 (NaN for one value), count) over the finite values."""
+  x = np.asarray([v for v in values if math.isfinite(v)], np.float64)
+  if x.size == 0:
+    return float("nan"), float("nan"), 0
+  return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else float("nan"), int(x.size)
+
+
+def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
+  """One dict per group: counts by status and (mean, std, n) of every column over its finished members."""
+  table = []
+  for group, members in groups_in_order(runs).items():
+    done = [m for m in members if m.status == "done"]
+    row: dict[str, Any] = {"group": group, "members": len(members), "done": len(done),
+                           "failed": sum(m.status == "failed" for m in members)}
+    for column, _, _ in COLUMNS:
+      row[column] = mean_std(m.summary[column] for m in done)
+    table.append(row)
+  return table
+
+
+def _fmt(stat: tuple[float, float, int], fmt: str) -> str:
+  mean, std, n = stat
+  if n == 0:
+    return "–"
+  return fmt.format(mean) if n == 1 else f"{fmt.format(mean)} ± {fmt.format(std)}"
+
+
+def markdown(runs: Sequence[MemberRun], title: str = "Sweep report") -> str:
+  """The per-group table, then the failed and the unfinished members, as Markdown."""
+  table = group_table(runs)
+  lines = [f"## {title}", "",
+           "Mean ± std (ddof=1) over the finished seeds of each group; n = finished / all members.", "",
+           "| group | n | " + " | ".join(header for _, header, _ in COLUMNS) + " |",
+           "|---|---|" + "---|" * len(COLUMNS)]
+  for row in table:
+    cells = [_fmt(row[column], fmt) for column, _, fmt in COLUMNS]
+    lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
+  failed = [m for m in runs if m.status == "failed"]
+  if failed:
+    lines += ["", "### Failed members", ""]
+    for m in failed:
+      last = m.error.strip().splitlines()[-1] if m.error.strip() else "(no output)"
+      lines.append(f"- `{m.name}` (group {m.group}): `{last}` — full tail in `{m.workdir}/FAILED`")
+  unfinished = [m for m in runs if m.status in ("unfinished", "pending")]
+  if unfinished:
+    lines += ["", "### Not finished", ""]
+    for m in unfinished:
+      steps = "" if not m.rows else f", {int(m.summary['steps'])} steps logged"
+      lines.append(f"- `{m.name}` (group {m.group}): {m.status}{steps}")
+  return "\n".join(lines) + "\n"
+
+
+def groups_csv(runs: Sequence[MemberRun]) -> str:
+  out = io.StringIO()
+  writer = csv.writer(out)
+  header = ["group", "members", "done", "failed"]
+  for column, _, _ in COLUMNS:
+    header += [f"{column}_mean", f"{column}_std", f"{column}_n"]
+  writer.writerow(header)
+  for row in group_table(runs):
+    cells = [row["group"], row["members"], row["done"], row["failed"]]
+    for column, _, _ in COLUMNS:
+      cells += list(row[column])
+    writer.writerow(cells)
+  return out.getvalue()
+
+
+def members_csv(runs: Sequence[MemberRun]) -> str:
+  out = io.StringIO()
+  writer = csv.writer(out)
+  columns = [column for column, _, _ in COLUMNS] + ["steps"]
+  writer.writerow(["name", "group", "status", *columns, "error"])
+  for m in runs:
+    last = m.error.strip().splitlines()[-1] if m.error.strip() else ""
+    writer.writerow([m.name, m.group, m.status, *(m.summary[c] for c in columns), last])
+  return out.getvalue()
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+  """Trailing moving average (the first points average what is there), same length as `values`."""
+  if window <= 1 or values.size == 0:
+    return values
+  cumsum = np.cumsum(np.insert(values, 0, 0.0))
+  idx = np.arange(1, values.size + 1)
+  lo = np.maximum(idx - window, 0)
+  return (cumsum[idx] - cumsum[lo]) / (idx - lo)
+
+
+def band(members: Sequence[MemberRun], key: str, smooth: int = 1):
+  """(steps, mean, std, count) over members at each step any of them logged `key`; std is NaN where count < 2."""
+  per_member = []
+  for m in members:
+    steps, values = series(m.rows, key)
+    if steps.size:
+      per_member.append(dict(zip(steps.tolist(), _smooth(values, smooth).tolist())))
+  if not per_member:
+    return (np.zeros(0, np.int64),) + (np.zeros(0),) * 3
+  steps = np.asarray(sorted(set().union(*per_member)), np.int64)
+  grid = np.asarray([[pm.get(s, np.nan) for s in steps.tolist()] for pm in per_member])
+  count = np.isfinite(grid).sum(0)
+  mean = np.nansum(grid, 0) / count
+  std = np.full(steps.shape, np.nan)
+  several = count > 1
+  dev = np.where(np.isfinite(grid), grid - mean, 0.0)
+  std[several] = np.sqrt((dev ** 2).sum(0)[several] / (count[several] - 1))
+  return steps, mean, std, count
+
+
+def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
+  """Mean curve ± one std over seeds per group for reward, held-out accuracy and KL; one panel each."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  grouped = {g: [m for m in ms if m.status in include] for g, ms in groups_in_order(runs).items()}
+  grouped = {g: ms for g, ms in grouped.items() if ms}
+  cmap = plt.get_cmap("tab20" if len(grouped) > 10 else "tab10")
+  fig, axes = plt.subplots(1, len(CURVES), figsize=(5.2 * len(CURVES), 4.2))
+  for ax, (key, label) in zip(axes, CURVES):
+    for i, (group, members) in enumerate(grouped.items()):
+      steps, mean, std, _ = band(members, key, smooth if key != EVAL_ACC else 1)
+      if not steps.size:
+        continue
+      color = cmap(i % cmap.N)
+      ax.plot(steps, mean, color=color, lw=1.4, label=f"{group} (n={len(members)})",
+              marker="o" if key == EVAL_ACC else None, ms=3)
+      ok = np.isfinite(std)
+      ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.15, lw=0)
+    title = label if key == EVAL_ACC or smooth <= 1 else f"{label}, moving avg {smooth}"
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+  handles, labels = axes[0].get_legend_handles_labels()
+  if not handles:
+    handles, labels = axes[1].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False)
+  rows = -(-len(labels) // 4)
+  fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+
+
+def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
+                 title: str | None = None) -> dict[str, str]:
+  """Writes summary.md, groups.csv, members.csv and curves.png into out_dir (default SWEEP_DIR/report)."""
+  runs = load_sweep_dir(sweep_dir, group_fn)
+  out_dir = out_dir or os.path.join(sweep_dir, "report")
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
+  with open(paths["summary.md"], "w") as f:
+    f.write(markdown(runs, title or f"Sweep report: {sweep_dir}"))
+  with open(paths["groups.csv"], "w") as f:
+    f.write(groups_csv(runs))
+  with open(paths["members.csv"], "w") as f:
+    f.write(members_csv(runs))
+  plot(runs, paths["curves.png"], smooth=smooth)
+  return paths

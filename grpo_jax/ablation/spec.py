@@ -1,0 +1,179 @@
+"""Sweep specifications: named members, each a set of config overrides, and how they become trainer commands.
+
+An experiment file that wants a sweep defines, next to `get_config()`:
+
+    def get_sweep():
+      return [{"name": "grpo_seed0", "group": "grpo", "overrides": {"algo.advantage": "grpo", "seed": 0}}, ...]
+
+A member is a dict with
+  name       a unique directory name (letters, digits, `_ . = + -`); the member's workdir is SWEEP_DIR/<name>,
+  overrides  {dotted config key: value}; each becomes `--config.<key>=<value>` on the trainer's command line.
+             Values are bool, int, float or str (ml_collections cannot set a field to None from the command line),
+  group      optional: the report averages members of one group (over seeds). Default: the name without a
+             trailing `_seed<N>`.
+`axis`, `grid` and `variants` build such lists (cartesian products of labelled options, times seeds).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import itertools
+import re
+import shlex
+from typing import Any, Iterable, Mapping, Sequence
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_SEED_SUFFIX_RE = re.compile(r"_seed\d+$")
+
+# An option of an axis: a label (used in member names) and the overrides it stands for.
+Option = tuple[str, dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  """One run of a sweep."""
+  name: str
+  overrides: dict[str, Any]
+  group: str
+
+  def to_json(self) -> dict[str, Any]:
+    return {"name": self.name, "group": self.group, "overrides": dict(self.overrides)}
+
+
+def default_group(name: str) -> str:
+  """The group of a member named like `grpo_token_mean_seed2` is `grpo_token_mean`."""
+  return _SEED_SUFFIX_RE.sub("", name)
+
+
+def axis(key: str, values: Sequence[Any] | Mapping[str, Any]) -> list[Option]:
+  """Options that set one config key: a list of values (labelled by str(value)) or a {label: value} dict."""
+  items = values.items() if isinstance(values, Mapping) else ((_label(v), v) for v in values)
+  return [(label, {key: value}) for label, value in items]
+
+
+def variants(options: Mapping[str, Mapping[str, Any]]) -> list[Option]:
+  """Options that each set several keys at once, e.g. {"dapo": {"algo.beta": 0.0, "algo.epsilon_high": 0.28}}."""
+  return [(label, dict(overrides)) for label, overrides in options.items()]
+
+
+def grid(*axes: Sequence[Option], seeds: Iterable[int] = (0,), seed_key: str = "seed", prefix: str = "",
+         common: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+  """Cartesian product of the axes' options, times seeds, as a list of member dicts.
+
+  The name joins `prefix` and the option labels with `_` and ends in `_seed<N>`; the group is the name without
+  the seed. `common` overrides are applied to every member; an axis that sets a key already set by `common` or by
+  another axis is an error (the product would silently depend on the axis order).
+  """
+  seeds = list(seeds)
+  if not seeds:
+    raise ValueError("grid needs at least one seed")
+  members = []
+  for combo in itertools.product(*axes):
+    overrides = dict(common or {})
+    for label, option_overrides in combo:
+      clash = sorted(set(overrides) & set(option_overrides))
+      if clash:
+        raise ValueError(f"option {label!r} sets {clash}, already set by `common` or another axis")
+      overrides.update(option_overrides)
+    if seed_key in overrides:
+      raise ValueError(f"{seed_key!r} is set by an axis or `common`; pass seeds=... instead")
+    group = "_".join([prefix] * bool(prefix) + [label for label, _ in combo]) or "run"
+    for seed in seeds:
+      members.append({"name": f"{group}_seed{seed}", "group": group,
+                      "overrides": {**overrides, seed_key: seed}})
+  return members
+
+
+def _label(value: Any) -> str:
+  return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def validate(raw_members: Any) -> list[Member]:
+  """Checks a `get_sweep()` result and turns it into Members; errors name the offending member and field."""
+  if not isinstance(raw_members, (list, tuple)):
+    raise TypeError(f"get_sweep() must return a list of member dicts, got {type(raw_members).__name__}")
+  if not raw_members:
+    raise ValueError("get_sweep() returned no members")
+  members, seen = [], set()
+  for i, raw in enumerate(raw_members):
+    where = f"sweep member {i}"
+    if not isinstance(raw, Mapping):
+      raise TypeError(f"{where} must be a dict, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - {"name", "overrides", "group"})
+    if unknown:
+      raise ValueError(f"{where} has unknown fields {unknown}; allowed: name, overrides, group")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+      raise ValueError(f"{where} has name {name!r}: it must match {_NAME_RE.pattern} (it is a directory name)")
+    where = f"sweep member {name!r}"
+    if name in seen:
+      raise ValueError(f"{where} appears twice: member names must be unique")
+    seen.add(name)
+    overrides = raw.get("overrides", {})
+    if not isinstance(overrides, Mapping):
+      raise TypeError(f"{where}: overrides must be a dict, got {type(overrides).__name__}")
+    for key, value in overrides.items():
+      if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise ValueError(f"{where}: override key {key!r} is not a dotted config path like 'algo.beta'")
+      if not isinstance(value, (bool, int, float, str)):
+        raise TypeError(f"{where}: override {key}={value!r} has type {type(value).__name__}; "
+                        "use bool, int, float or str")
+    group = raw.get("group", default_group(name))
+    if not isinstance(group, str) or not group:
+      raise ValueError(f"{where}: group must be a non-empty string, got {group!r}")
+    members.append(Member(name=name, overrides=dict(overrides), group=group))
+  return members
+
+
+def load_sweep(config_spec: str) -> list[Member]:
+  """Imports the experiment file of `config_spec` (`path.py` or `path.py:preset`) and validates `get_sweep()`."""
+  path = config_spec.split(":", 1)[0]
+  spec = importlib.util.spec_from_file_location("_grpo_jax_sweep_experiment", path)
+  if spec is None or spec.loader is None:
+    raise FileNotFoundError(f"cannot load experiment file {path!r}")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "get_sweep"):
+    raise AttributeError(f"{path} defines no get_sweep(); see grpo_jax/ablation/spec.py for the format")
+  return validate(module.get_sweep())
+
+
+def select(members: Sequence[Member], only: str | None) -> list[Member]:
+  """Members whose name matches the regex `only` (re.search); all of them when `only` is None."""
+  if only is None:
+    return list(members)
+  pattern = re.compile(only)
+  chosen = [m for m in members if pattern.search(m.name)]
+  if not chosen:
+    raise ValueError(f"--only {only!r} matches none of the {len(members)} members "
+                     f"(e.g. {', '.join(m.name for m in members[:3])})")
+  return chosen
+
+
+def merge_overrides(common: Mapping[str, Any], member: Member) -> dict[str, Any]:
+  """Sweep-wide overrides (e.g. a shorter run for everyone) plus the member's; a key set by both is an error."""
+  clash = sorted(set(common) & set(member.overrides))
+  if clash:
+    raise ValueError(f"--set {clash} clashes with member {member.name!r}'s own overrides")
+  return {**common, **member.overrides}
+
+
+def format_value(value: Any) -> str:
+  """The command-line text ml_collections parses back into `value` (bools as true/false, floats exactly)."""
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, float):
+    return repr(value)
+  return str(value)
+
+
+def train_command(train_cmd: Sequence[str], config_spec: str, workdir: str,
+                  overrides: Mapping[str, Any]) -> list[str]:
+  """argv of one trainer run: `<train_cmd> --config SPEC --workdir DIR --config.k=v ...`."""
+  return [*train_cmd, "--config", config_spec, "--workdir", workdir,
+          *(f"--config.{key}={format_value(value)}" for key, value in overrides.items())]
+
+
+def shell_join(argv: Sequence[str]) -> str:
+  return " ".join(shlex.quote(a) for a in argv)

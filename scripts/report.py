@@ -1,0 +1,39 @@
+#!/usr/bin/env python
+"""Summarizes a sweep directory: per-group table (Markdown + CSV), per-member CSV, curves with seed bands (PNG).
+
+  python scripts/report.py runs/ablation_variants                      # -> runs/ablation_variants/report/
+  python scripts/report.py runs/av --group_by '^(.*)_seed\\d+$' --out docs/ablations --smooth 10
+
+Groups default to each member's `group` from the sweep file (its name without `_seed<N>`); --group_by REGEX
+regroups by the regex's named group `group`, else its group 1, else the whole match in the member name.
+The definitions of every number are in grpo_jax/ablation/report.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from grpo_jax.ablation import report  # noqa: E402
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("sweep_dir")
+  parser.add_argument("--group_by", default=None, help="regex on member names that yields the group")
+  parser.add_argument("--out", default=None, help="output directory (default SWEEP_DIR/report)")
+  parser.add_argument("--smooth", type=int, default=10, help="moving-average window for reward and KL curves")
+  parser.add_argument("--title", default=None)
+  args = parser.parse_args(argv)
+  group_fn = report.regex_grouper(args.group_by) if args.group_by else None
+  paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title)
+  with open(paths["summary.md"]) as f:
+    print(f.read())
+  print("wrote " + ", ".join(paths.values()))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,107 @@
+#!/usr/bin/env python
+"""Expands an experiment file's get_sweep() and runs its members one after another, or prints their commands.
+
+  python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
+  python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/av --print_commands
+  python scripts/sweep.py ... --only 'grpo_.*_seed0' --set train.num_steps=50
+
+Each member trains into SWEEP_DIR/<name> (log: train.log). A member is finished once its workdir has DONE
+(written after the trainer exits with code 0); started again, the sweep skips finished members and re-runs the
+others, which resume from their latest checkpoint. Failures write FAILED (exit code + log tail) and do not stop
+the sweep; the exit code is 1 if any member failed in this invocation.
+--print_commands prints one line per member for a job array: by default a `scripts/sweep.py --only '^NAME$'`
+line (same markers, logs and skipping), with --print_format=train the bare trainer command.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import re
+import shlex
+import signal
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from grpo_jax.ablation import runner, spec  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _parse_set(text: str):
+  if "=" not in text:
+    raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. train.num_steps=50")
+  key, value = text.split("=", 1)
+  try:
+    parsed = ast.literal_eval(value)
+  except (ValueError, SyntaxError):
+    parsed = value
+  if value in ("true", "false"):
+    parsed = value == "true"
+  return key, parsed
+
+
+def _interrupt(signum, frame):
+  raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", required=True, help="experiment file defining get_sweep() (path.py[:preset])")
+  parser.add_argument("--sweep_dir", required=True, help="one workdir per member is created under it")
+  parser.add_argument("--only", default=None, help="regex (re.search) on member names: run/print only those")
+  parser.add_argument("--set", dest="common", action="append", type=_parse_set, default=[],
+                      metavar="KEY=VALUE", help="override applied to every member (repeatable)")
+  parser.add_argument("--print_commands", action="store_true", help="print one launch command per member")
+  parser.add_argument("--print_format", choices=("sweep", "train"), default="sweep",
+                      help="sweep: a scripts/sweep.py line per member (keeps markers); train: the bare trainer")
+  parser.add_argument("--status", action="store_true", help="list each member's status and exit")
+  parser.add_argument("--skip_failed", action="store_true", help="do not re-run members marked FAILED")
+  parser.add_argument("--train_cmd", default=None,
+                      help="trainer command line to which --config/--workdir/--config.k=v are appended "
+                           "(default: this Python + scripts/train.py)")
+  args = parser.parse_args(argv)
+
+  members = spec.select(spec.load_sweep(args.config), args.only)
+  common = dict(args.common)
+  for m in members:
+    spec.merge_overrides(common, m)  # clashes are errors before anything runs
+  if args.status:
+    for m in members:
+      print(f"{runner.status(runner.member_dir(args.sweep_dir, m)):<11} {m.name}")
+    return 0
+  if args.train_cmd:
+    train_cmd = shlex.split(args.train_cmd)
+  else:
+    train_cmd = [sys.executable, os.path.relpath(os.path.join(REPO, "scripts", "train.py"))]
+
+  if args.print_commands:
+    for m in members:
+      if args.print_format == "train":
+        line = spec.train_command(train_cmd, args.config, runner.member_dir(args.sweep_dir, m),
+                                  spec.merge_overrides(common, m))
+      else:
+        line = [sys.executable, os.path.relpath(os.path.abspath(__file__)), "--config", args.config,
+                "--sweep_dir", args.sweep_dir, "--only", f"^{re.escape(m.name)}$"]
+        line += [f"--set={k}={spec.format_value(v)}" for k, v in common.items()]
+        if args.train_cmd:
+          line += ["--train_cmd", args.train_cmd]
+      print(spec.shell_join(line))
+    return 0
+
+  if args.only is None:  # a job-array task (--only) must not overwrite the full plan with its one member
+    runner.write_plan(args.sweep_dir, args.config, members, common)
+  elif not os.path.exists(os.path.join(args.sweep_dir, runner.SWEEP_JSON)):
+    runner.write_plan(args.sweep_dir, args.config, spec.load_sweep(args.config), common)
+  # SIGTERM (e.g. a cluster's time limit) unwinds like Ctrl-C: the trainer is stopped, the member stays unfinished.
+  signal.signal(signal.SIGTERM, _interrupt)
+  outcomes = runner.run_sweep(members, config_spec=args.config, sweep_dir=args.sweep_dir, train_cmd=train_cmd,
+                              common=common, skip_failed=args.skip_failed)
+  counts = {k: list(outcomes.values()).count(k) for k in sorted(set(outcomes.values()))}
+  print(f"[sweep] {len(members)} members: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
+  return 1 if "failed" in outcomes.values() else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

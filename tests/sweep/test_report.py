@@ -1,0 +1,145 @@
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from grpo_jax.ablation import report
+from tests.sweep.conftest import REPO
+
+
+def _write_member(sweep_dir, name, rows, marker=None, marker_body=None, group=None):
+  workdir = os.path.join(sweep_dir, name)
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    for row in rows:
+      f.write(json.dumps(row) + "\n")
+  if marker:
+    with open(os.path.join(workdir, marker), "w") as f:
+      json.dump(marker_body, f)
+  if group:
+    with open(os.path.join(workdir, "member.json"), "w") as f:
+      json.dump({"name": name, "group": group, "overrides": {}}, f)
+
+
+def _rows(rewards, kls, lengths, step_times, acc_start, acc_final):
+  rows = [{"step": s, "reward": r, "kl": k, "completions/mean_length": n, "step_time": t}
+          for s, (r, k, n, t) in enumerate(zip(rewards, kls, lengths, step_times))]
+  # Evaluation logged as separate rows for the same steps, as a trainer may do.
+  rows += [{"step": 0, "eval/accuracy": acc_start}, {"step": len(rewards) - 1, "eval/accuracy": acc_final}]
+  return rows
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+  d = str(tmp_path / "sweep")
+  os.makedirs(d)
+  with open(os.path.join(d, "sweep.json"), "w") as f:
+    json.dump({"members": [{"name": n, "group": g, "overrides": {}} for n, g in
+                           [("a_seed0", "a"), ("a_seed1", "a"), ("b_seed0", "b"), ("b_seed1", "b"),
+                            ("c_seed0", "c")]]}, f)
+  _write_member(d, "a_seed0", _rows([0.1, 0.3, 0.5, 0.7], [0.0, 0.01, 0.02, 0.04], [4, 5, 6, 5], [10, 1, 2, 3],
+                                    0.2, 0.6), "DONE", {"wall_s": 20.0})
+  _write_member(d, "a_seed1", _rows([0.2, 0.4, 0.6, 0.8], [0.0, 0.01, 0.01, 0.02], [5, 5, 5, 5], [9, 2, 2, 2],
+                                    0.2, 0.8), "DONE", {"wall_s": 30.0})
+  _write_member(d, "b_seed0", _rows([0.0], [0.0], [1], [1.0], 0.1, 0.1), "FAILED",
+                {"rc": 1, "wall_s": 3.0, "error": "Traceback (most recent call last):\nValueError: boom"})
+  _write_member(d, "b_seed1", _rows([0.5, 0.5], [0.1, 0.3], [2, 4], [4.0, 4.0], 0.3, 0.9), "DONE", {"wall_s": 9.0})
+  # A member that is in no plan: found through its member.json; not finished.
+  _write_member(d, "extra_seed0", [{"step": 0, "reward": 1.0, "step_time": 2.5}], group="extra")
+  return d
+
+
+def test_read_metrics_merges_rows_per_step_and_skips_a_truncated_line(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 0, "reward": 0.5}\n{"step": 1, "reward": 0.1}\n{"step": 0, "eval/accuracy": 0.25}\n'
+                  '{"step": 1, "reward": 0.2}\n{"step": 2, "rew')
+  rows = report.read_metrics(str(path))
+  assert rows == {0: {"step": 0, "reward": 0.5, "eval/accuracy": 0.25}, 1: {"step": 1, "reward": 0.2}}
+
+
+def test_member_numbers_match_hand_computation(sweep_dir):
+  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
+  a0 = runs["a_seed0"].summary
+  assert a0["eval_acc_start"] == 0.2 and a0["eval_acc_final"] == 0.6
+  assert a0["reward_auc"] == pytest.approx((0.1 + 0.3 + 0.5 + 0.7) / 4)
+  assert a0["kl_final"] == 0.04
+  assert a0["mean_length"] == pytest.approx(5.0)
+  assert a0["steps_per_s"] == pytest.approx(1 / 2.5)  # median of 10, 1, 2, 3
+  assert a0["wall_s"] == 20.0 and a0["steps"] == 3
+  assert runs["b_seed0"].status == "failed" and runs["b_seed0"].error.endswith("ValueError: boom")
+  assert runs["c_seed0"].status == "pending" and math.isnan(runs["c_seed0"].summary["reward_auc"])
+  assert runs["extra_seed0"].status == "unfinished" and runs["extra_seed0"].group == "extra"
+  assert runs["extra_seed0"].summary["wall_s"] == 2.5  # no runner record: the sum of step_time
+
+
+def test_group_table_mean_and_sample_std_over_finished_seeds(sweep_dir):
+  table = {row["group"]: row for row in report.group_table(report.load_sweep_dir(sweep_dir))}
+  assert list(table) == ["a", "b", "c", "extra"]  # plan order, then unplanned
+  a = table["a"]
+  assert (a["members"], a["done"], a["failed"]) == (2, 2, 0)
+  mean, std, n = a["eval_acc_final"]
+  assert (mean, n) == (pytest.approx(0.7), 2) and std == pytest.approx(math.sqrt(0.02))
+  mean, std, _ = a["reward_auc"]
+  assert mean == pytest.approx(0.45) and std == pytest.approx(math.sqrt(0.005))
+  mean, std, _ = a["steps_per_s"]
+  assert mean == pytest.approx((0.4 + 0.5) / 2) and std == pytest.approx(np.std([0.4, 0.5], ddof=1))
+  assert a["wall_s"][:2] == (pytest.approx(25.0), pytest.approx(math.sqrt(50.0)))
+  b = table["b"]  # the failed seed is not averaged in
+  assert (b["done"], b["failed"]) == (1, 1)
+  assert b["eval_acc_final"][0] == 0.9 and math.isnan(b["eval_acc_final"][1]) and b["eval_acc_final"][2] == 1
+  assert b["kl_final"][0] == 0.3 and b["steps_per_s"][0] == 0.25
+  assert table["c"]["reward_auc"][2] == 0
+
+
+def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
+  runs = report.load_sweep_dir(sweep_dir)
+  md = report.markdown(runs, "t")
+  assert "| a | 2/2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.450 ± 0.071 |" in md
+  assert "| b | 1/2 | 0.300 | 0.900 |" in md
+  assert "| c | 0/1 | – |" in md
+  assert "### Failed members" in md and "`b_seed0` (group b): `ValueError: boom`" in md
+  assert "`c_seed0` (group c): pending" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
+  groups = list(csv.DictReader(io.StringIO(report.groups_csv(runs))))
+  assert [g["group"] for g in groups] == ["a", "b", "c", "extra"]
+  assert float(groups[0]["reward_auc_mean"]) == pytest.approx(0.45)
+  assert float(groups[0]["reward_auc_std"]) == pytest.approx(math.sqrt(0.005))
+  members = {m["name"]: m for m in csv.DictReader(io.StringIO(report.members_csv(runs)))}
+  assert members["b_seed0"]["status"] == "failed" and members["b_seed0"]["error"] == "ValueError: boom"
+  assert float(members["a_seed1"]["mean_length"]) == 5.0
+
+
+def test_regex_grouper(sweep_dir):
+  runs = report.load_sweep_dir(sweep_dir, report.regex_grouper(r"^(\w)[a-z]*_"))
+  assert [r.group for r in runs] == ["a", "a", "b", "b", "c", "e"]
+  runs = report.load_sweep_dir(sweep_dir, report.regex_grouper(r"seed(?P<group>\d)"))
+  assert [r.group for r in runs] == ["0", "1", "0", "1", "0", "0"]
+  with pytest.raises(ValueError, match="does not match member 'extra_seed0'"):
+    report.load_sweep_dir(sweep_dir, report.regex_grouper(r"^[abc]_"))
+
+
+def test_band_is_mean_and_sample_std_over_members_per_step(sweep_dir):
+  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
+  steps, mean, std, count = report.band([runs["a_seed0"], runs["b_seed1"]], "reward")
+  np.testing.assert_array_equal(steps, [0, 1, 2, 3])
+  np.testing.assert_allclose(mean, [0.3, 0.4, 0.5, 0.7])
+  np.testing.assert_allclose(std[:2], [np.std([0.1, 0.5], ddof=1), np.std([0.3, 0.5], ddof=1)])
+  assert np.isnan(std[2:]).all() and count.tolist() == [2, 2, 1, 1]
+  _, smoothed, _, _ = report.band([runs["a_seed0"]], "reward", smooth=2)
+  np.testing.assert_allclose(smoothed, [0.1, 0.2, 0.4, 0.6])
+
+
+def test_report_cli_writes_table_csv_and_figure(sweep_dir, tmp_path):
+  out = str(tmp_path / "out")
+  result = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "report.py"), sweep_dir, "--out", out,
+                           "--smooth", "2"], capture_output=True, text=True, cwd=REPO, timeout=120)
+  assert result.returncode == 0, result.stderr
+  assert "| a | 2/2 |" in result.stdout
+  assert sorted(os.listdir(out)) == ["curves.png", "groups.csv", "members.csv", "summary.md"]
+  with open(os.path.join(out, "curves.png"), "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"

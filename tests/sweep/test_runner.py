@@ -1,0 +1,101 @@
+import json
+import os
+import subprocess
+import sys
+
+from grpo_jax.ablation import runner, spec
+from tests.sweep.conftest import REPO
+
+
+def _invocations(workdir):
+  with open(os.path.join(workdir, "invocations.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def _steps(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line)["step"] for line in f]
+
+
+def test_run_marks_done_and_failed_and_skips_finished(tmp_path, fake_train_cmd, experiment_file):
+  sweep_dir = str(tmp_path / "sweep")
+  members = spec.load_sweep(experiment_file)
+  kwargs = dict(config_spec=experiment_file, sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
+                common={"num_steps": 3}, echo=lambda *_: None)
+  outcomes = runner.run_sweep(members, **kwargs)
+  assert outcomes == {"grpo_seed0": "done", "grpo_seed1": "done", "rloo_seed0": "done", "rloo_seed1": "done",
+                      "broken": "failed"}
+  done_dir = os.path.join(sweep_dir, "rloo_seed1")
+  assert _steps(done_dir) == [0, 1, 2]
+  (argv,) = _invocations(done_dir)
+  assert argv == ["--config", experiment_file, "--workdir", done_dir, "--config.num_steps=3",
+                  "--config.algo.advantage=rloo", "--config.seed=1"]
+  assert runner.read_json(os.path.join(done_dir, "DONE"))["rc"] == 0
+  failed = runner.read_json(os.path.join(sweep_dir, "broken", "FAILED"))
+  assert failed["rc"] == 3 and "ValueError: fake failure" in failed["error"]
+  assert runner.status(os.path.join(sweep_dir, "broken")) == "failed"
+
+  # Started again: finished members are not run again, the failed one is retried (and fails again).
+  again = runner.run_sweep(members, **kwargs)
+  assert again["grpo_seed0"] == "skipped-done" and again["broken"] == "failed"
+  assert len(_invocations(done_dir)) == 1
+  assert len(_invocations(os.path.join(sweep_dir, "broken"))) == 2
+  with open(os.path.join(sweep_dir, "broken", "attempts.jsonl")) as f:
+    assert [json.loads(line)["rc"] for line in f] == [3, 3]
+  assert runner.run_sweep(members[-1:], skip_failed=True, **kwargs) == {"broken": "skipped-failed"}
+
+
+def test_crashed_member_resumes_and_then_counts_as_done(tmp_path, fake_train_cmd):
+  sweep_dir = str(tmp_path / "sweep")
+  (member,) = spec.validate([{"name": "c_seed0", "overrides": {"crash_at": 2, "num_steps": 5}}])
+  kwargs = dict(config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd, echo=lambda *_: None)
+  workdir = os.path.join(sweep_dir, "c_seed0")
+  assert runner.status(workdir) == "pending"
+  assert runner.run_member(member, **kwargs) == "failed"
+  assert "simulated crash" in runner.read_json(os.path.join(workdir, "FAILED"))["error"]
+  assert runner.run_member(member, **kwargs) == "done"
+  assert not os.path.exists(os.path.join(workdir, "FAILED"))
+  assert _steps(workdir) == [0, 1, 2, 3, 4]  # the second attempt resumed at the "checkpoint"
+  done = runner.read_json(os.path.join(workdir, "DONE"))
+  assert done["wall_s"] == runner.previous_wall_s(workdir) > 0
+  assert runner.run_member(member, **kwargs) == "skipped-done"
+  assert len(_invocations(workdir)) == 2
+  with open(os.path.join(workdir, "train.log")) as f:
+    assert f.read().count("===== sweep attempt") == 2
+
+
+def _cli(*args):
+  return subprocess.run([sys.executable, os.path.join(REPO, "scripts", "sweep.py"), *args],
+                        capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def test_cli_prints_one_command_per_member_and_each_runs_one_member(tmp_path, fake_train_cmd, experiment_file):
+  sweep_dir = str(tmp_path / "sw")
+  train_cmd = " ".join(fake_train_cmd)
+  bare = _cli("--config", experiment_file, "--sweep_dir", sweep_dir, "--print_commands", "--print_format=train",
+              "--only", "seed0", "--set", "num_steps=2", "--train_cmd", train_cmd)
+  assert bare.returncode == 0, bare.stderr
+  lines = bare.stdout.strip().splitlines()
+  assert len(lines) == 2
+  assert lines[0].endswith(f"--workdir {sweep_dir}/grpo_seed0 --config.num_steps=2 "
+                           "--config.algo.advantage=grpo --config.seed=0")
+  assert not os.path.exists(sweep_dir)  # printing commands runs nothing
+
+  printed = _cli("--config", experiment_file, "--sweep_dir", sweep_dir, "--print_commands",
+                 "--set", "num_steps=2", "--train_cmd", train_cmd)
+  lines = printed.stdout.strip().splitlines()
+  assert len(lines) == 5 and all("--only" in line for line in lines)
+  run = subprocess.run(lines[2], shell=True, capture_output=True, text=True, cwd=REPO, timeout=60)
+  assert run.returncode == 0, run.stderr
+  assert sorted(os.listdir(sweep_dir)) == ["rloo_seed0", "sweep.json"]
+  assert _steps(os.path.join(sweep_dir, "rloo_seed0")) == [0, 1]
+  assert len(runner.read_json(os.path.join(sweep_dir, "sweep.json"))["members"]) == 5
+
+  full = _cli("--config", experiment_file, "--sweep_dir", sweep_dir, "--set", "num_steps=2", "--train_cmd",
+              train_cmd)
+  assert full.returncode == 1  # "broken" failed
+  assert "rloo_seed0: finished, skipping" in full.stdout
+  assert "3 done, 1 failed, 1 skipped-done" in full.stdout
+  status = _cli("--config", experiment_file, "--sweep_dir", sweep_dir, "--status")
+  assert status.stdout.split() == ["done", "grpo_seed0", "done", "grpo_seed1", "done", "rloo_seed0",
+                                   "done", "rloo_seed1", "failed", "broken"]

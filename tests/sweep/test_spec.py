@@ -1,0 +1,74 @@
+import pytest
+
+from grpo_jax.ablation import spec
+
+
+def test_grid_is_a_cartesian_product_times_seeds():
+  members = spec.grid(spec.axis("algo.advantage", ["grpo", "rloo"]),
+                      spec.axis("algo.aggregation", {"tm": "token_mean", "smtm": "seq_mean_token_mean"}),
+                      seeds=[0, 1, 2], prefix="v", common={"train.num_steps": 50})
+  assert len(members) == 2 * 2 * 3
+  names = [m["name"] for m in members]
+  assert names[:4] == ["v_grpo_tm_seed0", "v_grpo_tm_seed1", "v_grpo_tm_seed2", "v_grpo_smtm_seed0"]
+  assert len(set(names)) == len(names)
+  last = members[-1]
+  assert last["group"] == "v_rloo_smtm"
+  assert last["overrides"] == {"train.num_steps": 50, "algo.advantage": "rloo",
+                               "algo.aggregation": "seq_mean_token_mean", "seed": 2}
+
+
+def test_variants_set_several_keys_and_custom_seed_key():
+  members = spec.grid(spec.variants({"dapo": {"algo.beta": 0.0, "algo.epsilon_high": 0.28}}), seeds=[7],
+                      seed_key="train.seed")
+  assert members == [{"name": "dapo_seed7", "group": "dapo",
+                      "overrides": {"algo.beta": 0.0, "algo.epsilon_high": 0.28, "train.seed": 7}}]
+
+
+def test_grid_rejects_keys_set_twice():
+  with pytest.raises(ValueError, match="algo.beta"):
+    spec.grid(spec.axis("algo.beta", [0.0]), spec.variants({"dapo": {"algo.beta": 0.0}}))
+  with pytest.raises(ValueError, match="seeds=...") :
+    spec.grid(spec.axis("seed", [1]))
+
+
+@pytest.mark.parametrize("raw, match", [
+    ({}, "list of member dicts"),
+    ([], "no members"),
+    ([{"name": "a b"}], "name 'a b'"),
+    ([{"name": "a"}, {"name": "a"}], "appears twice"),
+    ([{"name": "a", "overrides": {"algo..beta": 1}}], "dotted config path"),
+    ([{"name": "a", "overrides": {"algo.beta": None}}], "algo.beta=None has type NoneType"),
+    ([{"name": "a", "extra": 1}], "unknown fields \\['extra'\\]"),
+])
+def test_validate_names_the_problem(raw, match):
+  with pytest.raises((ValueError, TypeError), match=match):
+    spec.validate(raw)
+
+
+def test_validate_default_group_strips_seed():
+  (m,) = spec.validate([{"name": "grpo_tm_seed12", "overrides": {"seed": 12}}])
+  assert m.group == "grpo_tm" and m.overrides == {"seed": 12}
+
+
+def test_load_sweep_and_select(experiment_file):
+  members = spec.load_sweep(experiment_file + ":some_preset")
+  assert [m.name for m in members] == ["grpo_seed0", "grpo_seed1", "rloo_seed0", "rloo_seed1", "broken"]
+  assert [m.name for m in spec.select(members, "seed1")] == ["grpo_seed1", "rloo_seed1"]
+  with pytest.raises(ValueError, match="matches none"):
+    spec.select(members, "dapo")
+
+
+def test_train_command_formats_values_for_ml_collections():
+  argv = spec.train_command(["python", "scripts/train.py"], "experiments/x.py:tiny", "runs/s/a",
+                            {"algo.beta": 0.04, "algo.use_ref": False, "seed": 3, "algo.advantage": "dr_grpo",
+                             "optim.lr": 1e-6})
+  assert argv == ["python", "scripts/train.py", "--config", "experiments/x.py:tiny", "--workdir", "runs/s/a",
+                  "--config.algo.beta=0.04", "--config.algo.use_ref=false", "--config.seed=3",
+                  "--config.algo.advantage=dr_grpo", "--config.optim.lr=1e-06"]
+
+
+def test_merge_overrides_rejects_clash():
+  (m,) = spec.validate([{"name": "a", "overrides": {"seed": 1}}])
+  assert spec.merge_overrides({"train.num_steps": 5}, m) == {"train.num_steps": 5, "seed": 1}
+  with pytest.raises(ValueError, match="clashes"):
+    spec.merge_overrides({"seed": 2}, m)
