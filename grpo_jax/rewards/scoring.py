@@ -19,7 +19,7 @@ daemon thread, so it never blocks interpreter exit) and keeps running in the bac
 it spins. A subprocess could be killed, but would need picklable functions (no lambdas or closures), costs a
 fork or spawn per call, and forking a process that runs the JAX runtime is unsafe. Threads also explain how
 to use math-verify: its own timeouts use `signal.alarm`, which only works on the main thread, so inside our
-worker threads its timeouts must be disabled (`grpo_jax.rewards.math` does that) and ours take over. With
+worker threads its timeouts must be disabled (`grpo_jax.rewards.math_answer` does that) and ours take over. With
 `timeout_s=None` every function is called directly on the caller's thread with no timeout; on the main
 thread math-verify's signal-based timeouts then work again.
 """
