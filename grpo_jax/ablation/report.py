@@ -180,6 +180,14 @@ def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
   return table
 
 
+def shared_overrides(members: Sequence[MemberRun]) -> dict[str, Any]:
+  """The overrides every member of a group sets to the same value."""
+  shared = dict(members[0].overrides)
+  for m in members[1:]:
+    shared = {k: v for k, v in shared.items() if k in m.overrides and m.overrides[k] == v}
+  return shared
+
+
 def _fmt(stat: tuple[float, float, int], fmt: str) -> str:
   mean, std, n = stat
   if n == 0:
@@ -197,6 +205,12 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report") -> str:
   for row in table:
     cells = [_fmt(row[column], fmt) for column, _, fmt in COLUMNS]
     lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
+  lines += ["", "### What each group sets", "",
+            "Overrides shared by all members of the group (those that differ between its members, like the "
+            "seed, are left out):", ""]
+  for group, members in groups_in_order(runs).items():
+    lines.append(f"- {group}: " + (", ".join(f"`{k}={v}`" for k, v in shared_overrides(members).items())
+                                  or "(none recorded)"))
   failed = [m for m in runs if m.status == "failed"]
   if failed:
     lines += ["", "### Failed members", ""]

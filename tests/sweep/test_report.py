@@ -40,7 +40,7 @@ def sweep_dir(tmp_path):
   d = str(tmp_path / "sweep")
   os.makedirs(d)
   with open(os.path.join(d, "sweep.json"), "w") as f:
-    json.dump({"members": [{"name": n, "group": g, "overrides": {}} for n, g in
+    json.dump({"members": [{"name": n, "group": g, "overrides": {"algo.x": g, "seed": n[-1]}} for n, g in
                            [("a_seed0", "a"), ("a_seed1", "a"), ("b_seed0", "b"), ("b_seed1", "b"),
                             ("c_seed0", "c")]]}, f)
   _write_member(d, "a_seed0", _rows([0.1, 0.3, 0.5, 0.7], [0.0, 0.01, 0.02, 0.04], [4, 5, 6, 5], [10, 1, 2, 3],
@@ -104,6 +104,7 @@ def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
   assert "| b | 1/2 | 0.300 | 0.900 |" in md
   assert "| c | 0/1 | – |" in md
   assert "### Failed members" in md and "`b_seed0` (group b): `ValueError: boom`" in md
+  assert "- a: `algo.x=a`\n" in md and "- c: `algo.x=c`, `seed=0`\n" in md and "- extra: (none recorded)" in md
   assert "`c_seed0` (group c): pending" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
   groups = list(csv.DictReader(io.StringIO(report.groups_csv(runs))))
   assert [g["group"] for g in groups] == ["a", "b", "c", "extra"]
