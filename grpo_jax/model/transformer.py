@@ -46,7 +46,7 @@ class RMSNorm(nnx.Module):
   def __call__(self, x):
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (y * self.scale.value.astype(jnp.float32)).astype(x.dtype)
+    return (y * self.scale[...].astype(jnp.float32)).astype(x.dtype)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> jax.Array:
@@ -98,13 +98,13 @@ class Attention(nnx.Module):
   def __call__(self, x_BxTxD, positions_BxT, attn_mask_BxTxS, cache: LayerCache | None, cache_index):
     cfg = self.cfg
     dt = cfg.jnp_dtype
-    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH.value.astype(dt))
-    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH.value.astype(dt))
-    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH.value.astype(dt))
+    q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
+    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
+    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
     if cfg.attention_bias:
-      q = q + self.q_bias_NxH.value.astype(dt)
-      k = k + self.k_bias_KxH.value.astype(dt)
-      v = v + self.v_bias_KxH.value.astype(dt)
+      q = q + self.q_bias_NxH[...].astype(dt)
+      k = k + self.k_bias_KxH[...].astype(dt)
+      v = v + self.v_bias_KxH[...].astype(dt)
     if cfg.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
     inv_freq = rope_inv_freq(cfg)
@@ -127,7 +127,7 @@ class Attention(nnx.Module):
     logits = jnp.where(attn_mask_BxTxS[:, None, None, :, :], logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(dt)
     out = jnp.einsum("bkgts,bskh->btkgh", probs, v).reshape(B, T, N, H)
-    y = jnp.einsum("btnh,nhd->btd", out, self.o_NxHxD.value.astype(dt))
+    y = jnp.einsum("btnh,nhd->btd", out, self.o_NxHxD[...].astype(dt))
     return y, new_cache
 
 
@@ -142,9 +142,9 @@ class MLP(nnx.Module):
 
   def __call__(self, x_BxTxD):
     dt = self.cfg.jnp_dtype
-    gate = x_BxTxD @ self.gate_DxF.value.astype(dt)
-    up = x_BxTxD @ self.up_DxF.value.astype(dt)
-    return (jax.nn.silu(gate) * up) @ self.down_FxD.value.astype(dt)
+    gate = x_BxTxD @ self.gate_DxF[...].astype(dt)
+    up = x_BxTxD @ self.up_DxF[...].astype(dt)
+    return (jax.nn.silu(gate) * up) @ self.down_FxD[...].astype(dt)
 
 
 class DecoderLayer(nnx.Module):
@@ -179,7 +179,7 @@ class Transformer(nnx.Module):
   def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
                cache_index=0):
     """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`."""
-    x = jnp.take(self.embed_VxD.value, tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
+    x = jnp.take(self.embed_VxD[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
     new_cache = [] if cache is not None else None
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
@@ -193,8 +193,8 @@ class Transformer(nnx.Module):
 
   def output_matrix_DxV(self) -> jax.Array:
     if self.cfg.tie_word_embeddings:
-      return self.embed_VxD.value.T
-    return self.lm_head_DxV.value
+      return self.embed_VxD[...].T
+    return self.lm_head_DxV[...]
 
   def logits(self, hidden_BxTxD) -> jax.Array:
     """float32 logits [B,T,V]. For log-probs over a large vocabulary use `logprobs.token_logprobs`."""

@@ -1,0 +1,286 @@
+"""Hugging Face checkpoints in and out: config.json + safetensors <-> `Transformer`.
+
+Tensor layout. HF `nn.Linear` weights are stored [out, in]; ours are [in, out] with heads split out:
+  q_proj.weight [N*H, D]  <->  q_DxNxH        o_proj.weight [D, N*H]   <->  o_NxHxD
+  k/v_proj      [K*H, D]  <->  k/v_DxKxH      q/k/v_proj.bias [N*H]    <->  q/k/v_bias_NxH / _KxH
+  gate/up_proj  [F, D]    <->  gate/up_DxF    down_proj.weight [D, F]  <->  down_FxD
+  lm_head.weight [V, D]   <->  lm_head_DxV    embed_tokens, norms: same layout.
+
+`from_pretrained` builds the model abstractly (`nnx.eval_shape`, no memory), then reads one tensor at a time
+and places it directly on its target sharding: each device receives only its own slice.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.model.config import ModelConfig, from_hf_config, to_hf_config
+from grpo_jax.model.transformer import Transformer
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+# Files of a checkpoint directory that describe tokenization and generation, copied by save_pretrained(source=).
+_SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+               "generation_config.json")
+# Non-persistent buffers that some older checkpoints contain; they are recomputed from the config.
+_IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+
+# Our parameter path (inside one layer, or at the top) -> (HF name, layout kind).
+#   copy: same shape. in: ours [D, *out], HF [prod(out), D]. out: ours [*in, D], HF [D, prod(in)].
+#   bias: ours [N, H], HF [N*H].
+_TOP = {
+    ("embed_VxD",): ("model.embed_tokens.weight", "copy"),
+    ("final_norm", "scale"): ("model.norm.weight", "copy"),
+    ("lm_head_DxV",): ("lm_head.weight", "in"),
+}
+_LAYER = {
+    ("input_norm", "scale"): ("input_layernorm.weight", "copy"),
+    ("post_attn_norm", "scale"): ("post_attention_layernorm.weight", "copy"),
+    ("attn", "q_DxNxH"): ("self_attn.q_proj.weight", "in"),
+    ("attn", "k_DxKxH"): ("self_attn.k_proj.weight", "in"),
+    ("attn", "v_DxKxH"): ("self_attn.v_proj.weight", "in"),
+    ("attn", "o_NxHxD"): ("self_attn.o_proj.weight", "out"),
+    ("attn", "q_bias_NxH"): ("self_attn.q_proj.bias", "bias"),
+    ("attn", "k_bias_KxH"): ("self_attn.k_proj.bias", "bias"),
+    ("attn", "v_bias_KxH"): ("self_attn.v_proj.bias", "bias"),
+    ("attn", "q_norm", "scale"): ("self_attn.q_norm.weight", "copy"),
+    ("attn", "k_norm", "scale"): ("self_attn.k_norm.weight", "copy"),
+    ("mlp", "gate_DxF"): ("mlp.gate_proj.weight", "in"),
+    ("mlp", "up_DxF"): ("mlp.up_proj.weight", "in"),
+    ("mlp", "down_FxD"): ("mlp.down_proj.weight", "out"),
+}
+
+
+def hf_name(path: tuple) -> tuple[str, str]:
+  """(HF tensor name, layout kind) of our parameter at `path` (as in `nnx.to_flat_state`)."""
+  if path and path[0] == "layers":
+    name, kind = _LAYER[tuple(path[2:])]
+    return f"model.layers.{path[1]}.{name}", kind
+  return _TOP[tuple(path)]
+
+
+def _hf_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
+  if kind == "copy":
+    return shape
+  if kind == "in":
+    return (math.prod(shape[1:]), shape[0])
+  if kind == "out":
+    return (shape[-1], math.prod(shape[:-1]))
+  return (math.prod(shape),)
+
+
+def _to_ours(x: np.ndarray, shape: tuple[int, ...], kind: str) -> np.ndarray:
+  """HF array -> our layout (a view where possible: reshape the contiguous array first, then transpose)."""
+  if kind == "in":  # [prod(out), D] -> [*out, D] -> [D, *out]
+    return np.moveaxis(x.reshape(*shape[1:], shape[0]), -1, 0)
+  if kind == "out":  # [D, prod(in)] -> [D, *in] -> [*in, D]
+    return np.moveaxis(x.reshape(shape[-1], *shape[:-1]), 0, -1)
+  return x.reshape(shape)
+
+
+def _to_hf(y: np.ndarray, kind: str) -> np.ndarray:
+  if kind == "in":
+    return np.ascontiguousarray(y.reshape(y.shape[0], -1).T)
+  if kind == "out":
+    return np.ascontiguousarray(y.reshape(-1, y.shape[-1]).T)
+  return np.ascontiguousarray(y.reshape(_hf_shape(y.shape, kind)))
+
+
+class _Checkpoint:
+  """Lazy reader over a single safetensors file or an index of shards."""
+
+  def __init__(self, path: Path):
+    index = path / INDEX_FILE
+    if index.exists():
+      weight_map = json.loads(index.read_text())["weight_map"]
+      files = sorted(set(weight_map.values()))
+    elif (path / SINGLE_FILE).exists():
+      files, weight_map = [SINGLE_FILE], None
+    else:
+      raise FileNotFoundError(f"{path}: neither {SINGLE_FILE} nor {INDEX_FILE} found")
+    for f in files:
+      if not (path / f).exists():
+        raise FileNotFoundError(f"{path / f}: shard named in {INDEX_FILE} does not exist")
+    self._handles = {f: safe_open(str(path / f), framework="numpy") for f in files}
+    if weight_map is None:
+      weight_map = {name: SINGLE_FILE for name in self._handles[SINGLE_FILE].keys()}
+    self.file_of = weight_map
+
+  def names(self) -> set[str]:
+    return set(self.file_of)
+
+  def shape(self, name: str) -> tuple[int, ...]:
+    return tuple(self._handles[self.file_of[name]].get_slice(name).get_shape())
+
+  def read(self, name: str) -> np.ndarray:
+    return self._handles[self.file_of[name]].get_tensor(name)
+
+
+def _check_names(expected: set[str], present: set[str], path: Path):
+  missing = sorted(expected - present)
+  unexpected = sorted(n for n in present - expected if not n.endswith(_IGNORED_SUFFIXES))
+  problems = []
+  if missing:
+    problems.append(f"missing tensors {missing}")
+  if unexpected:
+    problems.append(f"unexpected tensors {unexpected}")
+  if problems:
+    raise ValueError(f"{path}: checkpoint does not match its config.json: " + "; ".join(problems))
+
+
+def _place(x: np.ndarray, sharding) -> jax.Array:
+  if sharding is None:
+    return jax.device_put(x)
+  # Each addressable device gets only its slice of the host array.
+  return jax.make_array_from_callback(x.shape, sharding, lambda idx: np.ascontiguousarray(x[idx]))
+
+
+def read_hf_config(path) -> dict[str, Any]:
+  config_file = Path(path) / "config.json"
+  if not config_file.exists():
+    raise FileNotFoundError(f"{config_file} does not exist (expected a Hugging Face checkpoint directory)")
+  return json.loads(config_file.read_text())
+
+
+def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None = None,
+                    mesh: jax.sharding.Mesh | None = None, rules=None, **config_overrides) -> Transformer:
+  """Loads a Llama / Qwen2 / Qwen3 checkpoint directory (config.json + safetensors, single or sharded).
+
+  param_dtype / dtype: parameter and compute dtype ('float32', 'bfloat16'); default float32 whatever the
+  checkpoint's dtype. With `mesh`, each parameter is placed on the sharding given by its logical axes and
+  `rules` (default `sharding.LOGICAL_RULES`). Other keyword arguments override ModelConfig fields (e.g.
+  remat=True). Raises ValueError naming any missing, unexpected or mis-shaped tensor.
+  """
+  path = Path(path)
+  overrides = dict(config_overrides)
+  if param_dtype is not None:
+    overrides["param_dtype"] = param_dtype
+  if dtype is not None:
+    overrides["dtype"] = dtype
+  cfg = from_hf_config(read_hf_config(path), **overrides)
+  abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+  graphdef, abstract_state = nnx.split(abstract)
+  flat = list(nnx.to_flat_state(abstract_state))
+  shardings = None
+  if mesh is not None:
+    shardings = dict(nnx.to_flat_state(sharding_lib.param_shardings(
+        abstract_state, mesh, sharding_lib.LOGICAL_RULES if rules is None else rules)))
+
+  ckpt = _Checkpoint(path)
+  expected = {hf_name(p)[0] for p, _ in flat}
+  present = ckpt.names()
+  tied_head = cfg.tie_word_embeddings and "lm_head.weight" in present
+  _check_names(expected, present - ({"lm_head.weight"} if tied_head else set()), path)
+
+  loaded = []
+  for p, var in flat:
+    name, kind = hf_name(p)
+    shape = tuple(var.get_value().shape)
+    want = _hf_shape(shape, kind)
+    got = ckpt.shape(name)
+    if got != want:
+      raise ValueError(f"{path}: tensor {name} has shape {list(got)}, expected {list(want)} from config.json")
+    x = _to_ours(ckpt.read(name), shape, kind).astype(cfg.jnp_param_dtype)
+    loaded.append((p, var.replace(_place(x, None if shardings is None else shardings[p].get_value()))))
+    del x
+  if tied_head:
+    head, embed = ckpt.read("lm_head.weight"), ckpt.read("model.embed_tokens.weight")
+    if head.shape != embed.shape or not np.array_equal(head, embed):
+      raise ValueError(f"{path}: tie_word_embeddings=True but tensor lm_head.weight differs from "
+                       f"model.embed_tokens.weight")
+  return nnx.merge(graphdef, nnx.from_flat_state(loaded))
+
+
+def _host_array(x: jax.Array) -> np.ndarray:
+  if not x.is_fully_addressable:  # multi-host: every process takes part in the gather.
+    from jax.experimental import multihost_utils
+    x = multihost_utils.process_allgather(x, tiled=True)
+  return np.asarray(jax.device_get(x))
+
+
+def _plan_shards(entries: list[tuple[tuple, str, str, int]], max_shard_bytes: int) -> list[list]:
+  shards, current, size = [], [], 0
+  for entry in entries:
+    nbytes = entry[3]
+    if current and size + nbytes > max_shard_bytes:
+      shards.append(current)
+      current, size = [], 0
+    current.append(entry)
+    size += nbytes
+  shards.append(current)
+  return shards
+
+
+def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: int = 4 * 2**30):
+  """Writes `model` as a Hugging Face checkpoint (config.json + safetensors) loadable by transformers.
+
+  The architecture comes from `model.cfg.family` ('llama', 'qwen2', 'qwen3'); tensors keep the parameter
+  dtype. Above `max_shard_bytes` the weights are split into model-0000i-of-0000n.safetensors files plus an
+  index. `source`: the checkpoint directory the model was loaded from: its other config.json entries (token
+  ids, ...), tokenizer files and generation_config.json are carried over.
+  """
+  path = Path(path)
+  cfg: ModelConfig = model.cfg
+  hf = to_hf_config(cfg)
+  if source is not None:
+    src = read_hf_config(source)
+    src.pop("torch_dtype", None)
+    hf = {**src, **hf}
+    if from_hf_config(hf, param_dtype=cfg.param_dtype, dtype=cfg.dtype, remat=cfg.remat) != cfg:
+      raise ValueError(f"save_pretrained(source={source}): that checkpoint's config.json describes a "
+                       f"different model than model.cfg")
+  state = nnx.state(model, nnx.Param)
+  entries = []
+  for p, var in nnx.to_flat_state(state):
+    name, kind = hf_name(p)
+    value = var.get_value()
+    entries.append((p, name, kind, value.size * value.dtype.itemsize))
+  shards = _plan_shards(entries, max_shard_bytes)
+  n = len(shards)
+  names = [SINGLE_FILE] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+  arrays = dict(nnx.to_flat_state(state))
+
+  writer = jax.process_index() == 0
+  if writer:
+    path.mkdir(parents=True, exist_ok=True)
+    # Stale weight files from an earlier save would shadow or contradict the new ones.
+    for old in list(path.glob("model*.safetensors")) + [path / INDEX_FILE]:
+      if old.exists():
+        old.unlink()
+  weight_map = {}
+  for file_name, shard in zip(names, shards):
+    tensors = {name: _to_hf(_host_array(arrays[p].get_value()), kind) for p, name, kind, _ in shard}
+    if writer:
+      save_file(tensors, str(path / file_name), metadata={"format": "pt"})
+    weight_map.update({name: file_name for name in tensors})
+    del tensors
+  if not writer:
+    return
+  if n > 1:
+    index = {"metadata": {"total_size": sum(e[3] for e in entries)}, "weight_map": dict(sorted(weight_map.items()))}
+    (path / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+  (path / "config.json").write_text(json.dumps(hf, indent=2, sort_keys=True) + "\n")
+  if source is not None:
+    for f in _SIDE_FILES:
+      if (Path(source) / f).exists() and Path(source).resolve() != path.resolve():
+        shutil.copy2(Path(source) / f, path / f)
+
+
+def load_tokenizer(path):
+  """`transformers.AutoTokenizer` from a local directory (never the network); includes the chat template."""
+  from transformers import AutoTokenizer
+  if not os.path.isdir(path):
+    raise FileNotFoundError(f"tokenizer directory {path} does not exist")
+  return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
