@@ -1,0 +1,74 @@
+"""Prompt templates and prompt-length filtering.
+
+Templates (the `template` argument of `render_prompt`):
+  "plain":   the question text as is.
+  "r1_zero": our wording of DeepSeek-R1-Zero's plain-text template (a User/Assistant transcript that asks for
+             the reasoning in <think> </think> and the answer in <answer> </answer>), for base models. With
+             `prefill_think=True` the prompt ends in "<think>", so completions start inside the think block
+             (score them with the `format_*_prefilled` rewards).
+  "chat":    the tokenizer's own chat template, with an optional system prompt, rendered with
+             `apply_chat_template(messages, add_generation_prompt=True, tokenize=False)`, for instruct models.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+R1_ZERO_TEMPLATE = (
+    "A conversation between User and Assistant. The User asks a question and the Assistant solves it. "
+    "The Assistant first thinks through the reasoning process in its mind and then gives the User the answer. "
+    "The reasoning is enclosed in <think> </think> tags and the answer in <answer> </answer> tags, that is: "
+    "<think> reasoning process here </think> <answer> answer here </answer>.\n"
+    "User: {question}\n"
+    "Assistant:")
+
+# A system prompt that asks an instruct model for the same layout (for the "chat" template).
+R1_SYSTEM_PROMPT = (
+    "You are a helpful assistant. You first think through the reasoning process in your mind and then give "
+    "the user the answer. Enclose the reasoning in <think> </think> tags and the answer in <answer> </answer> "
+    "tags, that is: <think> reasoning process here </think> <answer> answer here </answer>.")
+
+TEMPLATES = ("plain", "r1_zero", "chat")
+
+
+def render_prompt(question: str, template: str = "plain", tokenizer: Any = None,
+                  system_prompt: str | None = None, prefill_think: bool = False) -> str:
+  """The text fed to the model for one question (templates in the module docstring)."""
+  if template == "plain":
+    return question
+  if template == "r1_zero":
+    text = R1_ZERO_TEMPLATE.format(question=question)
+    return text + " <think>" if prefill_think else text
+  if template == "chat":
+    if tokenizer is None:
+      raise ValueError("the 'chat' template needs a tokenizer")
+    if not getattr(tokenizer, "chat_template", None):
+      raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat_template; use template='plain' or "
+                       "'r1_zero', or set tokenizer.chat_template")
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
+    messages.append({"role": "user", "content": question})
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return text + "<think>" if prefill_think else text
+  raise ValueError(f"unknown template {template!r}; expected one of {TEMPLATES}")
+
+
+def tokenize_prompts(rows: Sequence[dict], tokenizer: Any, max_prompt_tokens: int, template: str = "plain",
+                     system_prompt: str | None = None, prefill_think: bool = False,
+                     add_special_tokens: bool | None = None) -> tuple[list[dict], int]:
+  """Renders each row's `prompt` with the template, tokenizes it, and drops prompts over the limit.
+
+  Returns (kept rows, number dropped). Kept rows are copies with `prompt_text` (the rendered string) and
+  `prompt_ids` (list[int]) added, in their original order. `add_special_tokens` defaults to False for the
+  chat template (its text already holds the special tokens) and True otherwise (so a BOS is added for models
+  whose tokenizer adds one). The caller logs the dropped count.
+  """
+  if max_prompt_tokens <= 0:
+    raise ValueError(f"max_prompt_tokens must be positive, got {max_prompt_tokens}")
+  if add_special_tokens is None:
+    add_special_tokens = template != "chat"
+  texts = [render_prompt(row["prompt"], template, tokenizer, system_prompt, prefill_think) for row in rows]
+  if not texts:
+    return [], 0
+  ids = tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+  kept = [dict(row, prompt_text=text, prompt_ids=list(row_ids))
+          for row, text, row_ids in zip(rows, texts, ids) if len(row_ids) <= max_prompt_tokens]
+  return kept, len(rows) - len(kept)
