@@ -43,6 +43,16 @@ logger = logging.getLogger(__name__)
 # After this many per-sample timeouts within one call of one function, its remaining samples are not tried.
 MAX_SAMPLE_TIMEOUTS = 2
 
+_abandoned: set[threading.Thread] = set()  # timed-out worker threads, pruned once they finish
+_abandoned_lock = threading.Lock()
+
+
+def abandoned_threads() -> int:
+  """How many timed-out reward calls are still running in the background (each holds a thread)."""
+  with _abandoned_lock:
+    _abandoned.difference_update([t for t in _abandoned if not t.is_alive()])
+    return len(_abandoned)
+
 
 @dataclasses.dataclass(frozen=True)
 class RewardResult:
@@ -79,6 +89,8 @@ def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout_s: float
   worker.start()
   worker.join(timeout_s)
   if worker.is_alive():
+    with _abandoned_lock:
+      _abandoned.add(worker)
     raise _Timeout(f"no result after {timeout_s} s")
   if "error" in box:
     raise box["error"]
@@ -189,8 +201,9 @@ def score_completions(reward_fns: Sequence[tuple[str, Callable | str, float]], p
     not_applicable[name] = sum(1 for s, f in zip(scores, failed) if s is None and not f)
     total += float(weight) * values
     if failures[name]:
-      logger.warning("reward %r failed on %d of %d samples (fallback %s); first error: %s",
-                     name, failures[name], n, fallback, error)
+      logger.warning("reward %r failed on %d of %d samples (fallback %s); first error: %s; timed-out calls "
+                     "still running in the background: %d", name, failures[name], n, fallback, error,
+                     abandoned_threads())
     if failures[name] * 2 > n:
       message = (f"reward function {name!r} failed on {failures[name]} of {n} samples "
                  f"({time.perf_counter() - start:.1f} s); they were given the fallback score {fallback}, so "

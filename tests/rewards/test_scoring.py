@@ -65,23 +65,31 @@ def test_sleeping_fn_times_out_without_hanging():
     with pytest.warns(RuntimeWarning, match="sleepy"):
       res = score_completions([("sleepy", sleepy, 1.0), ("em", "exact_match", 1.0)], PROMPTS, COMPLETIONS,
                               COLUMNS, timeout_s=0.2)
+    # The batch call and MAX_SAMPLE_TIMEOUTS per-sample calls were abandoned and are still waiting.
+    sleeping = [t for t in threading.enumerate() if t.name == "reward:sleepy"]
+    assert len(sleeping) == 1 + scoring.MAX_SAMPLE_TIMEOUTS
+    assert scoring.abandoned_threads() >= len(sleeping)
   finally:
     release.set()
   elapsed = time.perf_counter() - start
-  # One batch call plus MAX_SAMPLE_TIMEOUTS per-sample calls, each 0.2 s; the rest are skipped.
-  assert elapsed < 0.2 * (2 + scoring.MAX_SAMPLE_TIMEOUTS), elapsed
+  # One batch call plus MAX_SAMPLE_TIMEOUTS per-sample calls, each 0.2 s; the rest are skipped. (The bound is
+  # loose for a loaded machine; without the timeout this would take 30 s.)
+  assert elapsed < 0.2 * (1 + scoring.MAX_SAMPLE_TIMEOUTS) + 2.0, elapsed
   assert res.failures == {"sleepy": 4, "em": 0}
   np.testing.assert_array_equal(res.per_fn["sleepy"], [0, 0, 0, 0])
   np.testing.assert_array_equal(res.total, [1, 0, 1, 1])
+  for thread in sleeping:
+    thread.join(5)
+  assert not any(t.is_alive() for t in sleeping)
 
 
 def test_one_slow_sample_only_costs_itself():
   def slow_on_x(prompts, completions, **cols):
     if "x" in completions:
-      time.sleep(0.6)
+      time.sleep(1.0)
     return [2.0] * len(completions)
 
-  res = score_completions([("slow", slow_on_x, 1.0)], PROMPTS, COMPLETIONS, timeout_s=0.2)
+  res = score_completions([("slow", slow_on_x, 1.0)], PROMPTS, COMPLETIONS, timeout_s=0.3)
   np.testing.assert_array_equal(res.per_fn["slow"], [2, 2, 0, 2])
   assert res.failures == {"slow": 1}
 
