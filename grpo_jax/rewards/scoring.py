@@ -192,6 +192,8 @@ def score_completions(reward_fns: Sequence[tuple[str, Callable | str, float]], p
     if len(entry) != 3:
       raise ValueError(f"each reward must be (name, fn, weight), got {entry!r}")
     name, fn, weight = entry
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+      raise ValueError(f"reward {name!r}: weight must be a finite number, got {weight!r}")
     fn = get_reward(fn)
     start = time.perf_counter()
     scores, failed, error = _score_one_fn(name, fn, prompts, completions, columns, timeout_s)

@@ -129,5 +129,7 @@ def test_bad_arguments_are_clear_errors():
     score_completions([("em", "exact_match", 1.0)], PROMPTS, COMPLETIONS, {"answer": [1, 2]})
   with pytest.raises(ValueError, match="unique"):
     score_completions([("em", "exact_match", 1.0)] * 2, PROMPTS, COMPLETIONS, COLUMNS)
+  with pytest.raises(ValueError, match="'em': weight must be a finite number"):
+    score_completions([("em", "exact_match", "1")], PROMPTS, COMPLETIONS, COLUMNS)
   with pytest.raises(ValueError, match="unknown reward"):
     score_completions([("em", "exact_mtch", 1.0)], PROMPTS, COMPLETIONS, COLUMNS)
