@@ -1,0 +1,246 @@
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grpo_jax.algo import advantages, aggregation as agg
+from grpo_jax.algo.entropy import entropy_from_logits
+from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, grpo_objective
+from tests.algo import reference as ref
+from tests.algo.conftest import make_batch
+from tests.algo.test_policy_losses import CASES
+
+AGGS = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+
+
+def _inputs(b, old=True, ref_=True, ent=True):
+  j = jnp.asarray
+  return LossInputs(j(b["logp"]), j(b["old"]) if old else None, j(b["ref"]) if ref_ else None, j(b["adv"]),
+                    j(b["mask"]), j(b["ent"]) if ent else None)
+
+
+def _check(b, kw, old=True, ref_=True, ent=True):
+  cfg = LossConfig(**kw)
+  loss, metrics = grpo_loss(_inputs(b, old, ref_, ent), cfg)
+  full_kw = dict(dict(kl_estimator="k3", beta=0.04, cispo_epsilon_high=5.0, epsilon_high=None), **kw)
+  exp_loss, exp_metrics = ref.objective(b["logp"], b["old"] if old else None, b["ref"] if ref_ else None,
+                                        np.float64(b["adv"]), b["lengths"], b["ent"] if ent else None,
+                                        full_kw)
+  assert np.isfinite(float(loss))
+  np.testing.assert_allclose(float(loss), exp_loss, rtol=2e-5, atol=1e-6)
+  for name, value in exp_metrics.items():
+    np.testing.assert_allclose(float(metrics[name]), value, rtol=2e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("case, aggregation", list(itertools.product(sorted(CASES), AGGS)))
+def test_policy_losses_x_aggregations_match_reference(case, aggregation):
+  _check(make_batch(10), dict(CASES[case], aggregation=aggregation))
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("aggregation", AGGS)
+def test_kl_estimators_match_reference(estimator, aggregation):
+  _check(make_batch(11), dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2,
+                              kl_estimator=estimator, beta=0.3, aggregation=aggregation))
+
+
+@pytest.mark.parametrize("kw", [
+    dict(entropy_coef=0.01),
+    dict(top_entropy_quantile=0.2),
+    dict(top_entropy_quantile=0.5, entropy_coef=-0.05, aggregation="token_mean"),
+    dict(beta=0.0, aggregation="seq_mean_token_sum_norm", max_completion_length=9),
+])
+def test_entropy_options_and_max_length_match_reference(kw):
+  base = dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2, aggregation="seq_mean_token_mean")
+  _check(make_batch(12), dict(base, **kw))
+
+
+def test_old_none_and_ref_none_match_reference():
+  b = make_batch(13)
+  base = dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2, aggregation="token_mean")
+  _check(b, base, old=False)
+  _check(b, base, ref_=False)
+  _, metrics = grpo_loss(_inputs(b, ref_=False, ent=False), LossConfig())
+  assert "kl" not in metrics and "entropy" not in metrics
+
+
+def test_beta_zero_reports_kl_but_does_not_add_it():
+  b = make_batch(14)
+  with_ref, m = grpo_loss(_inputs(b), LossConfig(beta=0.0))
+  without_ref, _ = grpo_loss(_inputs(b, ref_=False), LossConfig(beta=0.0))
+  assert float(with_ref) == float(without_ref)
+  assert float(m["kl"]) > 0.0
+
+
+def test_jit_with_static_config_matches_eager():
+  b = make_batch(15)
+  cfg = LossConfig(epsilon_high=0.28, aggregation="token_mean")
+  jitted = jax.jit(grpo_objective, static_argnames="cfg")(_inputs(b), cfg=cfg)
+  eager = grpo_objective(_inputs(b), cfg)
+  np.testing.assert_allclose(jitted[0], eager[0], rtol=1e-6)
+  assert jitted[1] == eager[1]
+
+
+@pytest.mark.parametrize("aggregation", AGGS)
+def test_gradient_coefficient_is_deepseekmath_a16(aggregation):
+  """μ=1 (π_old = sg(π_θ)), clipped + k3: ∂loss/∂logp_{i,t} = −(Â_i + β(π_ref/π_θ − 1)) · w_{i,t}."""
+  b = make_batch(20)
+  beta = 0.1
+  cfg = LossConfig(beta=beta, kl_estimator="k3", aggregation=aggregation, max_completion_length=7)
+  x = _inputs(b, old=False, ent=False)
+  grad = jax.grad(lambda logp: grpo_loss(x._replace(logp_BxT=logp), cfg)[0])(x.logp_BxT)
+  grad = np.asarray(grad, np.float64)
+  lengths = b["lengths"]
+  nonempty, tokens = sum(n > 0 for n in lengths), sum(lengths)
+  for i, n in enumerate(lengths):
+    w = {"seq_mean_token_mean": 1.0 / (max(n, 1) * nonempty), "token_mean": 1.0 / tokens,
+         "seq_mean_token_sum_norm": 1.0 / (nonempty * 7)}[aggregation]
+    rho = np.exp(np.float64(b["ref"][i, :n]) - np.float64(b["logp"][i, :n]))   # π_ref / π_θ
+    coefficient = float(b["adv"][i]) + beta * (rho - 1.0)
+    np.testing.assert_allclose(grad[i, :n], -coefficient * w, rtol=1e-4, atol=1e-7)
+    assert np.all(grad[i, n:] == 0.0)                                     # padding (NaN) gets no gradient
+
+
+def test_gspo_and_cispo_gradients_at_mu_1():
+  """At r = 1 every surrogate has the REINFORCE gradient −Â·w; GSPO spreads it as 1/|o_i| per token."""
+  b = make_batch(21)
+  x = _inputs(b, old=False, ref_=False, ent=False)
+  g = lambda cfg: np.asarray(jax.grad(lambda logp: grpo_loss(x._replace(logp_BxT=logp), cfg)[0])(x.logp_BxT))
+  token = g(LossConfig(beta=0.0))
+  np.testing.assert_allclose(g(LossConfig(beta=0.0, importance_level="sequence")), token, rtol=1e-5, atol=1e-8)
+  np.testing.assert_allclose(g(LossConfig(beta=0.0, policy_loss="cispo")), token, rtol=1e-5, atol=1e-8)
+
+
+# --- split-batch exactness on a tiny linear "policy": logp = log_softmax(x·W)[target] -------------------------
+
+F, V = 4, 7
+
+
+def _policy(W_FxV, x_BxTxF, y_BxT):
+  logits = jnp.einsum("btf,fv->btv", x_BxTxF, W_FxV)
+  logp = jnp.take_along_axis(jax.nn.log_softmax(logits), y_BxT[..., None], axis=-1)[..., 0]
+  return logp, entropy_from_logits(logits)
+
+
+def _rollout(seed, B=16, T=6, G=4):
+  rng = np.random.default_rng(seed)
+  W = jnp.asarray(rng.normal(size=(F, V)), jnp.float32)
+  x = jnp.asarray(rng.normal(size=(B, T, F)), jnp.float32)
+  y = jnp.asarray(rng.integers(0, V, size=(B, T)))
+  lengths = rng.integers(0, T + 1, size=B)
+  lengths[:3] = [0, 1, T]
+  mask = jnp.asarray(np.arange(T)[None] < lengths[:, None])
+  old, _ = _policy(W + 0.3 * jnp.asarray(rng.normal(size=(F, V)), jnp.float32), x, y)
+  ref_logp, _ = _policy(W + 0.5 * jnp.asarray(rng.normal(size=(F, V)), jnp.float32), x, y)
+  rewards = jnp.asarray(rng.integers(0, 2, size=B), jnp.float32)
+  adv = advantages.compute_advantages(rewards, G)          # over the WHOLE rollout batch, before splitting
+  return W, x, y, old, ref_logp, adv, mask
+
+
+def _loss_sum(W, cfg, x, y, old, ref_logp, adv, mask):
+  logp, ent = _policy(W, x, y)
+  s, d, metrics = grpo_objective(LossInputs(logp, old, ref_logp, adv, mask, ent), cfg)
+  return s, (d, metrics)
+
+
+_grad_sum = jax.jit(jax.grad(_loss_sum, has_aux=True), static_argnums=1)
+
+
+@pytest.mark.parametrize("aggregation", AGGS)
+def test_four_micro_batches_give_the_whole_batch_gradient(aggregation):
+  W, *batch = _rollout(30)
+  cfg = LossConfig(beta=0.04, epsilon_high=0.28, entropy_coef=0.01, aggregation=aggregation)
+
+  g_whole, (d_whole, whole_metrics) = _grad_sum(W, cfg, *batch)
+  whole = g_whole / d_whole                                     # gradient of the whole-batch loss sum/denom
+  g_sum, d_sum, m_sum, naive = 0.0, 0.0, {}, 0.0
+  for k in range(0, 16, 4):
+    g, (d, metrics) = _grad_sum(W, cfg, *[a[k:k + 4] for a in batch])
+    g_sum, d_sum = g_sum + g, d_sum + d
+    naive = naive + g / d / 4
+    for name, (s, c) in metrics.items():
+      old_s, old_c = m_sum.get(name, (0.0, 0.0))
+      m_sum[name] = (old_s + s, old_c + c)
+  accumulated = g_sum / d_sum
+  assert float(jnp.max(jnp.abs(whole))) > 1e-3
+  np.testing.assert_allclose(accumulated, whole, rtol=1e-5, atol=1e-7)
+  # ... and it is the gradient of grpo_loss itself:
+  direct = jax.grad(lambda W: grpo_loss(LossInputs(*_policy(W, batch[0], batch[1])[:1], *batch[2:],
+                                                   _policy(W, batch[0], batch[1])[1]), cfg)[0])(W)
+  np.testing.assert_allclose(direct, whole, rtol=1e-5, atol=1e-7)
+
+  assert float(whole_metrics["clip_ratio/region"][0]) > 0
+  for name, (s, c) in whole_metrics.items():
+    np.testing.assert_allclose(m_sum[name][0] / m_sum[name][1], s / c, rtol=1e-5, atol=1e-7, err_msg=name)
+
+  # The test can fail: averaging micro-batch gradients, each normalized by its own denominator, is wrong.
+  assert not np.allclose(naive, whole, rtol=1e-3, atol=1e-6)
+
+
+def test_nan_padding_gives_finite_values_and_gradients():
+  b = make_batch(40)
+  x = _inputs(b)
+  for cfg in [LossConfig(), LossConfig(policy_loss="cispo", aggregation="token_mean"),
+              LossConfig(importance_level="sequence", top_entropy_quantile=0.3, entropy_coef=0.1)]:
+    f = lambda logp, old, ref_logp, ent: grpo_loss(x._replace(logp_BxT=logp, old_logp_BxT=old,
+                                                              ref_logp_BxT=ref_logp, entropy_BxT=ent), cfg)[0]
+    loss, grads = jax.value_and_grad(f, argnums=(0, 1, 2, 3))(x.logp_BxT, x.old_logp_BxT, x.ref_logp_BxT,
+                                                             x.entropy_BxT)
+    assert np.isfinite(float(loss))
+    for g in grads:
+      assert np.all(np.isfinite(np.asarray(g)))
+      assert np.all(np.asarray(g)[~b["mask"]] == 0.0)
+
+
+def test_empty_batch_is_zero_not_nan():
+  B, T = 3, 4
+  x = LossInputs(jnp.full((B, T), jnp.nan), None, jnp.zeros((B, T)), jnp.ones(B), jnp.zeros((B, T), bool))
+  loss, metrics = grpo_loss(x, LossConfig())
+  assert float(loss) == 0.0 and all(float(v) == 0.0 for v in metrics.values())
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(old_logp_BxT=jnp.zeros((3, 5))), r"old_logp_BxT has shape \(3, 5\), but logp_BxT has shape \(3, 4\)"),
+    (dict(ref_logp_BxT=jnp.zeros((4, 4))), "ref_logp_BxT has shape"),
+    (dict(mask_BxT=jnp.ones((3,))), "mask_BxT has shape"),
+    (dict(advantages_B=jnp.ones((3, 4))), r"advantages_B has shape \(3, 4\), expected \(3,\)"),
+    (dict(advantages_B=jnp.ones(12)), "advantages_B has shape"),
+    (dict(logp_BxT=jnp.zeros(4)), r"logp_BxT must be \[B, T\]"),
+])
+def test_bad_input_shapes(change, message):
+  x = LossInputs(jnp.zeros((3, 4)), None, None, jnp.ones(3), jnp.ones((3, 4), bool), None)._replace(**change)
+  with pytest.raises(ValueError, match=message):
+    grpo_objective(x, LossConfig())
+
+
+def test_entropy_options_need_entropy():
+  x = LossInputs(jnp.zeros((3, 4)), None, None, jnp.ones(3), jnp.ones((3, 4), bool), None)
+  for cfg in [LossConfig(entropy_coef=0.1), LossConfig(top_entropy_quantile=0.2)]:
+    with pytest.raises(ValueError, match="entropy_BxT is None"):
+      grpo_objective(x, cfg)
+
+
+def test_policy_loss_with_wrong_shape_is_named():
+  x = LossInputs(jnp.zeros((3, 4)), None, None, jnp.ones(3), jnp.ones((3, 4), bool), None)
+  with pytest.raises(ValueError, match=r"returned shape \(3,\), expected \(3, 4\)"):
+    grpo_objective(x, LossConfig(policy_loss=lambda inputs, cfg: (jnp.zeros(3), {})))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(kl_estimator="k4"), "unknown KL estimator 'k4'"),
+    (dict(aggregation="mean"), "unknown aggregation 'mean'"),
+    (dict(importance_level="seq"), "importance_level must be one of"),
+    (dict(epsilon_low=1.0), r"epsilon_low must be in \[0, 1\)"),
+    (dict(epsilon_high=-0.1), "epsilon_high must be >= 0"),
+    (dict(delta=0.9), "delta .* must be > 1"),
+    (dict(beta=-1.0), "beta must be >= 0"),
+    (dict(top_entropy_quantile=1.5), "top_entropy_quantile must be in"),
+    (dict(max_completion_length=0), "max_completion_length must be a positive int"),
+    (dict(cispo_epsilon_high=0.0), "cispo_epsilon_high must be > 0"),
+    (dict(policy_loss=3), "policy_loss must be a registered name or a function"),
+])
+def test_bad_config(kwargs, message):
+  with pytest.raises(ValueError, match=message):
+    LossConfig(**kwargs)
