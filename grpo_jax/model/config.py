@@ -108,6 +108,9 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
                                  float(rs["high_freq_factor"]), int(rs["original_max_position_embeddings"]))
     elif rtype not in (None, "default"):
       _unsupported(f"rope scaling type {rtype!r} is not supported (only 'llama3')")
+  partial_rotary = hf.get("partial_rotary_factor", rp.get("partial_rotary_factor", 1.0))
+  if partial_rotary != 1.0:
+    _unsupported(f"partial_rotary_factor={partial_rotary} is not supported (only 1.0)")
   if hf.get("use_sliding_window", False):
     _unsupported("use_sliding_window=True is not supported")
   layer_types = set(hf.get("layer_types") or ())

@@ -12,6 +12,7 @@ import sys
 import jax
 import numpy as np
 from flax import nnx
+from safetensors.numpy import load_file
 
 from grpo_jax.model import (ModelConfig, Transformer, causal_attention_mask, hf_io, positions_from_mask,
                             sharding)
@@ -49,7 +50,13 @@ def main(checkpoint_dir: str):
       if how == "shard_state":
         sharded = sharding.shard_state(state, mesh)
       else:
-        sharded = nnx.state(hf_io.from_pretrained(checkpoint_dir, mesh=mesh))
+        loaded = hf_io.from_pretrained(checkpoint_dir, mesh=mesh)
+        sharded = nnx.state(loaded)
+        if shape == (2, 2, 2):  # saving gathers the shards back into the same tensors
+          resaved = f"{checkpoint_dir}/resaved"
+          hf_io.save_pretrained(loaded, resaved)
+          a, b = load_file(f"{checkpoint_dir}/model.safetensors"), load_file(f"{resaved}/model.safetensors")
+          out["resave_equal"] = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
       params = {}
       for p, v in nnx.to_flat_state(sharded):
         x = v.get_value()

@@ -105,6 +105,19 @@ def test_bfloat16_parameters_and_compute_roughly_agree(hf_checkpoints, batch):
   assert err.max() > 1e-3  # it really ran in bfloat16
 
 
+def test_bfloat16_model_saves_bfloat16_tensors_that_transformers_loads(hf_checkpoints, tmp_path):
+  import torch
+  import transformers
+  path, _ = hf_checkpoints["llama3_rope_sharded"]
+  model = hf_io.from_pretrained(path, param_dtype="bfloat16")
+  hf_io.save_pretrained(model, tmp_path)
+  reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype="auto")
+  weight = reloaded.state_dict()["model.layers.1.mlp.down_proj.weight"]
+  assert weight.dtype == torch.bfloat16
+  ours = np.asarray(model.layers[1].mlp.down_FxD[...].astype(jnp.float32)).T
+  np.testing.assert_array_equal(weight.float().numpy(), ours)
+
+
 def _fwd_args(mask):
   from grpo_jax.model import causal_attention_mask, positions_from_mask
   return positions_from_mask(mask), causal_attention_mask(mask)
@@ -179,6 +192,7 @@ def test_sharded_checkpoint_with_a_missing_shard_file(hf_checkpoints, tmp_path):
     (dict(layer_types=["full_attention", "sliding_attention"]), "sliding_attention"),
     (dict(hidden_act="gelu"), "hidden_act"),
     (dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e4)), "'yarn'"),
+    (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
 ])
 def test_unsupported_configs_are_errors(qwen2_copy, change, message):
   path, _ = qwen2_copy
