@@ -1,0 +1,269 @@
+"""The base experiment config: every default of a grpo_jax run, documented, and its validation.
+
+Experiment files (`experiments/NAME.py`) start from `get_config()` and change what they need; the launcher
+locks the result, so a misspelt key on the command line (`--config.grpo.betta=0`) is an error, and
+ml_collections rejects values of the wrong type (`--config.num_steps=abc`). `validate(config)` then checks
+the values and their consistency, before anything is compiled, and names the offending key.
+
+Units: a "step" is one GRPO iteration (sample a rollout batch, then `num_iterations` passes of mini-batch
+updates over it). An "update" is one optimizer step. Batch sizes count completions unless they say prompts.
+"""
+from __future__ import annotations
+
+import ml_collections
+from ml_collections import config_dict
+
+ADVANTAGE_METHODS = ("grpo", "dr_grpo", "rloo", "batch")
+IMPORTANCE_LEVELS = ("token", "sequence")
+KL_ESTIMATORS = ("k1", "k2", "k3")
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+SCHEDULES = ("constant", "cosine")
+DTYPES = ("float32", "bfloat16", "float16")
+TASKS = ("addition",)
+
+
+def get_config() -> ml_collections.ConfigDict:
+  """The base config. Every field an experiment may set exists here with its default."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0                      # run seed: model init, data order, sampling; a run is reproducible from it.
+  c.num_steps = 300               # GRPO steps (rollout batches).
+
+  # --- Model -------------------------------------------------------------------------------------------
+  c.model = m = ml_collections.ConfigDict()
+  m.hf_path = ""                  # directory with a Hugging Face checkpoint (config.json + safetensors +
+                                  # tokenizer); "" builds a fresh model from the fields below.
+  m.vocab_size = 0                # 0: the tokenizer's vocabulary size.
+  m.hidden_size = 64
+  m.intermediate_size = 256
+  m.num_layers = 2
+  m.num_heads = 4
+  m.num_kv_heads = 4
+  m.head_dim = 16
+  m.max_position_embeddings = 32  # the context: max_prompt_length + max_new_tokens must fit in it.
+  m.rope_theta = 10000.0
+  m.rms_norm_eps = 1e-6
+  m.tie_word_embeddings = False
+  m.param_dtype = "float32"
+  m.dtype = "float32"             # compute dtype of activations (also used for HF checkpoints when set).
+  m.remat = False                 # rematerialize decoder layers in the backward pass (saves memory).
+  m.logprob_chunk_size = 128      # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].
+
+  # --- Devices -----------------------------------------------------------------------------------------
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1                # data-parallel axis size; -1: all devices not used by fsdp * tensor.
+  c.mesh.fsdp = 1                 # parameters, gradients and optimizer state sharded along 'embed'.
+  c.mesh.tensor = 1               # tensor parallelism over heads / MLP units / vocabulary.
+
+  # --- Task (data) and rewards ---------------------------------------------------------------------------
+  c.task = t = ml_collections.ConfigDict()
+  t.name = "addition"             # one of TASKS (grpo_jax/data/synthetic.py).
+  t.num_digits = 2                # addition: operands have 1..num_digits digits.
+  t.holdout_fraction = 0.1        # fraction of all problems reserved for evaluation, never trained on.
+
+  # Reward functions by registered name -> weight; the total reward is the weighted sum, each is logged.
+  c.rewards = ml_collections.ConfigDict({"exact_match": 1.0})
+  c.reward_timeout_s = 10.0       # a reward call slower than this scores `reward_fallback` (and is counted).
+  c.reward_fallback = 0.0
+
+  # --- Sampling ------------------------------------------------------------------------------------------
+  c.sampling = s = ml_collections.ConfigDict()
+  s.max_prompt_length = 8         # prompts are left-padded to this (one compiled shape); longer ones error.
+  s.max_new_tokens = 4            # completion length limit (L_max); the stop token counts.
+  s.temperature = 1.0             # sampling temperature; the loss uses log-probs at the same temperature.
+  s.top_k = 0                     # 0: off.
+  s.top_p = 1.0                   # 1.0: off.
+
+  # --- GRPO (semantics: ALGORITHMS.md) -------------------------------------------------------------------
+  c.grpo = g = ml_collections.ConfigDict()
+  g.group_size = 8                # G completions per prompt.
+  g.prompts_per_step = 32         # prompts per rollout batch; rollout batch = prompts_per_step * group_size.
+  g.num_iterations = 1            # mu: passes over each rollout batch.
+  g.mini_batch_size = 0           # completions per optimizer update; 0: the whole rollout batch.
+  g.micro_batch_size = 0          # completions per forward/backward (gradient accumulation); 0: mini-batch.
+  g.advantage = "grpo"            # one of ADVANTAGE_METHODS.
+  g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; seed 004: 0).
+  g.advantage_eps = 1e-4          # added to the std before dividing.
+  g.policy_loss = "clipped"       # a name in grpo_jax.algo.registry (clipped, cispo, ...).
+  g.epsilon_low = 0.2
+  g.epsilon_high = config_dict.placeholder(float)   # None: = epsilon_low (DAPO clip-higher: 0.28).
+  g.delta = config_dict.placeholder(float)          # dual-clip cap on the ratio for negative advantages.
+  g.importance_level = "token"    # "sequence": GSPO (use small epsilons, e.g. 3e-4 / 4e-4).
+  g.cispo_epsilon_high = 5.0      # CISPO's upper truncation of the importance weight.
+  g.kl_estimator = "k3"           # one of KL_ESTIMATORS.
+  g.beta = 0.04                   # KL weight (DeepSeekMath 0.04); 0 skips the reference model entirely.
+  g.entropy_coef = 0.0            # adds -entropy_coef * H per token.
+  g.top_entropy_quantile = config_dict.placeholder(float)  # e.g. 0.2: gradient only on the top 20% entropy.
+  g.aggregation = "seq_mean_token_mean"             # one of AGGREGATIONS.
+  g.ref_reset_every = 0           # reset the reference policy to the current one every N steps; 0: never.
+  g.mask_truncated_completions = False  # DAPO: completions that hit max_new_tokens get no loss.
+  g.overlong_buffer = 0           # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
+  g.overlong_penalty_factor = 1.0
+  g.dynamic_sampling = False      # DAPO dynamic sampling: not implemented yet (True is an error).
+
+  # --- Optimizer (Optax) ---------------------------------------------------------------------------------
+  c.optim = o = ml_collections.ConfigDict()
+  o.learning_rate = 3e-4          # peak learning rate.
+  o.schedule = "constant"         # "constant" or "cosine" (decays to min_lr_ratio * peak at num_steps).
+  o.warmup_steps = 0              # linear warmup over this many GRPO steps.
+  o.min_lr_ratio = 0.0
+  o.b1 = 0.9
+  o.b2 = 0.999
+  o.eps = 1e-8
+  o.weight_decay = 0.0            # AdamW decoupled weight decay.
+  o.grad_clip_norm = 1.0          # global-norm clipping; 0: off.
+
+  # --- Supervised warm start (teacher-forced cross-entropy on gold answers) --------------------------------
+  c.warmstart = w = ml_collections.ConfigDict()
+  w.enabled = False
+  w.learning_rate = 3e-3
+  w.batch_size = 128
+  w.max_steps = 2000
+  w.eval_every = 25               # held-out greedy accuracy is measured every N warm-start steps ...
+  w.target_accuracy = 0.3         # ... and warm start stops at the first evaluation reaching this.
+
+  # --- Evaluation on held-out prompts ---------------------------------------------------------------------
+  c.eval = e = ml_collections.ConfigDict()
+  e.every = 50                    # steps; evaluation also runs at step 0 and at the end.
+  e.size = 256                    # held-out prompts.
+  e.batch_size = 256              # prompts per sampler call (the last batch is padded: one compiled shape).
+  e.accuracy_reward = "exact_match"  # accuracy = mean of this reward on greedy completions.
+  e.pass_k = 0                    # >0: also pass@k with k samples per prompt at `pass_k_temperature`.
+  e.pass_k_temperature = 1.0
+
+  # --- Checkpoints, logging -------------------------------------------------------------------------------
+  c.checkpoint = k = ml_collections.ConfigDict()
+  k.every = 100                   # steps; a checkpoint is also written at the end.
+  k.keep = 2                      # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
+  k.verify = True                 # store a checksum of the parameters and check it on restore.
+
+  c.log = lg = ml_collections.ConfigDict()
+  lg.every = 1                    # metrics.jsonl / TensorBoard every N steps.
+  lg.samples_every = 50           # sampled completions with rewards to samples.jsonl and the console.
+  lg.num_samples = 4
+  lg.tensorboard = True
+  lg.progress_bar = True
+  lg.plot = True                  # write curves.png into the workdir at the end.
+  return c
+
+
+def _fail(key: str, msg: str):
+  raise ValueError(f"config.{key}: {msg}")
+
+
+def _choice(c, key, choices):
+  value = _get(c, key)
+  if value not in choices:
+    _fail(key, f"{value!r} is not one of {list(choices)}")
+
+
+def _get(c, key):
+  for part in key.split("."):
+    c = c[part]
+  return c
+
+
+def _at_least(c, key, low):
+  if _get(c, key) < low:
+    _fail(key, f"must be >= {low}, got {_get(c, key)}")
+
+
+def rollout_batch_size(config) -> int:
+  return config.grpo.prompts_per_step * config.grpo.group_size
+
+
+def mini_batch_size(config) -> int:
+  return config.grpo.mini_batch_size or rollout_batch_size(config)
+
+
+def micro_batch_size(config) -> int:
+  return config.grpo.micro_batch_size or mini_batch_size(config)
+
+
+def validate(config) -> None:
+  """Checks values and their consistency; raises ValueError naming the key. Runs before any compile."""
+  c = config
+  for key in ("num_steps", "grpo.prompts_per_step", "grpo.num_iterations", "sampling.max_prompt_length",
+              "sampling.max_new_tokens", "eval.size", "eval.batch_size", "checkpoint.every",
+              "checkpoint.keep", "log.every", "log.samples_every", "warmstart.batch_size",
+              "warmstart.max_steps", "warmstart.eval_every", "eval.every", "model.logprob_chunk_size"):
+    _at_least(c, key, 1)
+  for key in ("grpo.mini_batch_size", "grpo.micro_batch_size", "grpo.ref_reset_every", "grpo.overlong_buffer",
+              "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip_norm", "grpo.beta",
+              "grpo.entropy_coef", "grpo.epsilon_low", "sampling.top_k", "eval.pass_k", "log.num_samples",
+              "model.vocab_size", "mesh.fsdp", "mesh.tensor"):
+    _at_least(c, key, 0)
+  if c.grpo.group_size < 2:
+    _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
+  _choice(c, "grpo.advantage", ADVANTAGE_METHODS)
+  _choice(c, "grpo.importance_level", IMPORTANCE_LEVELS)
+  _choice(c, "grpo.kl_estimator", KL_ESTIMATORS)
+  _choice(c, "grpo.aggregation", AGGREGATIONS)
+  _choice(c, "optim.schedule", SCHEDULES)
+  _choice(c, "model.param_dtype", DTYPES)
+  _choice(c, "model.dtype", DTYPES)
+  if not c.model.hf_path:
+    _choice(c, "task.name", TASKS)
+  _choice(c, "grpo.std_ddof", (0, 1))
+  for key in ("sampling.temperature", "eval.pass_k_temperature", "optim.learning_rate",
+              "warmstart.learning_rate", "grpo.advantage_eps", "reward_timeout_s"):
+    if not _get(c, key) > 0:
+      _fail(key, f"must be > 0, got {_get(c, key)}")
+  if not 0 < c.sampling.top_p <= 1:
+    _fail("sampling.top_p", f"must be in (0, 1], got {c.sampling.top_p}")
+  if c.grpo.epsilon_high is not None and c.grpo.epsilon_high < 0:
+    _fail("grpo.epsilon_high", f"must be >= 0 or None, got {c.grpo.epsilon_high}")
+  if c.grpo.delta is not None and c.grpo.delta <= 1:
+    _fail("grpo.delta", f"the dual-clip cap must be > 1 (e.g. 3), got {c.grpo.delta}")
+  q = c.grpo.top_entropy_quantile
+  if q is not None and not 0 < q <= 1:
+    _fail("grpo.top_entropy_quantile", f"must be in (0, 1] or None, got {q}")
+  if not 0 <= c.optim.min_lr_ratio <= 1:
+    _fail("optim.min_lr_ratio", f"must be in [0, 1], got {c.optim.min_lr_ratio}")
+  if not 0 < c.task.holdout_fraction < 1:
+    _fail("task.holdout_fraction", f"must be in (0, 1), got {c.task.holdout_fraction}")
+  if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
+    _fail("grpo.overlong_buffer", f"{c.grpo.overlong_buffer} must be <= sampling.max_new_tokens="
+          f"{c.sampling.max_new_tokens}")
+  if c.grpo.dynamic_sampling:
+    raise NotImplementedError("config.grpo.dynamic_sampling=True (DAPO dynamic sampling) is not implemented "
+                              "yet; set it to False")
+
+  B = rollout_batch_size(c)
+  mini = mini_batch_size(c)
+  if B % mini:
+    _fail("grpo.mini_batch_size", f"{mini} does not divide the rollout batch prompts_per_step * group_size "
+          f"= {c.grpo.prompts_per_step} * {c.grpo.group_size} = {B}")
+  micro = micro_batch_size(c)
+  if mini % micro:
+    _fail("grpo.micro_batch_size", f"{micro} does not divide the mini-batch size {mini}")
+
+  if not len(c.rewards):
+    _fail("rewards", "needs at least one reward function (name -> weight)")
+  if c.eval.accuracy_reward not in c.rewards:
+    _fail("eval.accuracy_reward", f"{c.eval.accuracy_reward!r} is not one of the configured rewards "
+          f"{list(c.rewards)}")
+  from grpo_jax.rewards import registry as reward_registry
+  for name in c.rewards:
+    try:
+      reward_registry.get_reward(name)
+    except (KeyError, ValueError) as e:
+      _fail(f"rewards.{name}", f"unknown reward function ({e})")
+  from grpo_jax.algo import registry as loss_registry
+  try:
+    loss_registry.get_loss(c.grpo.policy_loss)
+  except (KeyError, ValueError) as e:
+    _fail("grpo.policy_loss", f"{c.grpo.policy_loss!r}: {e}")
+
+  if not c.model.hf_path:
+    context = c.model.max_position_embeddings
+    if c.model.num_heads % c.model.num_kv_heads:
+      _fail("model.num_kv_heads", f"{c.model.num_kv_heads} does not divide num_heads={c.model.num_heads}")
+    check_context(c, context, "model.max_position_embeddings")
+
+
+def check_context(config, context: int, source: str) -> None:
+  """max_prompt_length + max_new_tokens must fit in the model's context (also called for HF checkpoints)."""
+  total = config.sampling.max_prompt_length + config.sampling.max_new_tokens
+  if total > context:
+    _fail("sampling.max_new_tokens", f"max_prompt_length + max_new_tokens = {config.sampling.max_prompt_length}"
+          f" + {config.sampling.max_new_tokens} = {total} exceeds the model's context {source}={context}")

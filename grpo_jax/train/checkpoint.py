@@ -1,0 +1,107 @@
+"""Checkpoints of a run (orbax-checkpoint `CheckpointManager`), with fallback past a damaged latest one.
+
+A checkpoint holds two items: `state` (a pytree of arrays: parameters, optimizer state, and the reference
+parameters when beta > 0) and `meta` (JSON: step, data position, RNG seed and key data, the config, the
+held-out accuracy before training, elapsed time, and a SHA-256 of the state's bytes).
+
+Safety: orbax writes each checkpoint into a temporary directory and renames it when complete, and deletes
+checkpoints beyond `keep` only after a newer one has been finalized, so an interrupted save never touches
+the previous checkpoints. On restore the newest checkpoint is tried first; if it cannot be read, or its
+bytes do not match the stored checksum, a warning is issued, it is moved aside to `<dir>_damaged/`, and
+the next older one is tried.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+logger = logging.getLogger(__name__)
+
+
+class Restored(NamedTuple):
+  step: int
+  state: Any
+  meta: dict
+
+
+def state_checksum(state) -> str:
+  """SHA-256 over the leaves' key paths, dtypes, shapes and bytes (host copies)."""
+  h = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    arr = np.asarray(jax.device_get(leaf))
+    h.update(jax.tree_util.keystr(path).encode())
+    h.update(f"{arr.dtype}{arr.shape}".encode())
+    h.update(np.ascontiguousarray(arr).tobytes())
+  return h.hexdigest()
+
+
+class Checkpointer:
+  """Saves every checkpoint synchronously (small states; a run killed mid-save loses only that save)."""
+
+  def __init__(self, directory: str, keep: int, verify: bool = True):
+    self.directory = os.path.abspath(directory)
+    self.keep = keep
+    self.verify = verify
+    self._manager = self._make_manager()
+
+  def _make_manager(self):
+    options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True,
+                                           enable_async_checkpointing=False,
+                                           cleanup_tmp_directories=True)
+    return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def save(self, step: int, state, meta: dict) -> None:
+    meta = dict(meta, step=int(step))
+    if self.verify:
+      meta["state_sha256"] = state_checksum(state)
+    self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                     meta=ocp.args.JsonSave(meta)), force=True)
+    self._manager.wait_until_finished()
+
+  def restore_latest(self, abstract_state) -> Restored | None:
+    """The newest readable checkpoint restored into `abstract_state`'s structure, or None if there is none."""
+    for step in reversed(self.all_steps()):
+      try:
+        restored = self._manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        state, meta = restored["state"], dict(restored["meta"])
+        if self.verify and "state_sha256" in meta and state_checksum(state) != meta["state_sha256"]:
+          raise ValueError("the parameters' checksum does not match the one stored at save time")
+        if int(meta.get("step", -1)) != step:
+          raise ValueError(f"meta.step={meta.get('step')} differs from the directory's step {step}")
+        return Restored(step, state, meta)
+      except Exception as e:  # any read failure means this checkpoint is unusable: fall back.
+        self._set_aside(step, e)
+    return None
+
+  def _set_aside(self, step: int, error: Exception) -> None:
+    src = os.path.join(self.directory, str(step))
+    dst_dir = self.directory.rstrip("/") + "_damaged"
+    os.makedirs(dst_dir, exist_ok=True)
+    dst = os.path.join(dst_dir, str(step))
+    if os.path.exists(dst):
+      shutil.rmtree(dst)
+    message = (f"checkpoint at step {step} in {self.directory} is unreadable or corrupt "
+               f"({type(error).__name__}: {str(error)[:300]}); moved it to {dst} and falling back to the "
+               "previous checkpoint")
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    logger.warning(message)
+    if os.path.exists(src):
+      shutil.move(src, dst)
+    self._manager.close()
+    self._manager = self._make_manager()
+
+  def close(self):
+    self._manager.wait_until_finished()
+    self._manager.close()

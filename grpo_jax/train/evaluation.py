@@ -1,0 +1,61 @@
+"""Held-out evaluation: greedy accuracy and mean reward, and pass@k when configured.
+
+accuracy = mean over held-out prompts of the accuracy reward (e.g. exact_match, 0/1) of the greedy completion.
+pass@k = fraction of prompts for which at least one of k sampled completions scores >= 1 on that reward.
+Prompts go through the sampler in fixed-size batches (the last one padded by repetition), so evaluation
+compiles one sampler program however many prompts there are.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from grpo_jax.train.rollout import RewardSpec, decode_completion, encode_prompts, repeat_columns, score
+
+
+def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key):
+  """Completions (ids, mask, lengths) for every prompt, batch by batch; padded rows are dropped."""
+  comps, masks, lengths = [], [], []
+  for i, start in enumerate(range(0, len(prompt_ids), batch_size)):
+    chunk = prompt_ids[start:start + batch_size]
+    real = len(chunk)
+    chunk = chunk + [chunk[-1]] * (batch_size - real)
+    out = sampler.generate(params, chunk, jax.random.fold_in(key, i))
+    comps.append(out.completion_BxN[:real])
+    masks.append(out.completion_mask_BxN[:real])
+    lengths.append(out.lengths_B[:real])
+  return np.concatenate(comps), np.concatenate(masks), np.concatenate(lengths)
+
+
+def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, reward_fns: Sequence[RewardSpec],
+             accuracy_reward: str, batch_size: int, max_prompt_length: int, key, reward_timeout_s: float = 10.0,
+             reward_fallback: float = 0.0, pass_k: int = 0, pass_k_sampler=None,
+             return_completions: bool = False) -> dict:
+  """Metrics 'eval/accuracy', 'eval/reward', 'eval/mean_length' and, with pass_k > 0, 'eval/pass@k'."""
+  texts = list(columns["prompt"])
+  prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
+  other = {k: v for k, v in columns.items() if k != "prompt"}
+  comps, masks, lengths = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
+  completions = [decode_completion(tokenizer, c, m) for c, m in zip(comps, masks)]
+  cols = dict(other, completion_length=lengths.tolist())
+  result = score(reward_fns, texts, completions, cols, reward_timeout_s, reward_fallback)
+  metrics = {"eval/accuracy": float(np.mean(result.per_fn[accuracy_reward])),
+             "eval/reward": float(np.mean(result.total)),
+             "eval/mean_length": float(np.mean(lengths))}
+  if pass_k > 0:
+    if pass_k_sampler is None:
+      raise ValueError("pass_k > 0 needs pass_k_sampler (a sampler at the pass@k temperature)")
+    ids_k = [ids for ids in prompt_ids for _ in range(pass_k)]
+    comps_k, masks_k, lengths_k = _generate_all(pass_k_sampler, params, ids_k, batch_size * pass_k,
+                                                jax.random.fold_in(key, 1_000_003))
+    texts_k = [t for t in texts for _ in range(pass_k)]
+    completions_k = [decode_completion(tokenizer, c, m) for c, m in zip(comps_k, masks_k)]
+    cols_k = dict(repeat_columns(other, pass_k), completion_length=lengths_k.tolist())
+    acc_k = score(reward_fns, texts_k, completions_k, cols_k, reward_timeout_s,
+                  reward_fallback).per_fn[accuracy_reward].reshape(-1, pass_k)
+    metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
+  if return_completions:
+    return metrics, completions
+  return metrics

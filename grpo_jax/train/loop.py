@@ -1,0 +1,339 @@
+"""The GRPO training loop: config -> data -> sampler -> rewards -> advantages -> update -> metrics/checkpoints.
+
+`train(config, workdir)` validates the config, builds the task, tokenizer and model, restores the latest
+checkpoint in `workdir/checkpoints` if there is one (otherwise runs the optional supervised warm start and
+the step-0 evaluation), then runs GRPO steps up to `config.num_steps`. Every array program is compiled a
+fixed number of times per run: the update and the reference log-probs once, the sampler once per
+(batch, prompt-length) bucket, which the fixed prompt padding makes one per sampler.
+
+Randomness: the key of step s is fold_in(key(seed), s) (sampling) and the data of step s are the training
+rows [position, position + prompts_per_step); a checkpoint stores both, so a resumed run continues exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from grpo_jax import config as config_lib
+from grpo_jax.algo.objective import LossConfig
+from grpo_jax.data.synthetic import make_task
+from grpo_jax.model import ModelConfig, Transformer
+from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.rewards import get_reward, make_overlong_reward
+from grpo_jax.sampling import Sampler, SamplingConfig
+from grpo_jax.train import metrics as metrics_lib
+from grpo_jax.train.checkpoint import Checkpointer
+from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
+from grpo_jax.train.rollout import collect_rollout
+from grpo_jax.train.state import init_opt_state
+from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
+from grpo_jax.train.warmstart import run_warmstart
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_DIR = "checkpoints"
+PLOT_FILE = "curves.png"
+
+
+# ---- building blocks ------------------------------------------------------------------------------------
+
+def build_tokenizer_and_task(config):
+  task = make_task(config.task, config.seed)
+  if config.model.hf_path:
+    from grpo_jax.model import hf_io
+    tokenizer = hf_io.load_tokenizer(config.model.hf_path)
+    if tokenizer.pad_token_id is None:
+      tokenizer.pad_token_id = tokenizer.eos_token_id
+  else:
+    tokenizer = task.tokenizer
+  if tokenizer.eos_token_id is None:
+    raise ValueError("the tokenizer has no eos_token_id: completions need a stop token")
+  return tokenizer, task
+
+
+def build_model(config, tokenizer, mesh):
+  """(graphdef, params) with params placed on `mesh` by their logical-axis shardings."""
+  m = config.model
+  if m.hf_path:
+    from grpo_jax.model import hf_io
+    model = hf_io.from_pretrained(m.hf_path, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
+                                  mesh=mesh)
+    config_lib.check_context(config, model.cfg.max_position_embeddings,
+                             f"max_position_embeddings of {m.hf_path}/config.json")
+    return nnx.split(model)
+  vocab = m.vocab_size or tokenizer.vocab_size
+  if vocab < tokenizer.vocab_size:
+    raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
+  cfg = ModelConfig(vocab_size=vocab, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                    num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+                    head_dim=m.head_dim, max_position_embeddings=m.max_position_embeddings,
+                    rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps,
+                    tie_word_embeddings=m.tie_word_embeddings, param_dtype=m.param_dtype, dtype=m.dtype,
+                    remat=m.remat)
+  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+  shardings = sharding_lib.param_shardings(abstract, mesh)
+  # One compiled initializer (initializing eagerly compiles one small program per parameter).
+  init = jax.jit(lambda key: nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=key)))[1], out_shardings=shardings)
+  return graphdef, init(jax.random.fold_in(jax.random.key(config.seed), 0))
+
+
+def build_reward_fns(config):
+  fns = [(name, get_reward(name), float(weight)) for name, weight in config.rewards.items()]
+  g = config.grpo
+  if g.overlong_buffer > 0:
+    fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
+                                                         g.overlong_penalty_factor), 1.0))
+  return fns
+
+
+def loss_config(config) -> LossConfig:
+  g = config.grpo
+  return LossConfig(policy_loss=g.policy_loss, epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high,
+                    delta=g.delta, importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
+                    kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
+                    top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
+                    max_completion_length=config.sampling.max_new_tokens)
+
+
+def make_samplers(graphdef, config, tokenizer):
+  """(training sampler, greedy evaluation sampler, pass@k sampler or None)."""
+  s = config.sampling
+  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=(tokenizer.eos_token_id,),
+                pad_id=tokenizer.pad_token_id)
+  # Prompts are padded to exactly max_prompt_length: one prompt shape per run.
+  buckets = dict(prompt_bucket_min=s.max_prompt_length, prompt_bucket_step=s.max_prompt_length)
+  train = Sampler(graphdef, SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common),
+                  **buckets)
+  greedy = Sampler(graphdef, SamplingConfig(temperature=s.temperature, greedy=True, **common), **buckets)
+  pass_k = None
+  if config.eval.pass_k > 0:
+    pass_k = Sampler(graphdef, SamplingConfig(temperature=config.eval.pass_k_temperature, **common), **buckets)
+  return train, greedy, pass_k
+
+
+class _BatchPlacer:
+  """Puts rollout arrays on the mesh, split along 'data'/'fsdp' when the batch divides evenly."""
+
+  def __init__(self, mesh):
+    self.mesh = mesh
+    self.ways = mesh.shape["data"] * mesh.shape["fsdp"]
+
+  def __call__(self, batch: RolloutBatch) -> RolloutBatch:
+    def put(x):
+      if x is None:
+        return None
+      spec = PartitionSpec(("data", "fsdp")) if x.shape[0] % self.ways == 0 else PartitionSpec()
+      return jax.device_put(x, NamedSharding(self.mesh, spec))
+    return RolloutBatch(*[put(x) for x in batch])
+
+
+# ---- the run --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Summary:
+  accuracy_before: float
+  accuracy_after: float
+  steps: int
+  wall_s: float
+  plot_path: str | None
+  workdir: str
+
+  def line(self) -> str:
+    delta = 100 * (self.accuracy_after - self.accuracy_before)
+    plot = self.plot_path or "(plot disabled)"
+    return (f"[done] held-out accuracy {self.accuracy_before:.3f} -> {self.accuracy_after:.3f} "
+            f"({delta:+.1f} points) after {self.steps} GRPO steps in {self.wall_s:.0f}s; curves: {plot}")
+
+
+def train(config, workdir: str) -> Summary:
+  """Runs (or resumes) the experiment `config` in `workdir`. Returns the summary also printed at the end."""
+  t_start = time.time()
+  config_lib.validate(config)
+  os.makedirs(workdir, exist_ok=True)
+  cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(cfg_json)
+
+  tokenizer, task = build_tokenizer_and_task(config)
+  mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+  graphdef, params = build_model(config, tokenizer, mesh)
+  place = _BatchPlacer(mesh)
+
+  g, s = config.grpo, config.sampling
+  B = config_lib.rollout_batch_size(config)
+  mini = config_lib.mini_batch_size(config)
+  micro = config_lib.micro_batch_size(config)
+  updates_per_step = g.num_iterations * (B // mini)
+  schedule = learning_rate_schedule(config.optim, config.num_steps, updates_per_step)
+  optimizer = make_optimizer(config.optim, schedule)
+  # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
+  param_sh = jax.tree.map(lambda x: x.sharding, params)
+  opt_state, opt_sh = init_opt_state(optimizer, params, mesh)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
+  use_ref = g.beta > 0
+  ref_params = copy_params(params) if use_ref else None
+
+  train_step = jax.jit(make_train_step(
+      graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
+      micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size),
+      donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, replicated))
+  ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
+                                         chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
+  sampler, greedy_sampler, pass_k_sampler = make_samplers(graphdef, config, tokenizer)
+  reward_fns = build_reward_fns(config)
+  eval_columns = task.eval_rows(config.eval.size)
+  base_key = jax.random.key(config.seed)
+
+  def run_eval(p, step):
+    return evaluate(greedy_sampler, p, tokenizer, eval_columns, reward_fns=reward_fns,
+                    accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size,
+                                                                                config.eval.size),
+                    max_prompt_length=s.max_prompt_length, key=jax.random.fold_in(base_key, 10_000_000 + step),
+                    reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback,
+                    pass_k=config.eval.pass_k, pass_k_sampler=pass_k_sampler)
+
+  def state_tree():
+    tree = {"params": params, "opt_state": opt_state}
+    if use_ref:
+      tree["ref_params"] = ref_params
+    return tree
+
+  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
+                              config.checkpoint.verify)
+  restored = None
+  if checkpointer.all_steps():
+    # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
+    restored = checkpointer.restore_latest(abstract)
+  log_console = print
+  if restored is not None:
+    params, opt_state = restored.state["params"], restored.state["opt_state"]
+    if use_ref:
+      ref_params = restored.state["ref_params"]
+    start_step = restored.step
+    meta = restored.meta
+    data_position = int(meta["data_position"])
+    initial_eval = meta["initial_eval"]
+    wall_before = float(meta.get("elapsed_s", 0.0))
+    if meta.get("seed") != config.seed:
+      raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
+                       f"{config.seed}; use another workdir")
+    log_console(f"[resume] restored step {start_step} from {checkpointer.directory}")
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step)
+  else:
+    start_step = 0
+    wall_before = 0.0
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard)
+    data_position = 0
+    if config.warmstart.enabled:
+      params, info = run_warmstart(
+          config.warmstart, task=task, tokenizer=tokenizer, graphdef=graphdef, params=params,
+          max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
+          chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run_eval(p, 0), log=log_console,
+          mesh=mesh)
+      with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
+        for rec in info["history"]:
+          f.write(json.dumps(rec) + "\n")
+      data_position = info["rows"]
+      initial_eval = info["eval"]
+      opt_state, _ = init_opt_state(optimizer, params, mesh)
+      if use_ref:
+        ref_params = copy_params(params)
+    else:
+      initial_eval = run_eval(params, 0)
+    writer.write(0, initial_eval)
+    checkpointer.save(0, state_tree(), _meta(config, 0, data_position, initial_eval, time.time() - t_start,
+                                             cfg_json))
+
+  log_console(f"[start] held-out accuracy at step {start_step}: "
+              f"{initial_eval['eval/accuracy'] if start_step == 0 else 'see metrics.jsonl'}; "
+              f"rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {updates_per_step} update(s)/step")
+  bar = metrics_lib.ProgressBar(config.num_steps, start_step, config.log.progress_bar)
+  if start_step == 0:
+    bar.accuracy = initial_eval["eval/accuracy"]
+  last_eval = dict(initial_eval) if start_step == 0 else _last_eval(writer.metrics_path, initial_eval)
+  bar.accuracy = last_eval["eval/accuracy"]
+
+  for step in range(start_step + 1, config.num_steps + 1):
+    t0 = time.time()
+    columns = task.train_rows(data_position, g.prompts_per_step)
+    data_position += g.prompts_per_step
+    rollout = collect_rollout(
+        sampler, params, tokenizer, columns, group_size=g.group_size, key=jax.random.fold_in(base_key, step),
+        reward_fns=reward_fns, max_prompt_length=s.max_prompt_length, advantage=g.advantage,
+        std_ddof=g.std_ddof, advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions,
+        reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback)
+    batch = place(rollout.batch)
+    if use_ref:
+      batch = batch._replace(ref_logp_BxN=ref_logprobs(ref_params, batch))
+    params, opt_state, step_metrics = train_step(params, opt_state, batch)
+    step_metrics = jax.device_get(step_metrics)
+    if use_ref and g.ref_reset_every and step % g.ref_reset_every == 0:
+      ref_params = copy_params(params)  # iterative GRPO: the reference becomes the current policy.
+    step_time = time.time() - t0
+
+    metrics: dict[str, Any] = dict(rollout.metrics)
+    metrics.update({k: float(v) for k, v in step_metrics.items()})
+    metrics["learning_rate"] = float(schedule((step - 1) * updates_per_step))
+    metrics["step_time"] = step_time
+    metrics["tokens_per_s"] = rollout.num_tokens / step_time
+    if step % config.eval.every == 0 or step == config.num_steps:
+      last_eval = run_eval(params, step)
+      metrics.update(last_eval)
+    if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
+      writer.write(step, metrics)
+    if config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
+      n = min(config.log.num_samples, len(rollout.prompts))
+      idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
+      samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
+                  "reward": float(rollout.rewards_B[i])} for i in idx]
+      writer.write_samples(step, samples)
+      bar.write(metrics_lib.format_samples(step, samples))
+    bar.update(metrics)
+    if step % config.checkpoint.every == 0 or step == config.num_steps:
+      writer.flush()
+      checkpointer.save(step, state_tree(), _meta(config, step, data_position, initial_eval,
+                                                  wall_before + time.time() - t_start, cfg_json))
+  bar.close()
+  writer.close()
+  checkpointer.close()
+
+  plot_path = None
+  if config.log.plot:
+    from grpo_jax.train.plotting import plot_runs
+    plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
+  summary = Summary(accuracy_before=initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
+                    steps=config.num_steps, wall_s=wall_before + time.time() - t_start, plot_path=plot_path,
+                    workdir=workdir)
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(dataclasses.asdict(summary), f, indent=2)
+  log_console(summary.line())
+  return summary
+
+
+def _meta(config, step, data_position, initial_eval, elapsed_s, cfg_json) -> dict:
+  key_data = jax.random.key_data(jax.random.key(config.seed))
+  return {"step": int(step), "data_position": int(data_position), "seed": int(config.seed),
+          "rng_key_data": np.asarray(key_data).tolist(), "initial_eval": initial_eval,
+          "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
+
+
+def _last_eval(metrics_path: str, default: dict) -> dict:
+  """The most recent evaluation in metrics.jsonl (after a resume)."""
+  last = default
+  for rec in metrics_lib.read_jsonl(metrics_path):
+    if "eval/accuracy" in rec:
+      last = {k: v for k, v in rec.items() if k.startswith("eval/")}
+  return last

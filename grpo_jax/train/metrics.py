@@ -1,0 +1,151 @@
+"""What a run reports: `metrics.jsonl` (one JSON object per logged step), TensorBoard event files,
+`samples.jsonl` (sampled completions with their rewards), and a console progress bar.
+
+On resume, records after the restored step are dropped from the JSONL files (the killed run may have
+logged steps it never checkpointed), and TensorBoard is told to purge them, so each step appears once.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+METRICS_FILE = "metrics.jsonl"
+SAMPLES_FILE = "samples.jsonl"
+WARMSTART_FILE = "warmstart.jsonl"
+
+
+def _plain(value: Any):
+  """JSON-friendly Python scalars (NaN/inf become None: JSON has no such numbers)."""
+  if isinstance(value, (np.generic, np.ndarray)):
+    value = value.item() if np.ndim(value) == 0 else value.tolist()
+  if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+    value = value.item()
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  return value
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """Records of a JSONL file; a truncated last line (a run killed mid-write) is ignored."""
+  if not os.path.exists(path):
+    return []
+  out = []
+  with open(path) as f:
+    for line in f:
+      line = line.strip()
+      if not line:
+        continue
+      try:
+        out.append(json.loads(line))
+      except json.JSONDecodeError:
+        continue
+  return out
+
+
+def _truncate_jsonl(path: str, last_step: int) -> None:
+  """Keeps records with step <= last_step (rewritten atomically)."""
+  if not os.path.exists(path):
+    return
+  keep = [r for r in read_jsonl(path) if r.get("step", -1) <= last_step]
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    for r in keep:
+      f.write(json.dumps(r) + "\n")
+  os.replace(tmp, path)
+
+
+class MetricsWriter:
+  """Appends step records to metrics.jsonl and TensorBoard; sample records to samples.jsonl."""
+
+  def __init__(self, workdir: str, *, tensorboard: bool = True, resume_step: int | None = None):
+    self.workdir = workdir
+    os.makedirs(workdir, exist_ok=True)
+    self.metrics_path = os.path.join(workdir, METRICS_FILE)
+    self.samples_path = os.path.join(workdir, SAMPLES_FILE)
+    if resume_step is None:
+      for path in (self.metrics_path, self.samples_path):
+        if os.path.exists(path):
+          os.remove(path)
+    else:
+      _truncate_jsonl(self.metrics_path, resume_step)
+      _truncate_jsonl(self.samples_path, resume_step)
+    self._tb = None
+    if tensorboard:
+      from tensorboardX import SummaryWriter
+      purge = None if resume_step is None else resume_step + 1
+      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
+
+  def write(self, step: int, metrics: dict[str, Any]) -> dict:
+    record = {"step": int(step)}
+    record.update({k: _plain(v) for k, v in sorted(metrics.items())})
+    with open(self.metrics_path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+    if self._tb is not None:
+      for k, v in record.items():
+        if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+          self._tb.add_scalar(k, v, step)
+    return record
+
+  def write_samples(self, step: int, samples: list[dict]) -> None:
+    with open(self.samples_path, "a") as f:
+      for s in samples:
+        f.write(json.dumps({"step": int(step), **{k: _plain(v) for k, v in s.items()}}) + "\n")
+    if self._tb is not None and samples:
+      text = "\n\n".join(f"`{s['prompt']}` → `{s['completion']}` (reward {s['reward']:.3g})" for s in samples)
+      self._tb.add_text("samples", text, step)
+
+  def flush(self):
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self):
+    if self._tb is not None:
+      self._tb.close()
+      self._tb = None
+
+
+def format_samples(step: int, samples: list[dict]) -> str:
+  lines = [f"[samples @ step {step}]"]
+  for s in samples:
+    lines.append(f"  {s['prompt']!r} -> {s['completion']!r}  reward={s['reward']:.3g}")
+  return "\n".join(lines)
+
+
+class ProgressBar:
+  """tqdm bar over GRPO steps with reward / held-out accuracy / KL in its postfix (and tqdm's ETA)."""
+
+  def __init__(self, total: int, initial: int, enabled: bool = True):
+    self._bar = None
+    if enabled:
+      from tqdm.auto import tqdm
+      self._bar = tqdm(total=total, initial=initial, desc="GRPO", unit="step", dynamic_ncols=True,
+                       file=sys.stderr)
+    self.accuracy = None
+
+  def update(self, metrics: dict):
+    if "eval/accuracy" in metrics:
+      self.accuracy = metrics["eval/accuracy"]
+    if self._bar is None:
+      return
+    post = {"reward": f"{metrics.get('reward', float('nan')):.3f}"}
+    if self.accuracy is not None:
+      post["acc"] = f"{self.accuracy:.3f}"
+    if "kl" in metrics:
+      post["kl"] = f"{metrics['kl']:.4f}"
+    self._bar.set_postfix(post, refresh=False)
+    self._bar.update(1)
+
+  def write(self, text: str):
+    if self._bar is not None:
+      self._bar.write(text, file=sys.stderr)
+    else:
+      print(text, file=sys.stderr, flush=True)
+
+  def close(self):
+    if self._bar is not None:
+      self._bar.close()

@@ -1,0 +1,162 @@
+"""The jitted GRPO update: `num_iterations` passes of mini-batch updates over one rollout batch.
+
+One pure function of (params, opt_state, batch), jitted once with params and optimizer state donated:
+
+  for each of mu passes (lax.scan):
+    for each mini-batch (lax.scan):                      -> one optimizer update
+      for each micro-batch (lax.scan): accumulate grad(loss_sum), denom and metric (sum, count) pairs
+      grads = sum grad(loss_sum) / sum denom             -> exactly the mini-batch loss's gradient
+      clip + AdamW
+
+`grpo_objective` returns (loss_sum, denom) per piece, so the accumulated gradient equals the one of the
+whole mini-batch whatever the micro-batch size. Old log-probs (pi_old) are computed once, before the first
+update, only when the update is not exactly on-policy (mu > 1 or several mini-batches); otherwise
+pi_old = stop_gradient(pi_theta) inside the objective. Reference log-probs come in with the batch (computed
+once per rollout by `make_logprob_fn`), or are None when beta = 0.
+
+Shapes: B rollout batch, P prompt length, N completion length, M mini-batches, U micro-batches per mini-batch,
+b micro-batch size (B = M * U * b).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
+from grpo_jax.model.logprobs import completion_logprobs
+
+
+class RolloutBatch(NamedTuple):
+  """One rollout batch as the update sees it (groups contiguous, G rows per prompt)."""
+  prompt_BxP: jax.Array            # int32, left padded
+  prompt_mask_BxP: jax.Array       # int32
+  completion_BxN: jax.Array        # int32
+  completion_mask_BxN: jax.Array   # int32 (0 on padding, and on completions masked out of the loss)
+  advantages_B: jax.Array          # float32
+  sampler_logp_BxN: jax.Array      # float32, log-probs the sampler reported (for the mismatch metric)
+  ref_logp_BxN: jax.Array | None   # float32 reference log-probs, None when beta = 0
+
+
+def _split(x, *lead):
+  """[B, ...] -> [*lead, B / prod(lead), ...] (None passes through)."""
+  if x is None:
+    return None
+  return x.reshape(*lead, -1, *x.shape[1:])
+
+
+def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: int, micro_batch_size: int,
+                    with_entropy: bool = False):
+  """A pure fn(params, batch) -> logp_BxN (and entropy_BxN), computed micro-batch by micro-batch.
+
+  Used for the reference policy (jit it separately) and, inside the update, for the old policy.
+  """
+
+  def logprobs(params, batch: RolloutBatch):
+    B = batch.completion_BxN.shape[0]
+    if B % micro_batch_size:
+      raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={micro_batch_size}")
+    U = B // micro_batch_size
+    model = nnx.merge(graphdef, params)
+
+    def one(args):
+      p, pm, c, cm = args
+      return completion_logprobs(model, p, pm, c, cm, temperature, chunk_size, with_entropy)
+
+    pieces = (batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxN, batch.completion_mask_BxN)
+    logp, ent = jax.lax.map(one, tuple(_split(x, U) for x in pieces))
+    logp = logp.reshape(B, -1)
+    return logp if not with_entropy else (logp, ent.reshape(B, -1))
+
+  return logprobs
+
+
+def _masked_max_abs(a_BxN, b_BxN, mask_BxN):
+  return jnp.max(jnp.where(mask_BxN > 0, jnp.abs(a_BxN - b_BxN), 0.0))
+
+
+def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
+                    num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
+                    chunk_size: int):
+  """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
+
+  `metrics` holds scalars: 'loss' (mean over updates), 'grad_norm' (before clipping, mean over updates),
+  'logp_mismatch' (max |sampler log-prob - trainer log-prob| over real completion tokens, at the
+  parameters that sampled), and each objective metric (e.g. 'kl', 'clip_ratio/low') averaged exactly over
+  every token/sequence the passes saw. Jit it with `donate_argnums=(0, 1)`.
+  """
+  if mini_batch_size % micro_batch_size:
+    raise ValueError(f"micro_batch_size={micro_batch_size} does not divide mini_batch_size={mini_batch_size}")
+
+  def loss_fn(params, micro: RolloutBatch, old_logp_bxN):
+    model = nnx.merge(graphdef, params)
+    logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxN,
+                                        micro.completion_mask_BxN, temperature, chunk_size, with_entropy=True)
+    inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_bxN, ref_logp_BxT=micro.ref_logp_BxN,
+                        advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxN,
+                        entropy_BxT=entropy)
+    loss_sum, denom, metrics = grpo_objective(inputs, loss_cfg)
+    mismatch = _masked_max_abs(jax.lax.stop_gradient(logp), micro.sampler_logp_BxN, micro.completion_mask_BxN)
+    return loss_sum, (denom, metrics, mismatch)
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def train_step(params, opt_state, batch: RolloutBatch):
+    B = batch.completion_BxN.shape[0]
+    if B % mini_batch_size:
+      raise ValueError(f"rollout batch of {B} is not a multiple of mini_batch_size={mini_batch_size}")
+    M = B // mini_batch_size
+    U = mini_batch_size // micro_batch_size
+    on_policy = num_iterations == 1 and M == 1
+    if on_policy:
+      old_logp = None
+      old_mismatch = None
+    else:
+      old_fn = make_logprob_fn(graphdef, temperature=temperature, chunk_size=chunk_size,
+                               micro_batch_size=micro_batch_size)
+      old_logp = jax.lax.stop_gradient(old_fn(params, batch))
+      old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxN, batch.completion_mask_BxN)
+    pieces = jax.tree.map(lambda x: _split(x, M, U), (batch, old_logp))
+
+    # The metric dict's structure, to start the accumulators at zero.
+    first_micro = jax.tree.map(lambda x: x[0, 0], pieces)
+    _, (_, metric_shapes, _) = jax.eval_shape(loss_fn, params, *first_micro)
+    zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), metric_shapes)
+
+    def update(carry, mini):
+      params, opt_state, metrics_total = carry
+
+      def accumulate(acc, micro_and_old):
+        grads, loss_sum, denom, metrics, mismatch = acc
+        (l, (d, m, mm)), g = grad_fn(params, *micro_and_old)
+        grads = jax.tree.map(jnp.add, grads, g)
+        metrics = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), metrics, m)
+        return (grads, loss_sum + l, denom + d, metrics, jnp.maximum(mismatch, mm)), None
+
+      zeros = jax.tree.map(jnp.zeros_like, params)
+      init = (zeros, jnp.float32(0), jnp.float32(0), zero_metrics, jnp.float32(0))
+      (grads, loss_sum, denom, metrics, mismatch), _ = jax.lax.scan(accumulate, init, mini)
+      denom = jnp.maximum(denom, 1e-8)  # an all-masked mini-batch contributes a zero gradient, not NaN.
+      grads = jax.tree.map(lambda g: g / denom, grads)
+      grad_norm = optax.global_norm(grads)
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+      metrics_total = jax.tree.map(jnp.add, metrics_total, metrics)
+      return (params, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch)
+
+    def one_pass(carry, _):
+      return jax.lax.scan(update, carry, pieces)
+
+    (params, opt_state, metric_sums), (loss, grad_norm, mismatch) = jax.lax.scan(
+        one_pass, (params, opt_state, zero_metrics), None, length=num_iterations)
+    out = {"loss": jnp.mean(loss), "grad_norm": jnp.mean(grad_norm),
+           # Only the first update differentiates at the sampling parameters.
+           "logp_mismatch": mismatch[0, 0] if on_policy else old_mismatch}
+    for name, (total, count) in metric_sums.items():
+      out[name] = total / jnp.maximum(count, 1.0)
+    return params, opt_state, out
+
+  return train_step

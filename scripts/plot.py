@@ -1,0 +1,30 @@
+#!/usr/bin/env python
+"""Plots reward, held-out accuracy, KL, entropy and completion length of one or more runs on one figure.
+
+  python scripts/plot.py runs/default                       # -> runs/default/curves.png
+  python scripts/plot.py runs/a runs/b --out compare.png    # several runs, one line each
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from grpo_jax.train.plotting import plot_runs  # noqa: E402
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("workdirs", nargs="+", help="training workdirs (each holds a metrics.jsonl)")
+  parser.add_argument("--out", default=None, help="PNG path (default: WORKDIR/curves.png for one run, "
+                      "curves.png in the current directory for several)")
+  parser.add_argument("--labels", nargs="*", default=None, help="legend labels, one per workdir")
+  args = parser.parse_args(argv)
+  out = args.out or (os.path.join(args.workdirs[0], "curves.png") if len(args.workdirs) == 1 else "curves.png")
+  if args.labels and len(args.labels) != len(args.workdirs):
+    parser.error(f"--labels has {len(args.labels)} entries for {len(args.workdirs)} workdirs")
+  print(plot_runs(args.workdirs, out, args.labels))
+
+
+if __name__ == "__main__":
+  main()
