@@ -1,0 +1,49 @@
+"""`SamplingConfig`: what the sampler draws and when it stops.
+
+Every field is static for compilation: a `Sampler` compiles one prefill and one decode program per
+(batch bucket, prompt-length bucket) for its config.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+  """Sampling knobs (HF `generate` semantics, warpers applied in the order temperature, top-k, top-p).
+
+  max_new_tokens: completion width N; generation also stops early once every row has emitted a stop id.
+  temperature: logits are divided by it before top-k/top-p and sampling. The returned log-probs are
+    log_softmax(logits / temperature) over the full vocabulary, whatever top-k/top-p/greedy truncate:
+    the numbers the loss recomputes.
+  top_k: keep the k largest logits (0 = off).
+  top_p: nucleus sampling, keep the smallest set of most likely tokens whose probability (renormalized after
+    top-k) reaches top_p (1.0 = off).
+  greedy: argmax instead of sampling (temperature then only affects the returned log-probs).
+  stop_ids: a row stops after emitting any of these; the stop token is part of the completion (mask 1).
+  pad_id: emitted (mask 0, log-prob 0) after a row stopped, and used to left-pad prompts.
+  """
+  max_new_tokens: int
+  temperature: float = 1.0
+  top_k: int = 0
+  top_p: float = 1.0
+  greedy: bool = False
+  stop_ids: tuple[int, ...] = ()
+  pad_id: int = 0
+
+  def __post_init__(self):
+    # Accept any iterable of ints for stop_ids but store a tuple so the config stays hashable.
+    object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
+    if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+      raise ValueError(f"SamplingConfig.max_new_tokens={self.max_new_tokens!r}: expected an int >= 1")
+    if not self.temperature > 0:
+      raise ValueError(f"SamplingConfig.temperature={self.temperature!r}: expected > 0 "
+                       "(use greedy=True for argmax decoding)")
+    if not isinstance(self.top_k, int) or self.top_k < 0:
+      raise ValueError(f"SamplingConfig.top_k={self.top_k!r}: expected an int >= 0 (0 disables top-k)")
+    if not 0.0 < self.top_p <= 1.0:
+      raise ValueError(f"SamplingConfig.top_p={self.top_p!r}: expected 0 < top_p <= 1 (1 disables top-p)")
+    if any(s < 0 for s in self.stop_ids):
+      raise ValueError(f"SamplingConfig.stop_ids={self.stop_ids!r}: token ids must be >= 0")
+    if self.pad_id < 0:
+      raise ValueError(f"SamplingConfig.pad_id={self.pad_id!r}: expected a token id >= 0")
