@@ -155,6 +155,13 @@ def test_unexpected_tensor_is_named(qwen2_copy):
     hf_io.from_pretrained(path)
 
 
+def test_legacy_rotary_buffers_are_ignored(qwen2_copy):
+  path, tensors = qwen2_copy
+  tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(4, np.float32)
+  _rewrite(path, tensors)
+  hf_io.from_pretrained(path)
+
+
 def test_misshaped_tensor_is_named(qwen2_copy):
   path, tensors = qwen2_copy
   tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((8, 32), np.float32)  # 1 kv head, not 2
