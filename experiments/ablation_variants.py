@@ -1,22 +1,29 @@
 # The first ablation study: GRPO variants on the default task (2-digit addition, tiny model), 3 seeds each.
 #   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
 #   python scripts/report.py runs/ablation_variants --out docs/ablations --title "GRPO variants"
-# One member alone: add --only '^grpo_smtm_seed0$'; a job array: add --print_commands. Results: docs/ablations.md.
-"""Advantage × aggregation, plus β = 0, DAPO and GSPO, on the default experiment made shorter.
+# One member alone: add --only '^grpo_smtm_seed0$'; a job array: --print_commands. Results: docs/ablations.md.
+# A smoke test of the whole pipeline at tiny shapes: --config experiments/ablation_variants.py:test
+"""Advantage × aggregation, plus β > 0, DAPO and GSPO, on the default experiment made shorter.
 
-Every member is the default experiment (experiments/default.py) with `STUDY` applied, then its own overrides:
-  advantage × aggregation  grpo, dr_grpo, rloo × seq_mean_token_mean (smtm), token_mean (tm),
-                           seq_mean_token_sum_norm (smtsn), at the default β = 0.04,
-  grpo_smtm_beta0          the baseline (grpo, smtm) without the KL term,
-  dapo                     clip-higher ε = 0.2 / 0.28, token_mean, β = 0 (no dynamic sampling: the trainer does
-                           not implement it yet),
-  gspo                     sequence-level importance ratio with ε = 3e-4 / 4e-4, smtm, β = 0.04.
+Every member is the default experiment (experiments/default.py: β = 0, Adam lr 3e-4, G = 8 × 32 prompts) with
+`STUDY` applied, then its own overrides:
+  <adv>_<agg>        advantage grpo | dr_grpo | rloo × aggregation seq_mean_token_mean (smtm) | token_mean (tm)
+                     | seq_mean_token_sum_norm (smtsn), at the default experiment's β = 0,
+  grpo_smtm_kl0.04   the baseline (grpo, smtm) with the KL penalty β = 0.04 (k3, DeepSeekMath),
+  dapo               clip-higher ε = 0.2 / 0.28, token_mean, β = 0. No dynamic sampling: the trainer does not
+                     implement it yet (config.grpo.dynamic_sampling=True is an error),
+  gspo               sequence-level importance ratio with ε = 3e-4 / 4e-4 (GSPO paper), smtm, β = 0.
 β is varied on the baseline only, to keep the study small enough for a 2-core CPU.
 
-Why two mini-batches per rollout (`grpo.mini_batch_size` = half the rollout batch): with a single on-policy
+Two mini-batches per rollout (`grpo.mini_batch_size` = half the rollout batch, μ = 1): with a single on-policy
 update the importance ratio is exactly 1, so clipping (DAPO's clip-higher, GSPO's sequence-level clip) would
-never act and DAPO/GSPO would reduce to plain policy gradients by construction. With two updates per rollout,
-the second one is off-policy and the clip ranges matter.
+never act and DAPO/GSPO would be plain policy gradients by construction. With two updates per rollout, the
+second is off-policy and the clip ranges matter.
+
+Shared warm start: the warm start depends only on the seed and on settings no member changes, so every member
+with β = 0 starts from the step-0 checkpoint of `grpo_smtm` with the same seed (exactly the state it would
+have computed itself; see grpo_jax/ablation/runner.py:seed_from_donor). The β > 0 members keep their own warm
+start (their checkpoints also hold the reference model). Members run seed-major: seed 0 of every group first.
 """
 import importlib.util
 import os
@@ -24,15 +31,16 @@ import os
 from grpo_jax.ablation import spec
 
 SEEDS = (0, 1, 2)
-ROLLOUT_BATCH = 32 * 8   # prompts_per_step × group_size of the default experiment (checked in get_config)
+NUM_STEPS = 100
 
 # Applied to every member on top of experiments/default.py.
 STUDY = {
-    "num_steps": 150,
+    "num_steps": NUM_STEPS,
     "eval.every": 25,
-    "grpo.mini_batch_size": ROLLOUT_BATCH // 2,
-    "checkpoint.every": 50,
-    "log.samples_every": 1000,
+    # Checkpoints at steps 0 and NUM_STEPS only, so that step 0 (the shared warm start) is kept (keep = 2).
+    "checkpoint.every": NUM_STEPS,
+    "checkpoint.keep": 2,
+    "log.samples_every": 50,
     "log.progress_bar": False,
     "log.plot": False,
 }
@@ -46,21 +54,17 @@ def _default_experiment():
   return module
 
 
-def _set(config, dotted_key, value):
-  *parents, leaf = dotted_key.split(".")
-  for part in parents:
-    config = config[part]
-  config[leaf] = value
-
-
-def get_config():
-  config = _default_experiment().get_config()
-  rollout = config.grpo.prompts_per_step * config.grpo.group_size
-  if rollout != ROLLOUT_BATCH:
-    raise ValueError(f"experiments/default.py now has a rollout batch of {rollout}, not {ROLLOUT_BATCH}: "
-                     "update ROLLOUT_BATCH in experiments/ablation_variants.py")
-  for key, value in STUDY.items():
-    _set(config, key, value)
+def get_config(preset=None):
+  config = _default_experiment().get_config(preset)
+  for dotted_key, value in STUDY.items():
+    *parents, leaf = dotted_key.split(".")
+    node = config
+    for part in parents:
+      node = node[part]
+    node[leaf] = value
+  if preset == "test":
+    config.num_steps = config.checkpoint.every = 2
+  config.grpo.mini_batch_size = config.grpo.prompts_per_step * config.grpo.group_size // 2
   return config
 
 
@@ -71,11 +75,12 @@ def get_sweep():
   members = spec.grid(spec.axis("grpo.advantage", ["grpo", "dr_grpo", "rloo"]),
                       spec.axis("grpo.aggregation", AGGREGATIONS), seeds=SEEDS)
   members += spec.grid(spec.variants({
-      "grpo_smtm_beta0": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean",
-                          "grpo.beta": 0.0},
+      "grpo_smtm_kl0.04": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean",
+                           "grpo.beta": 0.04},
       "dapo": {"grpo.advantage": "grpo", "grpo.aggregation": "token_mean", "grpo.beta": 0.0,
                "grpo.epsilon_low": 0.2, "grpo.epsilon_high": 0.28},
-      "gspo": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean",
+      "gspo": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean", "grpo.beta": 0.0,
                "grpo.importance_level": "sequence", "grpo.epsilon_low": 3e-4, "grpo.epsilon_high": 4e-4},
   }), seeds=SEEDS)
-  return members
+  members = spec.share_warm_start(members, donor_group="grpo_smtm", exclude=["grpo_smtm_kl0.04"])
+  return spec.order_by_seed(members)

@@ -8,8 +8,8 @@ an evaluation row and a step re-logged after a resume both land on their step):
   kl_final        `kl` at the last step that has it (absent when the run does not compute a KL, e.g. β = 0),
   mean_length     mean of `completions/mean_length` over steps,
   steps_per_s     1 / median(`step_time`): the median ignores the compile steps at the start and after a resume,
-  wall_s          seconds the sweep runner measured over all attempts (attempts.jsonl); without it, the sum of
-                  `step_time`,
+  wall_s          seconds the sweep runner measured over all attempts (DONE / FAILED / attempts.jsonl); without
+                  those, the trainer's `wall_s` in summary.json; without that, the sum of `step_time`,
   steps           the last step logged.
 Per group: mean ± sample standard deviation (ddof=1) over the group's finished members ('done'), with n.
 """
@@ -106,6 +106,8 @@ class MemberRun:
     wall_s = (marker or {}).get("wall_s")
     if wall_s is None and os.path.exists(os.path.join(workdir, runner.ATTEMPTS)):
       wall_s = runner.previous_wall_s(workdir)
+    if wall_s is None:
+      wall_s = (runner.read_json(os.path.join(workdir, runner.TRAINER_SUMMARY)) or {}).get("wall_s")
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
     self.summary = summarize(self.rows, wall_s)
 

@@ -9,18 +9,21 @@ Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
                   re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint) unless
                   --skip_failed is given; the new attempt removes FAILED when it starts.
 A member with neither marker is unfinished (never started, still running, or killed) and is (re)run.
+The trainer's own completion marker, `summary.json` (written by scripts/train.py after its last step), also
+counts as finished, so runs launched with the bare trainer commands (`--print_format=train`) are reported too.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from typing import Any, Mapping, Sequence
 
 from grpo_jax.ablation import spec as spec_lib
 
-DONE, FAILED = "DONE", "FAILED"
+DONE, FAILED, TRAINER_SUMMARY = "DONE", "FAILED", "summary.json"
 MEMBER_JSON, LOG, ATTEMPTS, SWEEP_JSON = "member.json", "train.log", "attempts.jsonl", "sweep.json"
 ERROR_TAIL_LINES = 30
 
@@ -35,6 +38,8 @@ def status(workdir: str) -> str:
     return "done"
   if os.path.exists(os.path.join(workdir, FAILED)):
     return "failed"
+  if os.path.exists(os.path.join(workdir, TRAINER_SUMMARY)):
+    return "done"
   if any(os.path.exists(os.path.join(workdir, f)) for f in (LOG, ATTEMPTS, "metrics.jsonl")):
     return "unfinished"
   return "pending"
@@ -85,6 +90,41 @@ def previous_wall_s(workdir: str) -> float:
   return total
 
 
+# What scripts/train.py leaves in a workdir after its warm start (grpo_jax/train/loop.py): the step-0 checkpoint
+# (orbax, one directory per step), the step-0 evaluation row of metrics.jsonl, and the warm start's own log.
+TRAINER_CHECKPOINTS, TRAINER_METRICS, TRAINER_WARMSTART_LOG = "checkpoints", "metrics.jsonl", "warmstart.jsonl"
+INIT_FROM_JSON = "init_from.json"
+
+
+def seed_from_donor(donor_workdir: str, workdir: str) -> bool:
+  """Copies the donor's step-0 checkpoint (and step-0 metrics) into a fresh workdir; the trainer then resumes
+  at step 0, after the warm start, instead of repeating it. Returns False (and copies nothing) when the donor
+  has no step-0 checkpoint (not run yet, or it was rotated out: keep `checkpoint.keep` large enough).
+
+  This is exact when the donor's warm start is the one the member would compute itself: the same seed, task,
+  model, warm-start and evaluation settings (the warm start depends on nothing else), and the same state
+  layout (e.g. both with or both without a reference model, β > 0). The trainer checks the seed on resume.
+  """
+  src = os.path.join(donor_workdir, TRAINER_CHECKPOINTS, "0")
+  if not os.path.isdir(src) or not os.path.exists(os.path.join(src, "commit_success.txt")):
+    return False
+  step0_rows = []
+  with open(os.path.join(donor_workdir, TRAINER_METRICS)) as f:
+    for line in f:
+      try:
+        if json.loads(line).get("step") == 0:
+          step0_rows.append(line if line.endswith("\n") else line + "\n")
+      except ValueError:
+        continue
+  shutil.copytree(src, os.path.join(workdir, TRAINER_CHECKPOINTS, "0"))
+  with open(os.path.join(workdir, TRAINER_METRICS), "w") as f:
+    f.writelines(step0_rows)
+  if os.path.exists(os.path.join(donor_workdir, TRAINER_WARMSTART_LOG)):
+    shutil.copy(os.path.join(donor_workdir, TRAINER_WARMSTART_LOG), workdir)
+  _write_json(os.path.join(workdir, INIT_FROM_JSON), {"donor": os.path.abspath(donor_workdir), "step": 0})
+  return True
+
+
 def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
                common: Mapping[str, Any] | None = None, skip_failed: bool = False,
                env: Mapping[str, str] | None = None, echo=print) -> str:
@@ -102,6 +142,12 @@ def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, tra
   _write_json(os.path.join(workdir, MEMBER_JSON), {**member.to_json(), "command": argv})
   if before == "failed":
     os.remove(os.path.join(workdir, FAILED))
+  if member.init_from and before == "pending" and not os.path.exists(os.path.join(workdir, TRAINER_CHECKPOINTS)):
+    donor = os.path.join(sweep_dir, member.init_from)
+    if seed_from_donor(donor, workdir):
+      echo(f"[sweep] {member.name}: starts from {member.init_from}'s step-0 checkpoint (shared warm start)")
+    else:
+      echo(f"[sweep] {member.name}: {member.init_from} has no step-0 checkpoint; running its own warm start")
   echo(f"[sweep] {member.name}: {'resuming' if before != 'pending' else 'starting'} "
        f"(log: {os.path.join(workdir, LOG)})")
   log_path = os.path.join(workdir, LOG)

@@ -11,6 +11,9 @@ A member is a dict with
              Values are bool, int, float or str (ml_collections cannot set a field to None from the command line),
   group      optional: the report averages members of one group (over seeds). Default: the name without a
              trailing `_seed<N>`.
+  init_from  optional: the name of an EARLIER member whose warm-started starting point (the trainer's step-0
+             checkpoint) this member starts from instead of repeating the warm start; see
+             `runner.seed_from_donor` for when that is exact. `share_warm_start` sets it.
 `axis`, `grid` and `variants` build such lists (cartesian products of labelled options, times seeds).
 """
 from __future__ import annotations
@@ -36,9 +39,13 @@ class Member:
   name: str
   overrides: dict[str, Any]
   group: str
+  init_from: str | None = None
 
   def to_json(self) -> dict[str, Any]:
-    return {"name": self.name, "group": self.group, "overrides": dict(self.overrides)}
+    out = {"name": self.name, "group": self.group, "overrides": dict(self.overrides)}
+    if self.init_from:
+      out["init_from"] = self.init_from
+    return out
 
 
 def default_group(name: str) -> str:
@@ -85,6 +92,41 @@ def grid(*axes: Sequence[Option], seeds: Iterable[int] = (0,), seed_key: str = "
   return members
 
 
+def seed_of(name: str) -> int | None:
+  match = re.search(r"_seed(\d+)$", name)
+  return int(match.group(1)) if match else None
+
+
+def order_by_seed(members: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Seed 0 of every group first, then seed 1, ...: a sweep stopped early has every group at some seeds."""
+  indexed = list(enumerate(members))
+  indexed.sort(key=lambda im: (seed_of(im[1]["name"]) or 0, im[0]))
+  return [m for _, m in indexed]
+
+
+def share_warm_start(members: Sequence[dict[str, Any]], donor_group: str,
+                     exclude: Iterable[str] = ()) -> list[dict[str, Any]]:
+  """Sets `init_from` of each member to the member of `donor_group` with the same seed, and moves the donors
+  first (see the module docstring). Members of the groups in `exclude` (e.g. those whose checkpoint holds
+  different state, like a reference model when β > 0) keep their own warm start."""
+  exclude = set(exclude)
+  donors = {seed_of(m["name"]): m["name"] for m in members if m.get("group", default_group(m["name"])) == donor_group}
+  if not donors:
+    raise ValueError(f"no member is in donor group {donor_group!r}")
+  out = [dict(m) for m in members if m["name"] in donors.values()]
+  for m in members:
+    if m["name"] in donors.values():
+      continue
+    m = dict(m)
+    if m.get("group", default_group(m["name"])) not in exclude:
+      seed = seed_of(m["name"])
+      if seed not in donors:
+        raise ValueError(f"member {m['name']!r} has no donor in group {donor_group!r} with seed {seed}")
+      m["init_from"] = donors[seed]
+    out.append(m)
+  return out
+
+
 def _label(value: Any) -> str:
   return str(value).lower() if isinstance(value, bool) else str(value)
 
@@ -100,9 +142,9 @@ def validate(raw_members: Any) -> list[Member]:
     where = f"sweep member {i}"
     if not isinstance(raw, Mapping):
       raise TypeError(f"{where} must be a dict, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - {"name", "overrides", "group"})
+    unknown = sorted(set(raw) - {"name", "overrides", "group", "init_from"})
     if unknown:
-      raise ValueError(f"{where} has unknown fields {unknown}; allowed: name, overrides, group")
+      raise ValueError(f"{where} has unknown fields {unknown}; allowed: name, overrides, group, init_from")
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME_RE.match(name):
       raise ValueError(f"{where} has name {name!r}: it must match {_NAME_RE.pattern} (it is a directory name)")
@@ -122,7 +164,10 @@ def validate(raw_members: Any) -> list[Member]:
     group = raw.get("group", default_group(name))
     if not isinstance(group, str) or not group:
       raise ValueError(f"{where}: group must be a non-empty string, got {group!r}")
-    members.append(Member(name=name, overrides=dict(overrides), group=group))
+    init_from = raw.get("init_from")
+    if init_from is not None and init_from not in seen - {name}:
+      raise ValueError(f"{where}: init_from={init_from!r} is not the name of an earlier member")
+    members.append(Member(name=name, overrides=dict(overrides), group=group, init_from=init_from))
   return members
 
 

@@ -1,8 +1,13 @@
 """A stand-in for scripts/train.py in the sweep tests: same command line, writes metrics.jsonl, can fail or crash.
 
+Like the real trainer, a fresh run first "warm starts": it writes the step-0 checkpoint (checkpoints/0 with an
+orbax-like commit_success.txt and the seed), warmstart.jsonl and the step-0 evaluation row; a workdir that
+already has checkpoints/0 skips that (a resume, or a warm start shared by the sweep runner; the seed must match).
+Then steps 1..num_steps are logged, with an evaluation at the last one.
 Understood overrides: --config.num_steps=N (default 4), --config.seed=S, --config.fail=true (exit 3 at once with
-a ValueError on stderr), --config.crash_at=K (the first attempt logs steps < K, "checkpoints" K and exits 1; a
-later attempt resumes from the checkpoint). Every invocation is appended to WORKDIR/invocations.jsonl.
+a ValueError on stderr), --config.crash_at=K (the first attempt stops before step K, "checkpoints" K and exits
+1; a later attempt resumes there). Every invocation is appended to WORKDIR/invocations.jsonl, and how it
+started ("warm start" or "from checkpoint 0") to WORKDIR/starts.txt.
 """
 import json
 import os
@@ -31,20 +36,36 @@ def main(argv):
   if args["fail"] == "true":
     print("Traceback (most recent call last):\nValueError: fake failure for the test", file=sys.stderr)
     return 3
-  ckpt = os.path.join(workdir, "ckpt")
-  start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
   num_steps, seed, crash_at = int(args["num_steps"]), int(args["seed"]), int(args["crash_at"])
-  with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
-    for step in range(start, num_steps):
-      if step == crash_at and start == 0:
-        open(ckpt, "w").write(str(step))
+  ckpt0 = os.path.join(workdir, "checkpoints", "0")
+  metrics = open(os.path.join(workdir, "metrics.jsonl"), "a")
+  resume = os.path.join(workdir, "ckpt")
+  start = int(open(resume).read()) if os.path.exists(resume) else 1
+  if os.path.isdir(ckpt0):
+    if int(open(os.path.join(ckpt0, "seed")).read()) != seed:
+      print("ValueError: workdir holds a run with another seed", file=sys.stderr)
+      return 2
+    how = "from checkpoint 0"
+  else:
+    os.makedirs(ckpt0)
+    open(os.path.join(ckpt0, "seed"), "w").write(str(seed))
+    open(os.path.join(ckpt0, "commit_success.txt"), "w").write("ok")
+    open(os.path.join(workdir, "warmstart.jsonl"), "w").write(json.dumps({"step": 9, "seed": seed}) + "\n")
+    metrics.write(json.dumps({"step": 0, "eval/accuracy": 0.2 + 0.01 * seed}) + "\n")
+    how = "warm start"
+  with open(os.path.join(workdir, "starts.txt"), "a") as f:
+    f.write(how + "\n")
+  with metrics:
+    for step in range(start, num_steps + 1):
+      if step == crash_at and not os.path.exists(resume):
+        open(resume, "w").write(str(step))
         print("RuntimeError: simulated crash", file=sys.stderr)
         return 1
       row = {"step": step, "reward": 0.1 * step + 0.01 * seed, "kl": 0.001 * step, "step_time": 0.5,
              "completions/mean_length": 3.0}
-      if step == 0 or step == num_steps - 1:
+      if step == num_steps:
         row["eval/accuracy"] = 0.2 + 0.1 * step
-      f.write(json.dumps(row) + "\n")
+      metrics.write(json.dumps(row) + "\n")
   return 0
 
 

@@ -50,6 +50,8 @@ def sweep_dir(tmp_path):
   _write_member(d, "b_seed0", _rows([0.0], [0.0], [1], [1.0], 0.1, 0.1), "FAILED",
                 {"rc": 1, "wall_s": 3.0, "error": "Traceback (most recent call last):\nValueError: boom"})
   _write_member(d, "b_seed1", _rows([0.5, 0.5], [0.1, 0.3], [2, 4], [4.0, 4.0], 0.3, 0.9), "DONE", {"wall_s": 9.0})
+  # Launched with the bare trainer command: finished by the trainer's summary.json, its wall time from there.
+  _write_member(d, "c_seed1", _rows([0.5], [0.0], [3], [1.0], 0.5, 0.5), "summary.json", {"wall_s": 7.0})
   # A member that is in no plan: found through its member.json; not finished.
   _write_member(d, "extra_seed0", [{"step": 0, "reward": 1.0, "step_time": 2.5}], group="extra")
   return d
@@ -74,6 +76,7 @@ def test_member_numbers_match_hand_computation(sweep_dir):
   assert a0["wall_s"] == 20.0 and a0["steps"] == 3
   assert runs["b_seed0"].status == "failed" and runs["b_seed0"].error.endswith("ValueError: boom")
   assert runs["c_seed0"].status == "pending" and math.isnan(runs["c_seed0"].summary["reward_auc"])
+  assert runs["c_seed1"].status == "done" and runs["c_seed1"].summary["wall_s"] == 7.0
   assert runs["extra_seed0"].status == "unfinished" and runs["extra_seed0"].group == "extra"
   assert runs["extra_seed0"].summary["wall_s"] == 2.5  # no runner record: the sum of step_time
 
@@ -94,7 +97,7 @@ def test_group_table_mean_and_sample_std_over_finished_seeds(sweep_dir):
   assert (b["done"], b["failed"]) == (1, 1)
   assert b["eval_acc_final"][0] == 0.9 and math.isnan(b["eval_acc_final"][1]) and b["eval_acc_final"][2] == 1
   assert b["kl_final"][0] == 0.3 and b["steps_per_s"][0] == 0.25
-  assert table["c"]["reward_auc"][2] == 0
+  assert table["c"]["reward_auc"] == (0.5, pytest.approx(float("nan"), nan_ok=True), 1)
 
 
 def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
@@ -102,9 +105,9 @@ def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
   md = report.markdown(runs, "t")
   assert "| a | 2/2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.450 ± 0.071 |" in md
   assert "| b | 1/2 | 0.300 | 0.900 |" in md
-  assert "| c | 0/1 | – |" in md
+  assert "| c | 1/2 | 0.500 | 0.500 | 0.500 | 0.00e+00 | 3.00 | 1.00 | 7 |" in md
   assert "### Failed members" in md and "`b_seed0` (group b): `ValueError: boom`" in md
-  assert "- a: `algo.x=a`\n" in md and "- c: `algo.x=c`, `seed=0`\n" in md and "- extra: (none recorded)" in md
+  assert "- a: `algo.x=a`\n" in md and "- extra: (none recorded)" in md
   assert "`c_seed0` (group c): pending" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
   groups = list(csv.DictReader(io.StringIO(report.groups_csv(runs))))
   assert [g["group"] for g in groups] == ["a", "b", "c", "extra"]
@@ -117,9 +120,9 @@ def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
 
 def test_regex_grouper(sweep_dir):
   runs = report.load_sweep_dir(sweep_dir, report.regex_grouper(r"^(\w)[a-z]*_"))
-  assert [r.group for r in runs] == ["a", "a", "b", "b", "c", "e"]
+  assert [r.group for r in runs] == ["a", "a", "b", "b", "c", "c", "e"]
   runs = report.load_sweep_dir(sweep_dir, report.regex_grouper(r"seed(?P<group>\d)"))
-  assert [r.group for r in runs] == ["0", "1", "0", "1", "0", "0"]
+  assert [r.group for r in runs] == ["0", "1", "0", "1", "0", "1", "0"]
   with pytest.raises(ValueError, match="does not match member 'extra_seed0'"):
     report.load_sweep_dir(sweep_dir, report.regex_grouper(r"^[abc]_"))
 

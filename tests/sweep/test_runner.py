@@ -26,7 +26,7 @@ def test_run_marks_done_and_failed_and_skips_finished(tmp_path, fake_train_cmd, 
   assert outcomes == {"grpo_seed0": "done", "grpo_seed1": "done", "rloo_seed0": "done", "rloo_seed1": "done",
                       "broken": "failed"}
   done_dir = os.path.join(sweep_dir, "rloo_seed1")
-  assert _steps(done_dir) == [0, 1, 2]
+  assert _steps(done_dir) == [0, 1, 2, 3]
   (argv,) = _invocations(done_dir)
   assert argv == ["--config", experiment_file, "--workdir", done_dir, "--config.num_steps=3",
                   "--config.algo.advantage=rloo", "--config.seed=1"]
@@ -55,7 +55,7 @@ def test_crashed_member_resumes_and_then_counts_as_done(tmp_path, fake_train_cmd
   assert "simulated crash" in runner.read_json(os.path.join(workdir, "FAILED"))["error"]
   assert runner.run_member(member, **kwargs) == "done"
   assert not os.path.exists(os.path.join(workdir, "FAILED"))
-  assert _steps(workdir) == [0, 1, 2, 3, 4]  # the second attempt resumed at the "checkpoint"
+  assert _steps(workdir) == [0, 1, 2, 3, 4, 5]  # the second attempt resumed at the "checkpoint"
   done = runner.read_json(os.path.join(workdir, "DONE"))
   assert done["wall_s"] == runner.previous_wall_s(workdir) > 0
   assert runner.run_member(member, **kwargs) == "skipped-done"
@@ -88,7 +88,7 @@ def test_cli_prints_one_command_per_member_and_each_runs_one_member(tmp_path, fa
   run = subprocess.run(lines[2], shell=True, capture_output=True, text=True, cwd=REPO, timeout=60)
   assert run.returncode == 0, run.stderr
   assert sorted(os.listdir(sweep_dir)) == ["rloo_seed0", "sweep.json"]
-  assert _steps(os.path.join(sweep_dir, "rloo_seed0")) == [0, 1]
+  assert _steps(os.path.join(sweep_dir, "rloo_seed0")) == [0, 1, 2]
   assert len(runner.read_json(os.path.join(sweep_dir, "sweep.json"))["members"]) == 5
 
   full = _cli("--config", experiment_file, "--sweep_dir", sweep_dir, "--set", "num_steps=2", "--train_cmd",
@@ -99,3 +99,29 @@ def test_cli_prints_one_command_per_member_and_each_runs_one_member(tmp_path, fa
   status = _cli("--config", experiment_file, "--sweep_dir", sweep_dir, "--status")
   assert status.stdout.split() == ["done", "grpo_seed0", "done", "grpo_seed1", "done", "rloo_seed0",
                                    "done", "rloo_seed1", "failed", "broken"]
+
+
+def _starts(workdir):
+  with open(os.path.join(workdir, "starts.txt")) as f:
+    return f.read().splitlines()
+
+
+def test_members_start_from_their_donors_step0_checkpoint(tmp_path, fake_train_cmd):
+  sweep_dir = str(tmp_path / "sweep")
+  members = spec.validate(spec.order_by_seed(spec.share_warm_start(
+      spec.grid(spec.axis("adv", ["a", "b"]), seeds=[0, 1], common={"num_steps": 2}), donor_group="a")))
+  assert [(m.name, m.init_from) for m in members] == [("a_seed0", None), ("b_seed0", "a_seed0"),
+                                                      ("a_seed1", None), ("b_seed1", "a_seed1")]
+  kwargs = dict(config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd, echo=lambda *_: None)
+  # Without its donor having run, a member falls back to its own warm start.
+  assert runner.run_member(members[3], **kwargs) == "done"
+  assert _starts(os.path.join(sweep_dir, "b_seed1")) == ["warm start"]
+  assert runner.run_sweep(members, **kwargs)["b_seed0"] == "done"
+  donor, member = os.path.join(sweep_dir, "a_seed0"), os.path.join(sweep_dir, "b_seed0")
+  assert _starts(donor) == ["warm start"] and _starts(member) == ["from checkpoint 0"]
+  with open(os.path.join(member, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  assert rows[0] == {"step": 0, "eval/accuracy": 0.2} and [r["step"] for r in rows] == [0, 1, 2]
+  assert runner.read_json(os.path.join(member, "init_from.json"))["donor"] == os.path.abspath(donor)
+  with open(os.path.join(donor, "warmstart.jsonl")) as a, open(os.path.join(member, "warmstart.jsonl")) as b:
+    assert a.read() == b.read()

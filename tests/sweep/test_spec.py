@@ -72,3 +72,25 @@ def test_merge_overrides_rejects_clash():
   assert spec.merge_overrides({"train.num_steps": 5}, m) == {"train.num_steps": 5, "seed": 1}
   with pytest.raises(ValueError, match="clashes"):
     spec.merge_overrides({"seed": 2}, m)
+
+
+def test_order_by_seed_and_share_warm_start():
+  members = spec.grid(spec.axis("algo.advantage", ["grpo", "rloo"]), seeds=[0, 1])
+  members += spec.grid(spec.variants({"kl": {"algo.beta": 0.04}}), seeds=[0, 1])
+  shared = spec.order_by_seed(spec.share_warm_start(members, donor_group="rloo", exclude=["kl"]))
+  assert [(m["name"], m.get("init_from")) for m in shared] == [
+      ("rloo_seed0", None), ("grpo_seed0", "rloo_seed0"), ("kl_seed0", None),
+      ("rloo_seed1", None), ("grpo_seed1", "rloo_seed1"), ("kl_seed1", None)]
+  validated = spec.validate(shared)
+  assert validated[1].init_from == "rloo_seed0" and validated[1].to_json()["init_from"] == "rloo_seed0"
+  with pytest.raises(ValueError, match="no member is in donor group 'dapo'"):
+    spec.share_warm_start(members, donor_group="dapo")
+  with pytest.raises(ValueError, match="has no donor in group 'kl' with seed 1"):
+    spec.share_warm_start(members[:3] + members[4:5], donor_group="kl")
+
+
+def test_init_from_must_name_an_earlier_member():
+  with pytest.raises(ValueError, match="init_from='b' is not the name of an earlier member"):
+    spec.validate([{"name": "a", "init_from": "b"}, {"name": "b"}])
+  with pytest.raises(ValueError, match="init_from='a'"):
+    spec.validate([{"name": "a", "init_from": "a"}])
