@@ -93,7 +93,7 @@ def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof:
   if method not in METHODS:
     raise ValueError(f"unknown advantage method {method!r}; expected one of {list(METHODS)}")
   _check_ddof(std_ddof)
-  if not eps >= 0:
+  if isinstance(eps, (int, float)) and not eps >= 0:  # a traced eps cannot be checked here
     raise ValueError(f"eps must be >= 0, got {eps!r}")
   if method == "rloo" and isinstance(group_size, int) and group_size < 2:
     raise ValueError(f"rloo needs group_size >= 2 (the baseline is the mean of the other G-1 rewards), "

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from grpo_jax.algo import advantages as adv_lib
 from grpo_jax.algo.advantages import compute_advantages, frac_reward_zero_std, group_stats
-from tests.algo import reference as ref
+from . import reference as ref
 
 METHODS = ["grpo", "dr_grpo", "rloo", "batch"]
 SETTINGS = settings(max_examples=30, deadline=None)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from grpo_jax.algo import aggregation as agg
-from tests.algo import reference as ref
-from tests.algo.conftest import make_batch
+from . import reference as ref
+from .batches import make_batch
 
 MODES = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 

@@ -5,7 +5,7 @@ import pytest
 
 from grpo_jax.algo import kl
 from grpo_jax.algo.entropy import entropy_from_logits, top_entropy_mask
-from tests.algo import reference as ref
+from . import reference as ref
 
 
 @pytest.mark.parametrize("name", ["k1", "k2", "k3"])

@@ -5,12 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.algo import advantages, aggregation as agg
+from grpo_jax.algo import advantages
 from grpo_jax.algo.entropy import entropy_from_logits
 from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, grpo_objective
-from tests.algo import reference as ref
-from tests.algo.conftest import make_batch
-from tests.algo.test_policy_losses import CASES
+from . import reference as ref
+from .batches import CASES, make_batch
 
 AGGS = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 

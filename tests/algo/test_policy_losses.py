@@ -6,17 +6,8 @@ from hypothesis import given, settings, strategies as st
 from grpo_jax.algo import registry
 from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss
 from grpo_jax.algo.policy_losses import cispo, clipped_surrogate, importance_log_ratio
-from tests.algo import reference as ref
-from tests.algo.conftest import make_batch
-
-CASES = {
-    "token": dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2),
-    "clip_higher": dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2, epsilon_high=0.28),
-    "dual_clip": dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2, delta=1.5),
-    "gspo": dict(policy_loss="clipped", importance_level="sequence", epsilon_low=0.03, epsilon_high=0.04),
-    "gspo_dual": dict(policy_loss="clipped", importance_level="sequence", epsilon_low=0.1, delta=1.2),
-    "cispo": dict(policy_loss="cispo", importance_level="token", epsilon_low=0.2, cispo_epsilon_high=1.3),
-}
+from . import reference as ref
+from .batches import CASES, make_batch
 
 
 def _clean_inputs(b):

@@ -1,8 +1,17 @@
-"""Shared helpers for tests/algo: random rollout batches with padding, empty and length-1 completions."""
+"""Shared test data for tests/algo: random rollout batches with padding, empty and length-1 completions."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
+
+# Policy-loss settings exercised against the reference (LossConfig keyword arguments).
+CASES = {
+    "token": dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2),
+    "clip_higher": dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2, epsilon_high=0.28),
+    "dual_clip": dict(policy_loss="clipped", importance_level="token", epsilon_low=0.2, delta=1.5),
+    "gspo": dict(policy_loss="clipped", importance_level="sequence", epsilon_low=0.03, epsilon_high=0.04),
+    "gspo_dual": dict(policy_loss="clipped", importance_level="sequence", epsilon_low=0.1, delta=1.2),
+    "cispo": dict(policy_loss="cispo", importance_level="token", epsilon_low=0.2, cispo_epsilon_high=1.3),
+}
 
 
 def make_batch(seed: int, B: int = 8, T: int = 6, nan_padding: bool = True):
@@ -26,7 +35,3 @@ def make_batch(seed: int, B: int = 8, T: int = 6, nan_padding: bool = True):
   out.update(adv=adv.astype(np.float32), mask=mask, lengths=[int(n) for n in lengths])
   return out
 
-
-@pytest.fixture
-def batch():
-  return make_batch(0)
