@@ -3,6 +3,7 @@
 
   python scripts/report.py runs/ablation_variants                      # -> runs/ablation_variants/report/
   python scripts/report.py runs/av --group_by '^(.*)_seed\\d+$' --out docs/ablations --smooth 10
+  python scripts/report.py runs/av --groups '^(grpo_smtm|dapo|gspo)' --out runs/av/report_headline
 
 Groups default to each member's `group` from the sweep file (its name without `_seed<N>`); --group_by REGEX
 regroups by the regex's named group `group`, else its group 1, else the whole match in the member name.
@@ -26,9 +27,10 @@ def main(argv=None) -> int:
   parser.add_argument("--out", default=None, help="output directory (default SWEEP_DIR/report)")
   parser.add_argument("--smooth", type=int, default=10, help="moving-average window for reward and KL curves")
   parser.add_argument("--title", default=None)
+  parser.add_argument("--groups", default=None, help="regex (re.search) on group names: report only those")
   args = parser.parse_args(argv)
   group_fn = report.regex_grouper(args.group_by) if args.group_by else None
-  paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title)
+  paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups)
   with open(paths["summary.md"]) as f:
     print(f.read())
   print("wrote " + ", ".join(paths.values()))

@@ -219,12 +219,15 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report") -> str:
     for m in failed:
       last = m.error.strip().splitlines()[-1] if m.error.strip() else "(no output)"
       lines.append(f"- `{m.name}` (group {m.group}): `{last}` — full tail in `{m.workdir}/FAILED`")
-  unfinished = [m for m in runs if m.status in ("unfinished", "pending")]
-  if unfinished:
+  unfinished = [m for m in runs if m.status == "unfinished"]
+  pending = [m for m in runs if m.status == "pending"]
+  if unfinished or pending:
     lines += ["", "### Not finished", ""]
     for m in unfinished:
       steps = "" if not m.rows else f", {int(m.summary['steps'])} steps logged"
-      lines.append(f"- `{m.name}` (group {m.group}): {m.status}{steps}")
+      lines.append(f"- `{m.name}` (group {m.group}): unfinished{steps}")
+    if pending:
+      lines.append(f"- not started ({len(pending)}): " + ", ".join(f"`{m.name}`" for m in pending))
   return "\n".join(lines) + "\n"
 
 
@@ -319,9 +322,14 @@ def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done"
 
 
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
-                 title: str | None = None) -> dict[str, str]:
-  """Writes summary.md, groups.csv, members.csv and curves.png into out_dir (default SWEEP_DIR/report)."""
+                 title: str | None = None, groups: str | None = None) -> dict[str, str]:
+  """Writes summary.md, groups.csv, members.csv and curves.png into out_dir (default SWEEP_DIR/report).
+  `groups`: a regex (re.search) on group names; only those groups are reported."""
   runs = load_sweep_dir(sweep_dir, group_fn)
+  if groups is not None:
+    runs = [r for r in runs if re.search(groups, r.group)]
+    if not runs:
+      raise ValueError(f"--groups {groups!r} matches no group of {sweep_dir}")
   out_dir = out_dir or os.path.join(sweep_dir, "report")
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}

@@ -108,7 +108,7 @@ def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
   assert "| c | 1/2 | 0.500 | 0.500 | 0.500 | 0.00e+00 | 3.00 | 1.00 | 7 |" in md
   assert "### Failed members" in md and "`b_seed0` (group b): `ValueError: boom`" in md
   assert "- a: `algo.x=a`\n" in md and "- extra: (none recorded)" in md
-  assert "`c_seed0` (group c): pending" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
+  assert "- not started (1): `c_seed0`" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
   groups = list(csv.DictReader(io.StringIO(report.groups_csv(runs))))
   assert [g["group"] for g in groups] == ["a", "b", "c", "extra"]
   assert float(groups[0]["reward_auc_mean"]) == pytest.approx(0.45)
@@ -147,3 +147,11 @@ def test_report_cli_writes_table_csv_and_figure(sweep_dir, tmp_path):
   assert sorted(os.listdir(out)) == ["curves.png", "groups.csv", "members.csv", "summary.md"]
   with open(os.path.join(out, "curves.png"), "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_write_report_can_select_groups(sweep_dir, tmp_path):
+  paths = report.write_report(sweep_dir, str(tmp_path / "o"), groups="^(a|c)$", smooth=1)
+  with open(paths["groups.csv"]) as f:
+    assert [row["group"] for row in csv.DictReader(f)] == ["a", "c"]
+  with pytest.raises(ValueError, match="matches no group"):
+    report.write_report(sweep_dir, str(tmp_path / "o"), groups="^z")
