@@ -154,6 +154,16 @@ def regex_grouper(pattern: str) -> Callable[[str, str], str]:
   return group_fn
 
 
+def select_groups(runs: Sequence[MemberRun], pattern: str | None) -> list[MemberRun]:
+  """The members whose group matches `pattern` (re.search); all when it is None."""
+  if pattern is None:
+    return list(runs)
+  chosen = [r for r in runs if re.search(pattern, r.group)]
+  if not chosen:
+    raise ValueError(f"--groups {pattern!r} matches none of the groups {sorted({r.group for r in runs})}")
+  return chosen
+
+
 def groups_in_order(runs: Sequence[MemberRun]) -> dict[str, list[MemberRun]]:
   grouped: dict[str, list[MemberRun]] = {}
   for run in runs:
@@ -325,11 +335,7 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
                  title: str | None = None, groups: str | None = None) -> dict[str, str]:
   """Writes summary.md, groups.csv, members.csv and curves.png into out_dir (default SWEEP_DIR/report).
   `groups`: a regex (re.search) on group names; only those groups are reported."""
-  runs = load_sweep_dir(sweep_dir, group_fn)
-  if groups is not None:
-    runs = [r for r in runs if re.search(groups, r.group)]
-    if not runs:
-      raise ValueError(f"--groups {groups!r} matches no group of {sweep_dir}")
+  runs = select_groups(load_sweep_dir(sweep_dir, group_fn), groups)
   out_dir = out_dir or os.path.join(sweep_dir, "report")
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}

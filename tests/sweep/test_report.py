@@ -149,9 +149,8 @@ def test_report_cli_writes_table_csv_and_figure(sweep_dir, tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_write_report_can_select_groups(sweep_dir, tmp_path):
-  paths = report.write_report(sweep_dir, str(tmp_path / "o"), groups="^(a|c)$", smooth=1)
-  with open(paths["groups.csv"]) as f:
-    assert [row["group"] for row in csv.DictReader(f)] == ["a", "c"]
-  with pytest.raises(ValueError, match="matches no group"):
-    report.write_report(sweep_dir, str(tmp_path / "o"), groups="^z")
+def test_select_groups(sweep_dir):
+  runs = report.select_groups(report.load_sweep_dir(sweep_dir), "^(a|c)$")
+  assert [r.name for r in runs] == ["a_seed0", "a_seed1", "c_seed0", "c_seed1"]
+  with pytest.raises(ValueError, match="matches none of the groups"):
+    report.select_groups(runs, "^z")
