@@ -1,3 +1,4 @@
+import functools
 import itertools
 
 import jax
@@ -117,12 +118,14 @@ def test_gspo_and_cispo_gradients_at_mu_1():
 F, V = 4, 7
 
 
+@jax.jit
 def _policy(W_FxV, x_BxTxF, y_BxT):
   logits = jnp.einsum("btf,fv->btv", x_BxTxF, W_FxV)
   logp = jnp.take_along_axis(jax.nn.log_softmax(logits), y_BxT[..., None], axis=-1)[..., 0]
   return logp, entropy_from_logits(logits)
 
 
+@functools.lru_cache
 def _rollout(seed, B=16, T=6, G=4):
   rng = np.random.default_rng(seed)
   W = jnp.asarray(rng.normal(size=(F, V)), jnp.float32)
@@ -166,8 +169,10 @@ def test_four_micro_batches_give_the_whole_batch_gradient(aggregation):
   assert float(jnp.max(jnp.abs(whole))) > 1e-3
   np.testing.assert_allclose(accumulated, whole, rtol=1e-5, atol=1e-7)
   # ... and it is the gradient of grpo_loss itself:
-  direct = jax.grad(lambda W: grpo_loss(LossInputs(*_policy(W, batch[0], batch[1])[:1], *batch[2:],
-                                                   _policy(W, batch[0], batch[1])[1]), cfg)[0])(W)
+  def batch_loss(W):
+    logp, ent = _policy(W, batch[0], batch[1])
+    return grpo_loss(LossInputs(logp, *batch[2:], ent), cfg)[0]
+  direct = jax.jit(jax.grad(batch_loss))(W)
   np.testing.assert_allclose(direct, whole, rtol=1e-5, atol=1e-7)
 
   assert float(whole_metrics["clip_ratio/region"][0]) > 0
