@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 PLOT_FILE = "curves.png"
+SUMMARY_FILE = "summary.json"
 
 
 # ---- building blocks ------------------------------------------------------------------------------------
@@ -161,6 +162,8 @@ def train(config, workdir: str) -> Summary:
   t_start = time.time()
   config_lib.validate(config)
   os.makedirs(workdir, exist_ok=True)
+  if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):  # it marks a finished run; this one is not yet.
+    os.remove(os.path.join(workdir, SUMMARY_FILE))
   cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(cfg_json)
@@ -212,103 +215,105 @@ def train(config, workdir: str) -> Summary:
 
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify)
-  restored = None
-  if checkpointer.all_steps():
-    # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
-    restored = checkpointer.restore_latest(abstract)
-  log_console = print
-  if restored is not None:
-    params, opt_state = restored.state["params"], restored.state["opt_state"]
-    if use_ref:
-      ref_params = restored.state["ref_params"]
-    start_step = restored.step
-    meta = restored.meta
-    data_position = int(meta["data_position"])
-    initial_eval = meta["initial_eval"]
-    wall_before = float(meta.get("elapsed_s", 0.0))
-    if meta.get("seed") != config.seed:
-      raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
-                       f"{config.seed}; use another workdir")
-    log_console(f"[resume] restored step {start_step} from {checkpointer.directory}")
-    writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step)
-  else:
-    start_step = 0
-    wall_before = 0.0
-    writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard)
-    data_position = 0
-    if config.warmstart.enabled:
-      params, info = run_warmstart(
-          config.warmstart, task=task, tokenizer=tokenizer, graphdef=graphdef, params=params,
-          max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
-          chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run_eval(p, 0), log=log_console,
-          mesh=mesh)
-      with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
-        for rec in info["history"]:
-          f.write(json.dumps(rec) + "\n")
-      data_position = info["rows"]
-      initial_eval = info["eval"]
-      opt_state, _ = init_opt_state(optimizer, params, mesh)
+  writer = bar = None
+  try:
+    restored = None
+    if checkpointer.all_steps():
+      # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
+      abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
+      restored = checkpointer.restore_latest(abstract)
+    log_console = print
+    if restored is not None:
+      params, opt_state = restored.state["params"], restored.state["opt_state"]
       if use_ref:
-        ref_params = copy_params(params)
+        ref_params = restored.state["ref_params"]
+      start_step = restored.step
+      meta = restored.meta
+      data_position = int(meta["data_position"])
+      initial_eval = meta["initial_eval"]
+      wall_before = float(meta.get("elapsed_s", 0.0))
+      if meta.get("seed") != config.seed:
+        raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
+                         f"{config.seed}; use another workdir")
+      log_console(f"[resume] restored step {start_step} from {checkpointer.directory}")
+      writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step)
     else:
-      initial_eval = run_eval(params, 0)
-    writer.write(0, initial_eval)
-    checkpointer.save(0, state_tree(), _meta(config, 0, data_position, initial_eval, time.time() - t_start,
-                                             cfg_json))
+      start_step = 0
+      wall_before = 0.0
+      writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard)
+      data_position = 0
+      if config.warmstart.enabled:
+        params, info = run_warmstart(
+            config.warmstart, task=task, tokenizer=tokenizer, graphdef=graphdef, params=params,
+            max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
+            chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run_eval(p, 0), log=log_console,
+            mesh=mesh)
+        with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
+          for rec in info["history"]:
+            f.write(json.dumps(rec) + "\n")
+        data_position = info["rows"]
+        initial_eval = info["eval"]
+        opt_state, _ = init_opt_state(optimizer, params, mesh)
+        if use_ref:
+          ref_params = copy_params(params)
+      else:
+        initial_eval = run_eval(params, 0)
+      writer.write(0, initial_eval)
+      checkpointer.save(0, state_tree(), _meta(config, 0, data_position, initial_eval, time.time() - t_start,
+                                               cfg_json))
 
-  log_console(f"[start] held-out accuracy at step {start_step}: "
-              f"{initial_eval['eval/accuracy'] if start_step == 0 else 'see metrics.jsonl'}; "
-              f"rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {updates_per_step} update(s)/step")
-  bar = metrics_lib.ProgressBar(config.num_steps, start_step, config.log.progress_bar)
-  if start_step == 0:
-    bar.accuracy = initial_eval["eval/accuracy"]
-  last_eval = dict(initial_eval) if start_step == 0 else _last_eval(writer.metrics_path, initial_eval)
-  bar.accuracy = last_eval["eval/accuracy"]
+    last_eval = dict(initial_eval) if start_step == 0 else _last_eval(writer.metrics_path, initial_eval)
+    log_console(f"[start] step {start_step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}; "
+                f"rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {updates_per_step} update(s)/step")
+    bar = metrics_lib.ProgressBar(config.num_steps, start_step, config.log.progress_bar)
+    bar.accuracy = last_eval["eval/accuracy"]
 
-  for step in range(start_step + 1, config.num_steps + 1):
-    t0 = time.time()
-    columns = task.train_rows(data_position, g.prompts_per_step)
-    data_position += g.prompts_per_step
-    rollout = collect_rollout(
-        sampler, params, tokenizer, columns, group_size=g.group_size, key=jax.random.fold_in(base_key, step),
-        reward_fns=reward_fns, max_prompt_length=s.max_prompt_length, advantage=g.advantage,
-        std_ddof=g.std_ddof, advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions,
-        reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback)
-    batch = place(rollout.batch)
-    if use_ref:
-      batch = batch._replace(ref_logp_BxN=ref_logprobs(ref_params, batch))
-    params, opt_state, step_metrics = train_step(params, opt_state, batch)
-    step_metrics = jax.device_get(step_metrics)
-    if use_ref and g.ref_reset_every and step % g.ref_reset_every == 0:
-      ref_params = copy_params(params)  # iterative GRPO: the reference becomes the current policy.
-    step_time = time.time() - t0
+    for step in range(start_step + 1, config.num_steps + 1):
+      t0 = time.time()
+      columns = task.train_rows(data_position, g.prompts_per_step)
+      data_position += g.prompts_per_step
+      rollout = collect_rollout(
+          sampler, params, tokenizer, columns, group_size=g.group_size, key=jax.random.fold_in(base_key, step),
+          reward_fns=reward_fns, max_prompt_length=s.max_prompt_length, advantage=g.advantage,
+          std_ddof=g.std_ddof, advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions,
+          reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback)
+      batch = place(rollout.batch)
+      if use_ref:
+        batch = batch._replace(ref_logp_BxN=ref_logprobs(ref_params, batch))
+      params, opt_state, step_metrics = train_step(params, opt_state, batch)
+      step_metrics = jax.device_get(step_metrics)
+      if use_ref and g.ref_reset_every and step % g.ref_reset_every == 0:
+        ref_params = copy_params(params)  # iterative GRPO: the reference becomes the current policy.
+      step_time = time.time() - t0
 
-    metrics: dict[str, Any] = dict(rollout.metrics)
-    metrics.update({k: float(v) for k, v in step_metrics.items()})
-    metrics["learning_rate"] = float(schedule((step - 1) * updates_per_step))
-    metrics["step_time"] = step_time
-    metrics["tokens_per_s"] = rollout.num_tokens / step_time
-    if step % config.eval.every == 0 or step == config.num_steps:
-      last_eval = run_eval(params, step)
-      metrics.update(last_eval)
-    if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
-      writer.write(step, metrics)
-    if config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
-      n = min(config.log.num_samples, len(rollout.prompts))
-      idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
-      samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
-                  "reward": float(rollout.rewards_B[i])} for i in idx]
-      writer.write_samples(step, samples)
-      bar.write(metrics_lib.format_samples(step, samples))
-    bar.update(metrics)
-    if step % config.checkpoint.every == 0 or step == config.num_steps:
-      writer.flush()
-      checkpointer.save(step, state_tree(), _meta(config, step, data_position, initial_eval,
-                                                  wall_before + time.time() - t_start, cfg_json))
-  bar.close()
-  writer.close()
-  checkpointer.close()
+      metrics: dict[str, Any] = dict(rollout.metrics)
+      metrics.update({k: float(v) for k, v in step_metrics.items()})
+      metrics["learning_rate"] = float(schedule((step - 1) * updates_per_step))
+      metrics["step_time"] = step_time
+      metrics["tokens_per_s"] = rollout.num_tokens / step_time
+      if step % config.eval.every == 0 or step == config.num_steps:
+        last_eval = run_eval(params, step)
+        metrics.update(last_eval)
+      if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
+        writer.write(step, metrics)
+      if config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
+        n = min(config.log.num_samples, len(rollout.prompts))
+        idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
+        samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
+                    "reward": float(rollout.rewards_B[i])} for i in idx]
+        writer.write_samples(step, samples)
+        bar.write(metrics_lib.format_samples(step, samples))
+      bar.update(metrics)
+      if step % config.checkpoint.every == 0 or step == config.num_steps:
+        writer.flush()
+        checkpointer.save(step, state_tree(), _meta(config, step, data_position, initial_eval,
+                                                    wall_before + time.time() - t_start, cfg_json))
+  finally:  # also when interrupted: flush what was logged, release orbax's threads.
+    if bar is not None:
+      bar.close()
+    if writer is not None:
+      writer.close()
+    checkpointer.close()
 
   plot_path = None
   if config.log.plot:
@@ -317,7 +322,7 @@ def train(config, workdir: str) -> Summary:
   summary = Summary(accuracy_before=initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                     steps=config.num_steps, wall_s=wall_before + time.time() - t_start, plot_path=plot_path,
                     workdir=workdir)
-  with open(os.path.join(workdir, "summary.json"), "w") as f:
+  with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
     json.dump(dataclasses.asdict(summary), f, indent=2)
   log_console(summary.line())
   return summary

@@ -141,7 +141,7 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       (grads, loss_sum, denom, metrics, mismatch), _ = jax.lax.scan(accumulate, init, mini)
       denom = jnp.maximum(denom, 1e-8)  # an all-masked mini-batch contributes a zero gradient, not NaN.
       grads = jax.tree.map(lambda g: g / denom, grads)
-      grad_norm = optax.global_norm(grads)
+      grad_norm = optax.tree.norm(grads)
       updates, opt_state = optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
       metrics_total = jax.tree.map(jnp.add, metrics_total, metrics)

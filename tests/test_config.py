@@ -1,0 +1,103 @@
+"""The base config and its validation: every bad setting stops the run before any compile, naming the key."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+import pytest
+
+from grpo_jax import config as config_lib
+from tests.train.conftest import ROOT, load_experiment
+
+
+def _config(**overrides):
+  c = load_experiment("default")()
+  for key, value in overrides.items():
+    node = c
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = value
+  return c
+
+
+def test_default_experiment_and_presets_validate():
+  config_lib.validate(load_experiment("default")())
+  config_lib.validate(load_experiment("default")("test"))
+  with pytest.raises(ValueError, match="unknown preset 'nope'"):
+    load_experiment("default")("nope")
+
+
+@pytest.mark.parametrize("overrides, key, message", [
+    ({"grpo.mini_batch_size": 48}, "grpo.mini_batch_size", "does not divide the rollout batch"),
+    ({"grpo.mini_batch_size": 64, "grpo.micro_batch_size": 24}, "grpo.micro_batch_size", "does not divide"),
+    ({"sampling.max_new_tokens": 30}, "sampling.max_new_tokens", "exceeds the model's context"),
+    ({"grpo.group_size": 1}, "grpo.group_size", "must be >= 2"),
+    ({"grpo.aggregation": "sum"}, "grpo.aggregation", "not one of"),
+    ({"grpo.advantage": "ppo"}, "grpo.advantage", "not one of"),
+    ({"grpo.kl_estimator": "k4"}, "grpo.kl_estimator", "not one of"),
+    ({"grpo.std_ddof": 2}, "grpo.std_ddof", "not one of"),
+    ({"grpo.policy_loss": "no_such_loss"}, "grpo.policy_loss", "unknown policy loss"),
+    ({"rewards": {"no_such_reward": 1.0}}, "eval.accuracy_reward", "not one of the configured rewards"),
+    ({"rewards": {"exact_match": 1.0, "no_such_reward": 0.5}}, "rewards.no_such_reward", "unknown reward"),
+    ({"sampling.temperature": 0.0}, "sampling.temperature", "must be > 0"),
+    ({"sampling.top_p": 1.5}, "sampling.top_p", "must be in"),
+    ({"grpo.delta": 0.5}, "grpo.delta", "must be > 1"),
+    ({"grpo.top_entropy_quantile": 0.0}, "grpo.top_entropy_quantile", "must be in"),
+    ({"num_steps": 0}, "num_steps", "must be >= 1"),
+    ({"optim.schedule": "linear"}, "optim.schedule", "not one of"),
+    ({"model.num_kv_heads": 3}, "model.num_kv_heads", "does not divide"),
+])
+def test_inconsistent_settings_name_the_key(overrides, key, message):
+  with pytest.raises(ValueError, match=f"config.{key}: .*{message}"):
+    config_lib.validate(_config(**overrides))
+
+
+def test_not_yet_implemented_options_refuse_to_run():
+  with pytest.raises(NotImplementedError, match="grpo.dynamic_sampling"):
+    config_lib.validate(_config(**{"grpo.dynamic_sampling": True}))
+
+
+def test_locked_config_rejects_unknown_keys_and_wrong_types():
+  c = load_experiment("default")()
+  c.lock()
+  with pytest.raises(AttributeError, match="betta"):
+    c.grpo.betta = 0.0
+  with pytest.raises(TypeError):
+    c.num_steps = "many"
+  c.grpo.epsilon_high = 0.28  # a None default with a declared type accepts a float ...
+  with pytest.raises(TypeError):
+    c.grpo.epsilon_high = "high"  # ... and nothing else
+
+
+def test_every_experiment_file_starts_with_its_command():
+  files = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py")))
+  assert files
+  for path in files:
+    with open(path) as f:
+      lines = f.read().splitlines()
+    header = []
+    for line in lines:  # the leading comment block
+      if not line.startswith("#"):
+        break
+      header.append(line)
+    assert header, f"{path} does not begin with a comment"
+    assert any(("python scripts/" in line or "bash scripts/" in line) for line in header), (
+        f"{path}: the leading comment gives no command that runs it")
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--config.grpo.betta=0", "betta"),
+    ("--config.num_steps=many", "num_steps"),
+    ("--config.grpo.mini_batch_size=5", "config.grpo.mini_batch_size: 5 does not divide"),
+])
+def test_launcher_stops_before_compiling(flag, message, tmp_path):
+  workdir = tmp_path / "run"
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config",
+                         os.path.join(ROOT, "experiments", "default.py:test"), flag, "--workdir", str(workdir)],
+                        capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert proc.returncode != 0
+  assert message in proc.stderr, proc.stderr[-2000:]
+  assert not (workdir / "checkpoints").exists()

@@ -1,0 +1,166 @@
+"""End-to-end runs of the tiny preset: what a run writes, compilation counts, exact resume after a kill,
+fallback past a corrupt checkpoint, and the plot script."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from grpo_jax.train import loop
+from grpo_jax.train import step as step_lib
+from grpo_jax.train.metrics import read_jsonl
+from tests.train.conftest import ROOT, load_experiment
+
+TIMING = {"step_time", "tokens_per_s"}
+NUM_STEPS = 6
+
+
+def _config():
+  c = load_experiment("default")("test")
+  c.num_steps = NUM_STEPS
+  c.checkpoint.every = 3
+  c.checkpoint.keep = 2
+  c.eval.every = 3
+  c.warmstart.max_steps = 1
+  # Every path of the update: a reference model (beta > 0, reset every 2 steps), two passes over two
+  # mini-batches of two micro-batches each, and pass@k evaluation.
+  c.grpo.beta = 0.04
+  c.grpo.ref_reset_every = 2
+  c.grpo.num_iterations = 2
+  c.grpo.mini_batch_size = 8
+  c.grpo.micro_batch_size = 4
+  c.eval.pass_k = 2
+  return c
+
+
+def _metrics(workdir):
+  return [{k: v for k, v in r.items() if k not in TIMING} for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+
+
+def _final_checksum(workdir):
+  steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
+  with open(os.path.join(workdir, "checkpoints", str(steps[-1]), "meta", "metadata")) as f:
+    meta = json.load(f)
+  return steps[-1], meta["state_sha256"]
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory, compile_cache):
+  """An uninterrupted run, counting how often each array program is traced."""
+  workdir = str(tmp_path_factory.mktemp("uninterrupted"))
+  traces = {"train_step": 0, "logprobs": 0}
+  samplers = []
+  make_train_step, make_logprob_fn, make_samplers = loop.make_train_step, loop.make_logprob_fn, loop.make_samplers
+
+  def counting(name, maker):
+    def wrapped(*args, **kwargs):
+      fn = maker(*args, **kwargs)
+
+      def traced(*a):
+        traces[name] += 1
+        return fn(*a)
+      return traced
+    return wrapped
+
+  def keep_samplers(*args):
+    out = make_samplers(*args)
+    samplers.extend(s for s in out if s is not None)
+    return out
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(loop, "make_train_step", counting("train_step", make_train_step))
+    mp.setattr(loop, "make_logprob_fn", counting("logprobs", make_logprob_fn))
+    mp.setattr(loop, "make_samplers", keep_samplers)
+    summary = loop.train(_config(), workdir)
+  return workdir, summary, traces, samplers
+
+
+def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(reference_run):
+  workdir, summary, traces, samplers = reference_run
+  records = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  assert [r["step"] for r in records] == list(range(NUM_STEPS + 1))
+  expected = {"reward", "reward_std", "rewards/exact_match/mean", "frac_reward_zero_std", "kl", "entropy",
+              "clip_ratio/low", "clip_ratio/high", "clip_ratio/region", "completions/mean_length",
+              "completions/min_length", "completions/max_length", "completions/clipped_ratio",
+              "learning_rate", "grad_norm", "step_time", "tokens_per_s", "logp_mismatch"}
+  for r in records[1:]:
+    assert expected <= set(r), expected - set(r)
+  evals = [r["step"] for r in records if "eval/accuracy" in r]
+  assert evals == [0, 3, 6]
+  assert all("eval/pass@2" in r for r in records if "eval/accuracy" in r)
+  # Samplers and trainer share the model code: their log-probs agree to float32 rounding.
+  assert max(r["logp_mismatch"] for r in records[1:]) < 1e-3
+  assert summary.accuracy_before == records[0]["eval/accuracy"]
+  assert summary.accuracy_after == records[-1]["eval/accuracy"]
+  assert os.path.exists(summary.plot_path)
+  samples = read_jsonl(os.path.join(workdir, "samples.jsonl"))
+  assert samples and {"step", "prompt", "completion", "reward"} <= set(samples[0])
+  assert glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*"))
+  assert read_jsonl(os.path.join(workdir, "warmstart.jsonl"))
+  with open(os.path.join(workdir, "summary.json")) as f:
+    assert json.load(f)["steps"] == NUM_STEPS
+  # One trace of the update and of the reference log-probs for the whole run; one program per sampler.
+  assert traces == {"train_step": 1, "logprobs": 1}
+  for s in samplers:
+    assert all(count <= 1 for count in s.trace_counts.values()), s.trace_counts
+
+
+def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
+  ref_dir = reference_run[0]
+  workdir = str(tmp_path / "killed")
+  calls = {"n": 0}
+  collect = loop.collect_rollout
+
+  def dies_at_step_5(*args, **kwargs):
+    calls["n"] += 1
+    if calls["n"] == 5:  # step 4 was logged, but the last checkpoint is step 3.
+      raise KeyboardInterrupt("simulated kill")
+    return collect(*args, **kwargs)
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(loop, "collect_rollout", dies_at_step_5)
+    with pytest.raises(KeyboardInterrupt):
+      loop.train(_config(), workdir)
+  assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3, 4]
+
+  loop.train(_config(), workdir)  # resumes from step 3
+  assert _metrics(workdir) == _metrics(ref_dir)
+  assert _final_checksum(workdir) == _final_checksum(ref_dir)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(reference_run, tmp_path):
+  ref_dir = reference_run[0]
+  workdir = str(tmp_path / "corrupt")
+  shutil.copytree(ref_dir, workdir)
+  latest = os.path.join(workdir, "checkpoints", str(NUM_STEPS))
+  data_files = [f for f in glob.glob(os.path.join(latest, "state", "**", "d", "*"), recursive=True)
+                if os.path.isfile(f)]
+  assert data_files
+  for f in data_files:  # a half-written disk: every data file truncated
+    with open(f, "r+b") as fh:
+      fh.truncate(os.path.getsize(f) // 2)
+  with pytest.warns(RuntimeWarning, match=f"checkpoint at step {NUM_STEPS}.*falling back"):
+    loop.train(_config(), workdir)
+  assert os.path.isdir(os.path.join(workdir, "checkpoints_damaged", str(NUM_STEPS)))
+  # Steps 4..6 were redone from the step-3 checkpoint and give the same result.
+  assert _metrics(workdir) == _metrics(ref_dir)
+  assert _final_checksum(workdir) == _final_checksum(ref_dir)
+
+
+def test_plot_script_draws_several_runs(reference_run, tmp_path):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("plot_script", os.path.join(ROOT, "scripts", "plot.py"))
+  plot_script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(plot_script)
+  other = tmp_path / "other"
+  other.mkdir()
+  shutil.copy(os.path.join(reference_run[0], "metrics.jsonl"), other)
+  out = str(tmp_path / "both.png")
+  plot_script.main([reference_run[0], str(other), "--out", out])
+  with open(out, "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
+    plot_script.main([str(tmp_path / "missing"), "--out", out])
