@@ -12,6 +12,7 @@ programs). Prints tokens/s for both and the ratio.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -106,7 +107,8 @@ def main():
         f"mlp {args.mlp}, vocab {args.vocab} ({n_params / 1e6:.1f}M params, float32)")
   print(f"batch {B} x {N} new tokens, prompts {args.prompt_min}-{args.prompt_max} tokens, mode {args.mode}, "
         f"median of {args.repeats}; jax {jax.__version__} on {jax.devices()[0].platform}, "
-        f"torch {torch.__version__} with {args.torch_threads} threads")
+        f"torch {torch.__version__} with {args.torch_threads} threads; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
   print(f"grpo_jax Sampler:         {tps_jax:9.0f} tokens/s ({t_jax * 1e3:.1f} ms per call)")
   print(f"transformers generate:    {tps_torch:9.0f} tokens/s ({t_torch * 1e3:.1f} ms per call)")
   print(f"ratio (grpo_jax / transformers): {tps_jax / tps_torch:.2f}x")

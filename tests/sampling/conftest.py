@@ -1,44 +1,13 @@
-"""Tiny random transformers checkpoints (the reference) and the same weights in our Transformer."""
+"""Tiny random transformers checkpoints (the reference), loaded here with `from_pretrained`."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 import transformers
-from flax import nnx
 
-from grpo_jax.model import Transformer, from_hf_config
-
-
-def hf_to_params(hf_model, model: Transformer) -> None:
-  """Copies a transformers Llama/Qwen2 state dict into `model` (in place).
-
-  A local stand-in for `grpo_jax.model.hf_io.from_pretrained`, written against the HF layout:
-  Linear weights are [out, in], so projections transpose and split their out dimension into heads.
-  """
-  cfg = model.cfg
-  sd = {k: v.detach().numpy().astype(np.float32) for k, v in hf_model.state_dict().items()}
-  D, N, K, H = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-  model.embed_VxD.value = sd["model.embed_tokens.weight"]
-  for i, layer in enumerate(model.layers):
-    p = f"model.layers.{i}."
-    layer.input_norm.scale.value = sd[p + "input_layernorm.weight"]
-    layer.post_attn_norm.scale.value = sd[p + "post_attention_layernorm.weight"]
-    a = layer.attn
-    a.q_DxNxH.value = sd[p + "self_attn.q_proj.weight"].T.reshape(D, N, H)
-    a.k_DxKxH.value = sd[p + "self_attn.k_proj.weight"].T.reshape(D, K, H)
-    a.v_DxKxH.value = sd[p + "self_attn.v_proj.weight"].T.reshape(D, K, H)
-    a.o_NxHxD.value = sd[p + "self_attn.o_proj.weight"].T.reshape(N, H, D)
-    if cfg.attention_bias:
-      a.q_bias_NxH.value = sd[p + "self_attn.q_proj.bias"].reshape(N, H)
-      a.k_bias_KxH.value = sd[p + "self_attn.k_proj.bias"].reshape(K, H)
-      a.v_bias_KxH.value = sd[p + "self_attn.v_proj.bias"].reshape(K, H)
-    layer.mlp.gate_DxF.value = sd[p + "mlp.gate_proj.weight"].T
-    layer.mlp.up_DxF.value = sd[p + "mlp.up_proj.weight"].T
-    layer.mlp.down_FxD.value = sd[p + "mlp.down_proj.weight"].T
-  model.final_norm.scale.value = sd["model.norm.weight"]
-  if not cfg.tie_word_embeddings:
-    model.lm_head_DxV.value = sd["lm_head.weight"].T
+from grpo_jax.model import Transformer
+from grpo_jax.model.hf_io import from_pretrained
 
 
 def tiny_hf_model(kind: str, seed: int = 0):
@@ -65,23 +34,22 @@ def tiny_hf_model(kind: str, seed: int = 0):
   return hf
 
 
-def jax_twin(hf) -> Transformer:
-  cfg = from_hf_config(hf.config.to_dict())
-  model = Transformer(cfg, rngs=nnx.Rngs(0))
-  hf_to_params(hf, model)
-  return model
+def jax_twin(hf, directory) -> Transformer:
+  """The same weights in our Transformer, through a safetensors checkpoint and `from_pretrained`."""
+  hf.save_pretrained(directory)
+  return from_pretrained(directory)
 
 
 @pytest.fixture(scope="session")
-def qwen2_pair():
+def qwen2_pair(tmp_path_factory):
   hf = tiny_hf_model("qwen2")
-  return hf, jax_twin(hf)
+  return hf, jax_twin(hf, tmp_path_factory.mktemp("qwen2"))
 
 
 @pytest.fixture(scope="session")
-def llama_pair():
+def llama_pair(tmp_path_factory):
   hf = tiny_hf_model("llama", seed=1)
-  return hf, jax_twin(hf)
+  return hf, jax_twin(hf, tmp_path_factory.mktemp("llama"))
 
 
 def teacher_forced_logits(model: Transformer, res) -> np.ndarray:

@@ -150,13 +150,15 @@ def test_compiles_once_per_bucket(qwen2_pair):
   sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=3, temperature=1.0))
   rng = np.random.default_rng(9)
   # Prompt lengths 1..16 share the 16 bucket; 3 or 4 prompts share the batch bucket 4.
-  for i, lengths in enumerate([[3, 16], [1, 5, 7], [16, 2, 9, 4], [11, 12, 13]]):
+  for i, lengths in enumerate([[3, 16, 1], [1, 5, 7, 2], [16, 2, 9, 4], [11, 12, 13]]):
     res = sampler.generate(state, random_prompts(rng, lengths, model.cfg.vocab_size), jax.random.key(i))
     assert res.prompt_BxP.shape == (len(lengths), 16) and res.completion_BxN.shape == (len(lengths), 3)
-  assert sampler.trace_counts == {"prefill": 2, "decode": 2}  # batch buckets 2 and 4
-  assert sampler._prefill._cache_size() == 2 and sampler._decode._cache_size() == 2
-  sampler.generate(state, random_prompts(rng, [17, 3, 30], model.cfg.vocab_size), jax.random.key(9))
-  assert sampler.trace_counts == {"prefill": 3, "decode": 3}  # prompt bucket 32
+  assert sampler.trace_counts == {"prefill": 1, "decode": 1}
+  assert sampler._prefill._cache_size() == 1 and sampler._decode._cache_size() == 1
+  for i, lengths in enumerate([[17, 3, 30], [32, 20, 1, 1]]):
+    res = sampler.generate(state, random_prompts(rng, lengths, model.cfg.vocab_size), jax.random.key(9 + i))
+    assert res.prompt_BxP.shape == (len(lengths), 32)
+  assert sampler.trace_counts == {"prefill": 2, "decode": 2}  # one more prompt bucket: 32
 
 
 def test_generate_rejects_bad_prompts(qwen2_pair):
