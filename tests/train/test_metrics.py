@@ -1,0 +1,54 @@
+"""metrics.jsonl / samples.jsonl bookkeeping across a resume, and the learning-rate schedule."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from grpo_jax.train.metrics import MetricsWriter, read_jsonl
+from grpo_jax.train.optim import learning_rate_schedule
+
+
+def test_resume_drops_records_after_the_checkpoint(tmp_path):
+  w = MetricsWriter(str(tmp_path), tensorboard=False)
+  for step in range(5):
+    w.write(step, {"reward": np.float32(step) / 10, "bad": float("nan")})
+    w.write_samples(step, [{"prompt": "1+1=", "completion": "2", "reward": 1.0}])
+  w.close()
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"step": 5, "rew')  # killed mid-line
+  assert [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))] == [0, 1, 2, 3, 4]
+  assert read_jsonl(str(tmp_path / "metrics.jsonl"))[2] == {"step": 2, "reward": pytest.approx(0.2), "bad": None}
+
+  w = MetricsWriter(str(tmp_path), tensorboard=False, resume_step=2)
+  assert [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))] == [0, 1, 2]
+  assert [r["step"] for r in read_jsonl(str(tmp_path / "samples.jsonl"))] == [0, 1, 2]
+  w.write(3, {"reward": 0.5})
+  assert [r["step"] for r in read_jsonl(str(tmp_path / "metrics.jsonl"))] == [0, 1, 2, 3]
+  w.close()
+  MetricsWriter(str(tmp_path), tensorboard=False).close()  # a fresh run starts empty files
+  assert not os.path.exists(tmp_path / "metrics.jsonl")
+
+
+def _optim(**kw):
+  c = ml_collections.ConfigDict(dict(learning_rate=1e-3, schedule="constant", warmup_steps=0, min_lr_ratio=0.0))
+  c.update(kw)
+  return c
+
+
+def test_schedule_warmup_then_cosine_in_updates():
+  # 10 steps of 2 updates each, warmup over 2 steps (4 updates), cosine to 10% of the peak over 16 updates.
+  sched = learning_rate_schedule(_optim(schedule="cosine", warmup_steps=2, min_lr_ratio=0.1), 10, 2)
+  assert float(sched(0)) == 0.0
+  assert float(sched(2)) == pytest.approx(0.5e-3)
+  assert float(sched(4)) == pytest.approx(1e-3)
+  k = 8
+  expected = 1e-3 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (k - 4) / 16)))
+  assert float(sched(k)) == pytest.approx(expected, rel=1e-5)
+  assert float(sched(20)) == pytest.approx(1e-4, rel=1e-5)
+  constant = learning_rate_schedule(_optim(), 10, 1)
+  assert float(constant(0)) == float(constant(9)) == pytest.approx(1e-3)
