@@ -10,7 +10,7 @@ from grpo_jax import config as base
 def get_config(preset: str | None = None):
   c = base.get_config()
   c.seed = 0
-  c.num_steps = 300
+  c.num_steps = 500
   c.task.name = "addition"
   c.task.num_digits = 2
   c.rewards = {"exact_match": 1.0}
@@ -28,7 +28,7 @@ def get_config(preset: str | None = None):
   c.warmstart.enabled = True
   c.warmstart.learning_rate = 3e-3
   c.warmstart.batch_size = 128
-  c.warmstart.eval_every = 25
+  c.warmstart.eval_every = 10
   c.warmstart.target_accuracy = 0.3
   c.warmstart.max_steps = 2000
 
