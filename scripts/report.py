@@ -28,9 +28,11 @@ def main(argv=None) -> int:
   parser.add_argument("--smooth", type=int, default=10, help="moving-average window for reward and KL curves")
   parser.add_argument("--title", default=None)
   parser.add_argument("--groups", default=None, help="regex (re.search) on group names: report only those")
+  parser.add_argument("--baseline", default=None, help="a group to compare the others with, paired by seed")
   args = parser.parse_args(argv)
   group_fn = report.regex_grouper(args.group_by) if args.group_by else None
-  paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups)
+  paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
+                              args.baseline)
   with open(paths["summary.md"]) as f:
     print(f.read())
   print("wrote " + ", ".join(paths.values()))

@@ -192,6 +192,47 @@ def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
   return table
 
 
+PAIRED_COLUMNS = [("eval_acc_final", "Δ final eval acc", "{:+.3f}"), ("reward_auc", "Δ reward AUC", "{:+.3f}")]
+
+
+def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any]]:
+  """Per group: differences to the `baseline` group's member with the same seed (`_seed<N>` suffix), over the
+  finished pairs: (mean, std, n) and the number of pairs where the group is higher ('wins').
+
+  Members with the same seed share the warm start and the data order, so a paired difference removes the
+  seed-to-seed spread of the starting point that dominates the per-group std."""
+  grouped = groups_in_order(runs)
+  if baseline not in grouped:
+    raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
+  base = {spec_lib.seed_of(m.name): m for m in grouped[baseline] if m.status == "done"}
+  table = []
+  for group, members in grouped.items():
+    if group == baseline:
+      continue
+    pairs = [(m, base[spec_lib.seed_of(m.name)]) for m in members
+             if m.status == "done" and spec_lib.seed_of(m.name) in base and spec_lib.seed_of(m.name) is not None]
+    row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
+    for column, _, _ in PAIRED_COLUMNS:
+      diffs = [m.summary[column] - b.summary[column] for m, b in pairs]
+      row[column] = mean_std(diffs)
+      row[column + "_wins"] = sum(d > 0 for d in diffs)
+    table.append(row)
+  return table
+
+
+def paired_markdown(runs: Sequence[MemberRun], baseline: str) -> str:
+  lines = [f"### Paired by seed: difference to `{baseline}`", "",
+           "Mean ± std over seeds of (group − baseline) for the same seed; in brackets, the seeds where the "
+           "group is higher.", "",
+           "| group | pairs | " + " | ".join(header for _, header, _ in PAIRED_COLUMNS) + " |",
+           "|---|---|" + "---|" * len(PAIRED_COLUMNS)]
+  for row in paired_table(runs, baseline):
+    cells = [f"{_fmt(row[c], fmt)} ({row[c + '_wins']}/{row['pairs']})" if row["pairs"] else "–"
+             for c, _, fmt in PAIRED_COLUMNS]
+    lines.append(f"| {row['group']} | {row['pairs']} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def shared_overrides(members: Sequence[MemberRun]) -> dict[str, Any]:
   """The overrides every member of a group sets to the same value."""
   shared = dict(members[0].overrides)
@@ -204,11 +245,12 @@ def _fmt(stat: tuple[float, float, int], fmt: str) -> str:
   mean, std, n = stat
   if n == 0:
     return "–"
-  return fmt.format(mean) if n == 1 else f"{fmt.format(mean)} ± {fmt.format(std)}"
+  return fmt.format(mean) if n == 1 else f"{fmt.format(mean)} ± {fmt.replace('+', '').format(std)}"
 
 
-def markdown(runs: Sequence[MemberRun], title: str = "Sweep report") -> str:
-  """The per-group table, then the failed and the unfinished members, as Markdown."""
+def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: str | None = None) -> str:
+  """The per-group table, the paired differences to `baseline` (if given), what each group sets, then the
+  failed and the unfinished members, as Markdown."""
   table = group_table(runs)
   lines = [f"## {title}", "",
            "Mean ± std (ddof=1) over the finished seeds of each group; n = finished / all members.", "",
@@ -217,6 +259,8 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report") -> str:
   for row in table:
     cells = [_fmt(row[column], fmt) for column, _, fmt in COLUMNS]
     lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
+  if baseline is not None:
+    lines += ["", paired_markdown(runs, baseline).rstrip("\n")]
   lines += ["", "### What each group sets", "",
             "Overrides shared by all members of the group (those that differ between its members, like the "
             "seed, are left out):", ""]
@@ -332,15 +376,17 @@ def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done"
 
 
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
-                 title: str | None = None, groups: str | None = None) -> dict[str, str]:
+                 title: str | None = None, groups: str | None = None,
+                 baseline: str | None = None) -> dict[str, str]:
   """Writes summary.md, groups.csv, members.csv and curves.png into out_dir (default SWEEP_DIR/report).
-  `groups`: a regex (re.search) on group names; only those groups are reported."""
+  `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
+  the others are compared seed by seed (a second table)."""
   runs = select_groups(load_sweep_dir(sweep_dir, group_fn), groups)
   out_dir = out_dir or os.path.join(sweep_dir, "report")
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
   with open(paths["summary.md"], "w") as f:
-    f.write(markdown(runs, title or f"Sweep report: {sweep_dir}"))
+    f.write(markdown(runs, title or f"Sweep report: {sweep_dir}", baseline))
   with open(paths["groups.csv"], "w") as f:
     f.write(groups_csv(runs))
   with open(paths["members.csv"], "w") as f:

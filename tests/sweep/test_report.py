@@ -154,3 +154,19 @@ def test_select_groups(sweep_dir):
   assert [r.name for r in runs] == ["a_seed0", "a_seed1", "c_seed0", "c_seed1"]
   with pytest.raises(ValueError, match="matches none of the groups"):
     report.select_groups(runs, "^z")
+
+
+def test_paired_differences_to_a_baseline_group(sweep_dir):
+  runs = report.load_sweep_dir(sweep_dir)
+  table = {row["group"]: row for row in report.paired_table(runs, "a")}
+  # b: only b_seed1 finished; paired with a_seed1: final acc 0.9 - 0.8, reward AUC 0.5 - 0.5.
+  b = table["b"]
+  assert b["pairs"] == 1 and b["eval_acc_final"][0] == pytest.approx(0.1) and b["eval_acc_final_wins"] == 1
+  assert b["reward_auc"][0] == pytest.approx(0.0) and b["reward_auc_wins"] == 0
+  # c: c_seed1 (done via summary.json) against a_seed1: 0.5 - 0.8.
+  assert table["c"]["eval_acc_final"][:1] == (pytest.approx(-0.3),) and table["c"]["pairs"] == 1
+  assert table["extra"]["pairs"] == 0
+  md = report.markdown(runs, "t", baseline="a")
+  assert "| b | 1 | +0.100 (1/1) | +0.000 (0/1) |" in md and "| extra | 0 | – | – |" in md
+  with pytest.raises(ValueError, match="'z' is not a group"):
+    report.paired_table(runs, "z")
