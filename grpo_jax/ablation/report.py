@@ -321,17 +321,12 @@ def _smooth(values: np.ndarray, window: int) -> np.ndarray:
   return (cumsum[idx] - cumsum[lo]) / (idx - lo)
 
 
-def band(members: Sequence[MemberRun], key: str, smooth: int = 1):
-  """(steps, mean, std, count) over members at each step any of them logged `key`; std is NaN where count < 2."""
-  per_member = []
-  for m in members:
-    steps, values = series(m.rows, key)
-    if steps.size:
-      per_member.append(dict(zip(steps.tolist(), _smooth(values, smooth).tolist())))
-  if not per_member:
+def _aggregate(curves: Sequence[Mapping[int, float]]):
+  """(steps, mean, std, count) over curves {step: value} at each step any of them has; std NaN if count < 2."""
+  if not curves:
     return (np.zeros(0, np.int64),) + (np.zeros(0),) * 3
-  steps = np.asarray(sorted(set().union(*per_member)), np.int64)
-  grid = np.asarray([[pm.get(s, np.nan) for s in steps.tolist()] for pm in per_member])
+  steps = np.asarray(sorted(set().union(*curves)), np.int64)
+  grid = np.asarray([[c.get(s, np.nan) for s in steps.tolist()] for c in curves])
   count = np.isfinite(grid).sum(0)
   mean = np.nansum(grid, 0) / count
   std = np.full(steps.shape, np.nan)
@@ -341,44 +336,101 @@ def band(members: Sequence[MemberRun], key: str, smooth: int = 1):
   return steps, mean, std, count
 
 
-def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
-  """Mean curve ± one std over seeds per group for reward, held-out accuracy and KL; one panel each."""
+def _curve(member: MemberRun, key: str, smooth: int) -> dict[int, float]:
+  steps, values = series(member.rows, key)
+  return dict(zip(steps.tolist(), _smooth(values, smooth).tolist()))
+
+
+def band(members: Sequence[MemberRun], key: str, smooth: int = 1):
+  """(steps, mean, std, count) over members at each step any of them logged `key`; std is NaN where count < 2."""
+  return _aggregate([c for c in (_curve(m, key, smooth) for m in members) if c])
+
+
+def paired_band(members: Sequence[MemberRun], baseline: Sequence[MemberRun], key: str, smooth: int = 1):
+  """Like `band`, of the differences member − baseline member with the same seed, at the steps both logged."""
+  base = {spec_lib.seed_of(b.name): _curve(b, key, smooth) for b in baseline}
+  diffs = []
+  for m in members:
+    b = base.get(spec_lib.seed_of(m.name))
+    if b is None or spec_lib.seed_of(m.name) is None:
+      continue
+    c = _curve(m, key, smooth)
+    diffs.append({step: c[step] - b[step] for step in c.keys() & b.keys()})
+  return _aggregate([d for d in diffs if d])
+
+
+def _draw(panels, path: str) -> None:
+  """panels: [(title, [(label, (steps, mean, std, count), marker)] per group)] -> one row of plots in a PNG.
+  Groups keep their color (and line style, past 10 groups) across panels."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  grouped = {g: [m for m in ms if m.status in include] for g, ms in groups_in_order(runs).items()}
-  grouped = {g: ms for g, ms in grouped.items() if ms}
-  cmap = plt.get_cmap("tab20" if len(grouped) > 10 else "tab10")
-  fig, axes = plt.subplots(1, len(CURVES), figsize=(5.2 * len(CURVES), 4.2))
-  for ax, (key, label) in zip(axes, CURVES):
-    for i, (group, members) in enumerate(grouped.items()):
-      steps, mean, std, _ = band(members, key, smooth if key != EVAL_ACC else 1)
+  cmap = plt.get_cmap("tab10")
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+  legend = {}
+  for ax, (title, curves) in zip(axes[0], panels):
+    for i, (label, (steps, mean, std, _), marker) in enumerate(curves):
       if not steps.size:
         continue
-      color = cmap(i % cmap.N)
-      ax.plot(steps, mean, color=color, lw=1.4, label=f"{group} (n={len(members)})",
-              marker="o" if key == EVAL_ACC else None, ms=3)
+      color, style = cmap(i % 10), ("-", "--", ":")[(i // 10) % 3]
+      (line,) = ax.plot(steps, mean, color=color, ls=style, lw=1.4, marker=marker, ms=3)
+      legend.setdefault(label, line)
       ok = np.isfinite(std)
-      ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.15, lw=0)
-    title = label if key == EVAL_ACC or smooth <= 1 else f"{label}, moving avg {smooth}"
+      ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.12, lw=0)
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-  handles, labels = axes[0].get_legend_handles_labels()
-  if not handles:
-    handles, labels = axes[1].get_legend_handles_labels()
-  fig.legend(handles, labels, loc="lower center", ncol=min(4, max(1, len(labels))), fontsize=8, frameon=False)
-  rows = -(-len(labels) // 4)
+  fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(4, max(1, len(legend))),
+             fontsize=8, frameon=False)
+  rows = -(-len(legend) // 4)
   fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
-  fig.savefig(path, dpi=90)
+  fig.savefig(path, dpi=80)
   plt.close(fig)
+
+
+def _plotted_groups(runs, include):
+  grouped = {g: [m for m in ms if m.status in include] for g, ms in groups_in_order(runs).items()}
+  return {g: ms for g, ms in grouped.items() if ms}
+
+
+def _title(label: str, key: str, smooth: int) -> str:
+  return label if key == EVAL_ACC or smooth <= 1 else f"{label}, moving avg {smooth}"
+
+
+def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
+  """Mean curve ± one std over seeds per group for reward, held-out accuracy and KL; one panel each."""
+  grouped = _plotted_groups(runs, include)
+  panels = []
+  for key, label in CURVES:
+    window = 1 if key == EVAL_ACC else smooth
+    panels.append((_title(label, key, smooth),
+                   [(f"{g} (n={len(ms)})", band(ms, key, window), "o" if key == EVAL_ACC else None)
+                    for g, ms in grouped.items()]))
+  _draw(panels, path)
+
+
+def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int = 10,
+                include=("done", "unfinished")) -> None:
+  """Mean ± std over seeds of (group − baseline, same seed) for reward and held-out accuracy."""
+  grouped = _plotted_groups(runs, include)
+  if baseline not in grouped:
+    raise ValueError(f"--baseline {baseline!r} is not a group with runs; groups: {list(grouped)}")
+  base = grouped[baseline]
+  panels = []
+  for key, label in CURVES[:2]:
+    window = 1 if key == EVAL_ACC else smooth
+    panels.append((_title(f"{label} − {baseline} (same seed)", key, smooth),
+                   [(g, paired_band(ms, base, key, window), "o" if key == EVAL_ACC else None)
+                    for g, ms in grouped.items() if g != baseline]))
+  _draw(panels, path)
 
 
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
                  title: str | None = None, groups: str | None = None,
                  baseline: str | None = None) -> dict[str, str]:
-  """Writes summary.md, groups.csv, members.csv and curves.png into out_dir (default SWEEP_DIR/report).
+  """Writes summary.md, groups.csv, members.csv and curves.png (and paired.png with a baseline) into out_dir
+  (default SWEEP_DIR/report).
   `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
   the others are compared seed by seed (a second table)."""
   runs = select_groups(load_sweep_dir(sweep_dir, group_fn), groups)
@@ -392,4 +444,7 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
   with open(paths["members.csv"], "w") as f:
     f.write(members_csv(runs))
   plot(runs, paths["curves.png"], smooth=smooth)
+  if baseline is not None:
+    paths["paired.png"] = os.path.join(out_dir, "paired.png")
+    plot_paired(runs, baseline, paths["paired.png"], smooth=smooth)
   return paths

@@ -138,15 +138,28 @@ def test_band_is_mean_and_sample_std_over_members_per_step(sweep_dir):
   np.testing.assert_allclose(smoothed, [0.1, 0.2, 0.4, 0.6])
 
 
-def test_report_cli_writes_table_csv_and_figure(sweep_dir, tmp_path):
+def test_paired_band_differences_by_seed(sweep_dir):
+  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
+  steps, mean, std, count = report.paired_band([runs["b_seed1"], runs["b_seed0"]], [runs["a_seed0"],
+                                                                                    runs["a_seed1"]], "reward")
+  # b_seed1 - a_seed1 at steps 0, 1: 0.5 - 0.2, 0.5 - 0.4; b_seed0 - a_seed0 at step 0: 0.0 - 0.1.
+  np.testing.assert_array_equal(steps, [0, 1])
+  np.testing.assert_allclose(mean, [(0.3 - 0.1) / 2, 0.1])
+  np.testing.assert_allclose(std[0], np.std([0.3, -0.1], ddof=1))
+  assert np.isnan(std[1]) and count.tolist() == [2, 1]
+
+
+def test_report_cli_writes_table_csv_and_figures(sweep_dir, tmp_path):
   out = str(tmp_path / "out")
   result = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "report.py"), sweep_dir, "--out", out,
-                           "--smooth", "2"], capture_output=True, text=True, cwd=REPO, timeout=120)
+                           "--smooth", "2", "--baseline", "a"], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
   assert result.returncode == 0, result.stderr
-  assert "| a | 2/2 |" in result.stdout
-  assert sorted(os.listdir(out)) == ["curves.png", "groups.csv", "members.csv", "summary.md"]
-  with open(os.path.join(out, "curves.png"), "rb") as f:
-    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  assert "| a | 2/2 |" in result.stdout and "difference to `a`" in result.stdout
+  assert sorted(os.listdir(out)) == ["curves.png", "groups.csv", "members.csv", "paired.png", "summary.md"]
+  for name in ("curves.png", "paired.png"):
+    with open(os.path.join(out, name), "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_select_groups(sweep_dir):
