@@ -3,14 +3,16 @@
 
   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/av --print_commands
-  python scripts/sweep.py ... --only 'grpo_.*_seed0' --set train.num_steps=50
+  python scripts/sweep.py ... --only 'grpo_.*_seed0' --set num_steps=50 --set eval.every=10
 
 Each member trains into SWEEP_DIR/<name> (log: train.log). A member is finished once its workdir has DONE
 (written after the trainer exits with code 0); started again, the sweep skips finished members and re-runs the
 others, which resume from their latest checkpoint. Failures write FAILED (exit code + log tail) and do not stop
 the sweep; the exit code is 1 if any member failed in this invocation.
 --print_commands prints one line per member for a job array: by default a `scripts/sweep.py --only '^NAME$'`
-line (same markers, logs and skipping), with --print_format=train the bare trainer command.
+line (same markers, logs and skipping), with --print_format=train the bare trainer command (which knows nothing
+of markers or of `init_from`: each such member then repeats its own warm start). In a job array, a member with
+`init_from` that starts before its donor has written its step-0 checkpoint also runs its own warm start.
 """
 from __future__ import annotations
 
