@@ -1,0 +1,170 @@
+"""Tiny stand-ins for a real recipe's inputs, built locally: a random Qwen2 checkpoint with its tokenizer, and
+small GSM8K- and Countdown-layout datasets. The recipes' `:test` presets and the tests run the full path
+(load, template, sample, reward, update, checkpoint) on them in seconds; nothing is downloaded.
+
+The tokenizer is a byte-level BPE trained (with the `tokenizers` library) on the fixture texts and the prompt
+templates, so every string encodes (no unknown tokens) and prompts stay short. It has Qwen's special tokens
+`<|endoftext|>` (eos and padding), `<|im_start|>` and `<|im_end|>`, and a ChatML chat template written here.
+The checkpoint is a randomly initialized `Transformer` saved with our own `save_pretrained` (no torch).
+
+    python -m grpo_jax.data.fixtures /tmp/fixtures   # writes tiny_qwen2/, gsm8k.jsonl, countdown.parquet
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from grpo_jax.data.datasets import COUNTDOWN_QUESTION
+from grpo_jax.data.templates import R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHECKPOINT_DIR = "tiny_qwen2"
+GSM8K_FILE = "gsm8k.jsonl"
+COUNTDOWN_FILE = "countdown.parquet"
+_DONE = ".complete"
+
+# Hand-written grade-school problems in GSM8K's layout (reasoning, then "#### <number>").
+GSM8K_ROWS = [
+    ("Mia has 4 bags with 6 apples each. She eats 3 apples. How many apples are left?",
+     "4 * 6 = <<4*6=24>>24 apples. 24 - 3 = <<24-3=21>>21.\n#### 21"),
+    ("A book costs $12 and a pen costs $3. How much do 2 books and 5 pens cost?",
+     "2 * 12 = 24. 5 * 3 = 15. 24 + 15 = 39.\n#### 39"),
+    ("Sam runs 5 km every day for 2 weeks. How many km does he run?", "14 * 5 = 70.\n#### 70"),
+    ("A class of 28 students splits into teams of 4. How many teams are there?", "28 / 4 = 7.\n#### 7"),
+    ("The temperature was 3 degrees and dropped by 10 degrees. What is it now?", "3 - 10 = -7.\n#### -7"),
+    ("A farmer has 1,200 eggs and sells 450. How many eggs remain?", "1200 - 450 = 750.\n#### 750"),
+    ("Each box holds 9 pencils. How many pencils are in 11 boxes?", "9 * 11 = 99.\n#### 99"),
+    ("Lena saves $15 a week. How many weeks until she has $120?", "120 / 15 = 8.\n#### 8"),
+    ("A train travels 60 miles per hour for 3.5 hours. How far does it go?", "60 * 3.5 = 210.\n#### 210"),
+    ("Tom had 50 stickers, gave 18 to Ana and bought 7 more. How many does he have?",
+     "50 - 18 = 32. 32 + 7 = 39.\n#### 39"),
+    ("A pizza has 8 slices. How many slices do 6 pizzas have?", "6 * 8 = 48.\n#### 48"),
+    ("A shirt costs $40 and is 25% off. What is the price?", "40 * 0.75 = 30.\n#### 30"),
+    ("There are 3 shelves with 14 books and 2 shelves with 9 books. How many books?",
+     "3 * 14 = 42. 2 * 9 = 18. 42 + 18 = 60.\n#### 60"),
+    ("Ben is 3 times as old as his 4-year-old sister. How old is Ben?", "3 * 4 = 12.\n#### 12"),
+    ("A tank holds 500 liters and is 40% full. How many liters are in it?", "500 * 0.4 = 200.\n#### 200"),
+    ("Kim reads 25 pages a day. How many pages does she read in 30 days?", "25 * 30 = 750.\n#### 750"),
+]
+
+
+def gsm8k_records() -> list[dict]:
+  return [{"question": q, "answer": a} for q, a in GSM8K_ROWS]
+
+
+def countdown_records(n: int = 16, seed: int = 0) -> list[dict]:
+  """Countdown problems with a known solution: target = (a op b) op c for three numbers in 1..20."""
+  rng = np.random.default_rng(seed)
+  ops = [("+", lambda x, y: x + y), ("-", lambda x, y: x - y), ("*", lambda x, y: x * y)]
+  records = []
+  while len(records) < n:
+    a, b, c = (int(v) for v in rng.integers(1, 21, size=3))
+    (_, f), (_, g) = ops[rng.integers(3)], ops[rng.integers(3)]
+    target = g(f(a, b), c)
+    if target > 0:
+      records.append({"nums": [a, b, c], "target": int(target)})
+  return records
+
+
+def _corpus() -> list[str]:
+  texts = [R1_ZERO_TEMPLATE, R1_SYSTEM_PROMPT, "<think> </think> <answer> </answer>", "0123456789 +-*/=()$%.,"]
+  texts += [q + "\n" + a for q, a in GSM8K_ROWS]
+  texts += [COUNTDOWN_QUESTION.format(numbers=r["nums"], target=r["target"]) for r in countdown_records()]
+  return texts
+
+
+def build_tokenizer(vocab_size: int = 512):
+  """A `PreTrainedTokenizerFast`: byte-level BPE trained on the fixture texts, with a ChatML chat template."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  from transformers import PreTrainedTokenizerFast
+  core = Tokenizer(models.BPE())
+  core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  core.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  core.train_from_iterator(_corpus(), trainer=trainer)
+  return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                 additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+                                 chat_template=CHAT_TEMPLATE)
+
+
+def build_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024) -> str:
+  """A random tiny Qwen2 (GQA, q/k/v biases, tied embeddings) with the fixture tokenizer, in `path`."""
+  from flax import nnx
+
+  from grpo_jax.model import hf_io
+  from grpo_jax.model.config import ModelConfig
+  from grpo_jax.model.transformer import Transformer
+  tokenizer = build_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
+                    rope_theta=1_000_000.0, tie_word_embeddings=True, attention_bias=True, family="qwen2")
+  os.makedirs(path, exist_ok=True)
+  hf_io.save_pretrained(Transformer(cfg, rngs=nnx.Rngs(seed)), path)
+  tokenizer.save_pretrained(path)
+  return path
+
+
+def write_jsonl(path: str, records: list[dict]) -> str:
+  with open(path, "w", encoding="utf-8") as f:
+    for record in records:
+      f.write(json.dumps(record) + "\n")
+  return path
+
+
+def write_parquet(path: str, records: list[dict]) -> str:
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  pq.write_table(pa.Table.from_pylist(records), path)
+  return path
+
+
+def build_all(directory: str) -> dict[str, str]:
+  """Writes the checkpoint and both datasets into `directory`; returns their paths."""
+  os.makedirs(directory, exist_ok=True)
+  return {"checkpoint": build_checkpoint(os.path.join(directory, CHECKPOINT_DIR)),
+          "gsm8k": write_jsonl(os.path.join(directory, GSM8K_FILE), gsm8k_records()),
+          "countdown": write_parquet(os.path.join(directory, COUNTDOWN_FILE), countdown_records())}
+
+
+def default_directory() -> str:
+  """$GRPO_JAX_FIXTURES, else grpo_jax_fixtures in the system temp directory."""
+  return os.environ.get("GRPO_JAX_FIXTURES") or os.path.join(tempfile.gettempdir(), "grpo_jax_fixtures")
+
+
+def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
+  """The fixture paths in `directory` (default: `default_directory()`), built on first use.
+
+  Built in a sibling temp directory and renamed into place, so concurrent callers never see half a fixture.
+  """
+  directory = os.path.abspath(directory or default_directory())
+  paths = {"checkpoint": os.path.join(directory, CHECKPOINT_DIR),
+           "gsm8k": os.path.join(directory, GSM8K_FILE), "countdown": os.path.join(directory, COUNTDOWN_FILE)}
+  if os.path.exists(os.path.join(directory, _DONE)):
+    return paths
+  parent = os.path.dirname(directory)
+  os.makedirs(parent, exist_ok=True)
+  staging = tempfile.mkdtemp(prefix=".fixtures-", dir=parent)
+  try:
+    build_all(staging)
+    open(os.path.join(staging, _DONE), "w").close()
+    try:
+      os.rename(staging, directory)
+    except OSError:
+      if not os.path.exists(os.path.join(directory, _DONE)):  # not a concurrent builder that won: a real error
+        raise
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  return paths
+
+
+if __name__ == "__main__":
+  print(json.dumps(build_all(sys.argv[1] if len(sys.argv) > 1 else default_directory()), indent=2))
