@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ def state_checksum(state) -> str:
   """SHA-256 over the leaves' key paths, dtypes, shapes and bytes (host copies)."""
   h = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:  # multi-host: a collective gather
+      leaf = multihost_utils.process_allgather(leaf, tiled=True)
     arr = np.asarray(jax.device_get(leaf))
     h.update(jax.tree_util.keystr(path).encode())
     h.update(f"{arr.dtype}{arr.shape}".encode())
@@ -99,8 +102,7 @@ class Checkpointer:
     logger.warning(message)
     if os.path.exists(src):
       shutil.move(src, dst)
-    self._manager.close()
-    self._manager = self._make_manager()
+    self._manager.reload()  # re-read the list of steps
 
   def close(self):
     self._manager.wait_until_finished()
