@@ -19,7 +19,8 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 SCHEDULES = ("constant", "cosine")
 DTYPES = ("float32", "bfloat16", "float16")
-TASKS = ("addition",)
+TASKS = ("addition", "dataset")
+TEMPLATES = ("plain", "r1_zero", "chat")
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -56,18 +57,34 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
-  t.name = "addition"             # one of TASKS (grpo_jax/data/synthetic.py).
+  t.name = "addition"             # one of TASKS (grpo_jax/data/tasks.py): "addition" or "dataset".
   t.num_digits = 2                # addition: operands have 1..num_digits digits.
-  t.holdout_fraction = 0.1        # fraction of all problems reserved for evaluation, never trained on.
+  t.holdout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
+                                  # heldout_path) reserved for evaluation, never trained on.
+  # dataset (grpo_jax/data/datasets.py): local JSONL / Parquet / .arrow / save_to_disk; GSM8K, MATH and
+  # Countdown layouts are recognized, other columns need field_map. Needs model.hf_path (its tokenizer).
+  t.train_path = ""
+  t.train_split = "train"         # the split of a DatasetDict directory.
+  t.heldout_path = ""             # "": hold out holdout_fraction of the train rows.
+  t.heldout_split = "test"
+  t.field_map = ml_collections.ConfigDict()  # canonical field -> column, e.g. {"prompt": "q", "answer": "a"}.
+  t.max_rows = 0                  # read at most this many rows of each file; 0: all.
+  t.template = "plain"            # one of TEMPLATES (grpo_jax/data/templates.py); "chat": tokenizer's template.
+  t.system_prompt = ""            # chat template: the system message ("": none).
+  t.prefill_think = False         # end the prompt with "<think>" (score with the format_*_prefilled rewards).
 
   # Reward functions by registered name -> weight; the total reward is the weighted sum, each is logged.
   c.rewards = ml_collections.ConfigDict({"exact_match": 1.0})
+  # Format gating: reward name -> format reward name; that reward scores only where the format reward is 1
+  # (e.g. {"gsm8k_accuracy": "format_strict"}), a guard against rewarding unparseable answers.
+  c.reward_gates = ml_collections.ConfigDict()
   c.reward_timeout_s = 10.0       # a reward call slower than this scores `reward_fallback` (and is counted).
   c.reward_fallback = 0.0
 
   # --- Sampling ------------------------------------------------------------------------------------------
   c.sampling = s = ml_collections.ConfigDict()
-  s.max_prompt_length = 8         # prompts are left-padded to this (one compiled shape); longer ones error.
+  s.max_prompt_length = 8         # prompts are left-padded to this (one compiled shape), in tokens; longer
+                                  # ones are an error (addition) or dropped and counted (dataset).
   s.max_new_tokens = 4            # completion length limit (L_max); the stop token counts.
   s.temperature = 1.0             # sampling temperature; the loss uses log-probs at the same temperature.
   s.top_k = 0                     # 0: off.
@@ -201,8 +218,9 @@ def validate(config) -> None:
   _choice(c, "optim.schedule", SCHEDULES)
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
-  if not c.model.hf_path:
-    _choice(c, "task.name", TASKS)
+  _choice(c, "task.name", TASKS)
+  if c.task.name == "dataset":
+    _validate_dataset_task(c)
   _choice(c, "grpo.std_ddof", (0, 1))
   for key in ("sampling.temperature", "eval.pass_k_temperature", "optim.learning_rate",
               "warmstart.learning_rate", "grpo.advantage_eps", "reward_timeout_s"):
@@ -248,6 +266,13 @@ def validate(config) -> None:
       reward_registry.get_reward(name)
     except (KeyError, ValueError) as e:
       _fail(f"rewards.{name}", f"unknown reward function ({e})")
+  for name, format_name in c.reward_gates.items():
+    if name not in c.rewards:
+      _fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}")
+    try:
+      reward_registry.get_reward(format_name)
+    except (KeyError, ValueError) as e:
+      _fail(f"reward_gates.{name}", f"unknown format reward {format_name!r} ({e})")
   from grpo_jax.algo import registry as loss_registry
   try:
     loss_registry.get_loss(c.grpo.policy_loss)
@@ -259,6 +284,26 @@ def validate(config) -> None:
     if c.model.num_heads % c.model.num_kv_heads:
       _fail("model.num_kv_heads", f"{c.model.num_kv_heads} does not divide num_heads={c.model.num_heads}")
     check_context(c, context, "model.max_position_embeddings")
+
+
+def _validate_dataset_task(c) -> None:
+  import os  # pylint: disable=import-outside-toplevel
+  t = c.task
+  if not t.train_path:
+    _fail("task.train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or "
+          "a save_to_disk directory)")
+  for key in ("task.train_path", "task.heldout_path"):
+    if _get(c, key) and not os.path.exists(_get(c, key)):
+      _fail(key, f"{_get(c, key)!r} does not exist")
+  if not c.model.hf_path:
+    _fail("model.hf_path", "the dataset task needs a Hugging Face checkpoint directory (its tokenizer encodes "
+          "the prompts)")
+  _choice(c, "task.template", TEMPLATES)
+  if t.prefill_think and t.template == "plain":
+    _fail("task.prefill_think", "needs the r1_zero or chat template (the plain template asks for no <think>)")
+  if t.system_prompt and t.template != "chat":
+    _fail("task.system_prompt", f"only the chat template has a system prompt, not {t.template!r}")
+  _at_least(c, "task.max_rows", 0)
 
 
 def check_context(config, context: int, source: str) -> None:

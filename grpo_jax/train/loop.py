@@ -26,10 +26,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import config as config_lib
 from grpo_jax.algo.objective import LossConfig
-from grpo_jax.data.synthetic import make_task
+from grpo_jax.data.tasks import make_task, stop_ids
 from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model import sharding as sharding_lib
-from grpo_jax.rewards import get_reward, make_overlong_reward
+from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train.checkpoint import Checkpointer
@@ -50,17 +50,8 @@ SUMMARY_FILE = "summary.json"
 # ---- building blocks ------------------------------------------------------------------------------------
 
 def build_tokenizer_and_task(config):
-  task = make_task(config.task, config.seed)
-  if config.model.hf_path:
-    from grpo_jax.model import hf_io
-    tokenizer = hf_io.load_tokenizer(config.model.hf_path)
-    if tokenizer.pad_token_id is None:
-      tokenizer.pad_token_id = tokenizer.eos_token_id
-  else:
-    tokenizer = task.tokenizer
-  if tokenizer.eos_token_id is None:
-    raise ValueError("the tokenizer has no eos_token_id: completions need a stop token")
-  return tokenizer, task
+  task = make_task(config)  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's when hf_path is set.
+  return task.tokenizer, task
 
 
 def build_model(config, tokenizer, mesh):
@@ -90,7 +81,9 @@ def build_model(config, tokenizer, mesh):
 
 
 def build_reward_fns(config):
-  fns = [(name, get_reward(name), float(weight)) for name, weight in config.rewards.items()]
+  gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
+  fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
+         for name, weight in config.rewards.items()]
   g = config.grpo
   if g.overlong_buffer > 0:
     fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
@@ -110,7 +103,7 @@ def loss_config(config) -> LossConfig:
 def make_samplers(graphdef, config, tokenizer):
   """(training sampler, greedy evaluation sampler, pass@k sampler or None)."""
   s = config.sampling
-  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=(tokenizer.eos_token_id,),
+  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=stop_ids(tokenizer),
                 pad_id=tokenizer.pad_token_id)
   # Prompts are padded to exactly max_prompt_length: one prompt shape per run.
   buckets = dict(prompt_bucket_min=s.max_prompt_length, prompt_bucket_step=s.max_prompt_length)

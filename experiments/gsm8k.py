@@ -1,0 +1,107 @@
+# python scripts/train.py --config experiments/gsm8k.py --workdir runs/gsm8k \
+#     --config.model.hf_path=$HOME/models/Qwen2.5-0.5B-Instruct \
+#     --config.task.train_path=data/gsm8k/main/train-00000-of-00001.parquet \
+#     --config.task.heldout_path=data/gsm8k/main/test-00000-of-00001.parquet
+#   (presets: experiments/gsm8k.py:1.5b for Qwen2.5-1.5B-Instruct; experiments/gsm8k.py:test for the CI run)
+# Tiny test preset (random checkpoint + fixture data, built on first use under $GRPO_JAX_FIXTURES or
+# /tmp/grpo_jax_fixtures): python scripts/train.py --config experiments/gsm8k.py:test --workdir /tmp/gsm8k_test
+"""GRPO on GSM8K with an instruct model (Qwen2.5-0.5B-Instruct; 1.5B preset).
+
+Inputs are local (nothing is downloaded by the code). With network access, fetch them once, e.g.
+  huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir $HOME/models/Qwen2.5-0.5B-Instruct
+  huggingface-cli download openai/gsm8k --repo-type dataset --local-dir data/gsm8k
+and point `model.hf_path` (checkpoint and tokenizer) and `task.train_path` / `task.heldout_path` at them. Any
+GSM8K-layout file (question, answer with "#### <number>") in JSONL, Parquet or save_to_disk form works.
+
+Prompts: the tokenizer's chat template with a system prompt asking for <think> … </think> <answer> … </answer>.
+Rewards, weighted (not gated): gsm8k_accuracy 1.0 (the number in <answer>, else after ####, else \\boxed{},
+else the last number, compared exactly with the gold number) + format_strict 0.1 (the whole completion is
+one think block then one answer block). Held-out accuracy = gsm8k_accuracy of greedy completions.
+Hyperparameters after DeepSeekMath / TRL (ALGORITHMS.md §7): lr 1e-6 constant, beta 0.04 (k3), G 16 x 16
+prompts = 256 completions per step, one update per step, T 1.0, 512 new tokens; bf16 compute with float32
+master weights (a 1e-6 update is below bf16 resolution); 500 steps ~ one epoch of the 7.5k training problems.
+"""
+from grpo_jax import config as base
+from grpo_jax.data.templates import R1_SYSTEM_PROMPT
+
+
+def get_config(preset: str | None = None):
+  c = base.get_config()
+  c.seed = 0
+  c.num_steps = 500
+
+  c.model.hf_path = ""            # required: a local Qwen2.5-0.5B-Instruct directory (see the docstring).
+  c.model.param_dtype = "float32"
+  c.model.dtype = "bfloat16"
+  c.model.remat = True
+  c.model.logprob_chunk_size = 128
+
+  c.task.name = "dataset"
+  c.task.train_path = ""          # required: GSM8K train split (JSONL / Parquet / save_to_disk).
+  c.task.heldout_path = ""        # GSM8K test split; "": hold out task.holdout_fraction of the train rows.
+  c.task.holdout_fraction = 0.05
+  c.task.template = "chat"
+  c.task.system_prompt = R1_SYSTEM_PROMPT
+
+  c.rewards = {"gsm8k_accuracy": 1.0, "format_strict": 0.1}
+  c.eval.accuracy_reward = "gsm8k_accuracy"
+
+  c.sampling.max_prompt_length = 256
+  c.sampling.max_new_tokens = 512
+  c.sampling.temperature = 1.0
+
+  c.grpo.group_size = 16
+  c.grpo.prompts_per_step = 16
+  c.grpo.num_iterations = 1
+  c.grpo.mini_batch_size = 0      # one update per rollout batch
+  c.grpo.micro_batch_size = 16    # gradient accumulation over 16 micro-batches (memory)
+  c.grpo.beta = 0.04
+  c.grpo.kl_estimator = "k3"
+  c.grpo.aggregation = "seq_mean_token_mean"
+
+  c.optim.learning_rate = 1e-6
+  c.optim.schedule = "constant"
+  c.optim.warmup_steps = 10
+  c.optim.grad_clip_norm = 1.0
+
+  c.eval.every = 25
+  c.eval.size = 512
+  c.eval.batch_size = 128
+  c.checkpoint.every = 50
+  c.log.samples_every = 10
+
+  if preset == "1.5b":
+    # Qwen2.5-1.5B-Instruct: the same recipe with smaller micro-batches.
+    c.grpo.micro_batch_size = 8
+  elif preset == "test":
+    _tiny(c)
+  elif preset not in (None, ""):
+    raise ValueError(f"experiments/gsm8k.py: unknown preset {preset!r} (known: 1.5b, test)")
+  return c
+
+
+def _tiny(c):
+  """2 GRPO steps of the full path on a random tiny Qwen2 and 16 fixture problems (grpo_jax/data/fixtures.py)."""
+  from grpo_jax.data import fixtures
+  paths = fixtures.ensure_fixtures()
+  c.model.hf_path = paths["checkpoint"]
+  c.model.remat = False
+  c.task.train_path = paths["gsm8k"]
+  c.task.heldout_path = ""
+  c.task.holdout_fraction = 0.25
+  c.num_steps = 2
+  c.sampling.max_prompt_length = 160
+  c.sampling.max_new_tokens = 8
+  c.grpo.group_size = 4
+  c.grpo.prompts_per_step = 2
+  c.grpo.micro_batch_size = 4
+  c.optim.learning_rate = 1e-3
+  c.optim.warmup_steps = 0
+  c.eval.every = 2
+  c.eval.size = 4
+  c.eval.batch_size = 4
+  c.checkpoint.every = 2
+  c.log.samples_every = 1
+  c.log.progress_bar = False
+  c.log.tensorboard = False
+  c.log.plot = False

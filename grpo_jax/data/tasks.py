@@ -1,0 +1,165 @@
+"""Tasks: what the training loop draws prompts from, whatever their source.
+
+A task offers
+  tokenizer               encodes prompts, decodes completions (pad_token_id and eos_token_id set);
+  train_rows(start, n)    rows start .. start+n-1 of an endless training stream, as columns (lists):
+                          "prompt" (the text fed to the model, template applied) and the reward columns
+                          (e.g. "answer", or "numbers" and "target"); row i depends only on (seed, i), so a
+                          checkpoint resumes the stream from the data position alone;
+  eval_rows(n)            the first n held-out rows (fewer when the held-out set is smaller), same columns.
+`stop_ids(tokenizer)` gives the token ids that end a completion.
+
+Tasks (`config.task.name`):
+  "addition"  the synthetic task of `synthetic.py` (character tokens, or the checkpoint's tokenizer when
+              `config.model.hf_path` is set).
+  "dataset"   question/answer rows from local files (`datasets.py`: JSONL, Parquet, save_to_disk; GSM8K,
+              MATH and Countdown layouts, or a field map), rendered with a prompt template (`templates.py`)
+              and tokenized by the checkpoint's tokenizer. Prompts longer than
+              `config.sampling.max_prompt_length` tokens are dropped and counted (one log line). Each epoch
+              visits the training rows in a fresh seeded order.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from grpo_jax.data.char_tokenizer import CharTokenizer
+from grpo_jax.data.datasets import load_train_heldout
+from grpo_jax.data.synthetic import AdditionTask
+from grpo_jax.data.templates import tokenize_prompts
+
+TASKS = ("addition", "dataset")
+# Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3). An
+# instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+_INTERNAL = ("prompt_ids", "prompt_text")
+
+
+def stop_ids(tokenizer) -> tuple[int, ...]:
+  """The eos id, then the ids of the END_TOKENS that are special tokens of this tokenizer."""
+  ids = [int(tokenizer.eos_token_id)]
+  if not isinstance(tokenizer, CharTokenizer):
+    special = set(getattr(tokenizer, "all_special_tokens", ())) | set(tokenizer.get_added_vocab())
+    for token in END_TOKENS:
+      if token in special:
+        ids.append(int(tokenizer.convert_tokens_to_ids(token)))
+  return tuple(dict.fromkeys(ids))
+
+
+def load_hf_tokenizer(path: str):
+  """The checkpoint's tokenizer, with padding set to eos when it has no pad token."""
+  from grpo_jax.model import hf_io
+  tokenizer = hf_io.load_tokenizer(path)
+  if tokenizer.eos_token_id is None:
+    raise ValueError(f"the tokenizer in {path} has no eos_token_id: completions need a stop token")
+  if tokenizer.pad_token_id is None:
+    tokenizer.pad_token_id = tokenizer.eos_token_id
+  return tokenizer
+
+
+def _bos_prefix(tokenizer) -> str:
+  """The BOS text the tokenizer adds by itself (e.g. Llama's "<|begin_of_text|>"); "" for Qwen."""
+  plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+  special = tokenizer("a", add_special_tokens=True)["input_ids"]
+  bos = getattr(tokenizer, "bos_token", None)
+  if bos and len(special) > len(plain) and special[0] == tokenizer.bos_token_id:
+    return bos
+  return ""
+
+
+class DatasetTask:
+  """Prompts from dataset rows (module docstring). Rows are dicts with 'prompt' (the question) and columns."""
+
+  name = "dataset"
+
+  def __init__(self, train: Sequence[dict], heldout: Sequence[dict], tokenizer, *, max_prompt_tokens: int,
+               template: str = "plain", system_prompt: str = "", prefill_think: bool = False, seed: int = 0,
+               source: str = "dataset"):
+    self.tokenizer = tokenizer
+    self.seed = seed
+    self.stop_ids = stop_ids(tokenizer)
+    render = dict(tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens, template=template,
+                  system_prompt=system_prompt or None, prefill_think=prefill_think)
+    self._train, dropped_train = tokenize_prompts(train, **render)
+    self._heldout, dropped_heldout = tokenize_prompts(heldout, **render)
+    self.num_dropped = {"train": dropped_train, "heldout": dropped_heldout}
+    if not self._train:
+      raise ValueError(f"{source}: all {len(train)} training prompts are longer than "
+                       f"config.sampling.max_prompt_length={max_prompt_tokens} tokens")
+    if not self._heldout:
+      raise ValueError(f"{source}: no held-out prompts ({len(heldout)} held-out rows, {dropped_heldout} of them "
+                       f"longer than config.sampling.max_prompt_length={max_prompt_tokens} tokens); set "
+                       "config.task.heldout_path or config.task.holdout_fraction")
+    if template != "chat":  # the loop encodes prompt texts without special tokens: write the BOS into the text.
+      bos = _bos_prefix(tokenizer)
+      for row in self._train + self._heldout:
+        row["prompt_text"] = bos + row["prompt_text"]
+    self._check_round_trip(self._train[0])
+    self._columns = sorted({k for row in self._train + self._heldout for k in row} - set(_INTERNAL) - {"prompt"})
+    self._epoch, self._order = -1, None
+
+  def _check_round_trip(self, row: dict):
+    again = list(self.tokenizer(row["prompt_text"], add_special_tokens=False)["input_ids"])
+    if again != row["prompt_ids"]:
+      raise ValueError(f"the rendered prompt {row['prompt_text'][:80]!r} does not re-encode to the same tokens; "
+                       "the tokenizer is not supported as is")
+
+  @property
+  def num_train(self) -> int:
+    return len(self._train)
+
+  @property
+  def num_heldout(self) -> int:
+    return len(self._heldout)
+
+  def _train_index(self, i: int) -> int:
+    epoch, pos = divmod(i, len(self._train))
+    if epoch != self._epoch:
+      self._epoch = epoch
+      self._order = np.random.default_rng([self.seed, epoch]).permutation(len(self._train))
+    return int(self._order[pos])
+
+  def _as_columns(self, rows: list[dict]) -> dict[str, list]:
+    columns: dict[str, list[Any]] = {"prompt": [row["prompt_text"] for row in rows]}
+    for key in self._columns:
+      columns[key] = [row.get(key) for row in rows]
+    return columns
+
+  def train_rows(self, start: int, n: int) -> dict[str, list]:
+    return self._as_columns([self._train[self._train_index(i)] for i in range(start, start + n)])
+
+  def eval_rows(self, n: int) -> dict[str, list]:
+    return self._as_columns(self._heldout[:n])
+
+
+def make_task(config, log: Callable[[str], None] = print):
+  """The task named by `config.task.name`, its tokenizer from `config.model.hf_path` when that is set."""
+  t = config.task
+  tokenizer = load_hf_tokenizer(config.model.hf_path) if config.model.hf_path else None
+  if t.name == "addition":
+    task = AdditionTask(t.num_digits, t.holdout_fraction, config.seed)
+    if tokenizer is not None:
+      task.tokenizer = tokenizer
+    return task
+  if t.name == "dataset":
+    if tokenizer is None:
+      raise ValueError("config.model.hf_path: the dataset task needs a checkpoint directory (its tokenizer "
+                       "encodes the prompts)")
+    train, heldout = load_train_heldout(
+        t.train_path, t.heldout_path or None, field_map=_plain_dict(t.field_map) or None,
+        heldout_fraction=0.0 if t.heldout_path else t.holdout_fraction, seed=config.seed,
+        train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
+    task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                       template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                       seed=config.seed, source=t.train_path)
+    dropped = task.num_dropped
+    log(f"[data] {t.train_path}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
+        f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
+        f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+    return task
+  raise ValueError(f"config.task.name: unknown task {t.name!r} (known: {', '.join(TASKS)})")
+
+
+def _plain_dict(mapping) -> dict:
+  return mapping.to_dict() if hasattr(mapping, "to_dict") else dict(mapping)
