@@ -90,7 +90,7 @@ def _tiny(c):
   c.task.heldout_path = ""
   c.task.holdout_fraction = 0.25
   c.num_steps = 2
-  c.sampling.max_prompt_length = 160
+  c.sampling.max_prompt_length = 192
   c.sampling.max_new_tokens = 8
   c.grpo.group_size = 4
   c.grpo.prompts_per_step = 2
