@@ -1,0 +1,216 @@
+"""Multi-host runs on JAX's multi-controller runtime: one Python process per host, all running the same program.
+
+`initialize(config)` starts `jax.distributed` (from `config.distributed` or the environment: SLURM, TPU pod
+slices and `JAX_COORDINATOR_ADDRESS` / `JAX_NUM_PROCESSES` / `JAX_PROCESS_ID` are detected by JAX itself).
+Afterwards `jax.devices()` lists the devices of every process, the mesh spans them all, and every jitted
+program (sampler, reference log-probs, update) runs as one global SPMD program.
+
+Data: each process owns the rows of the global rollout batch that its devices hold under the batch sharding
+('batch' -> ('data', 'fsdp')). `local_rows` finds them, the loop loads only those prompts (a deterministic
+position per process: the step's global data position + the process's first row), and `put_batch` assembles
+the global arrays from the per-process pieces (`jax.make_array_from_process_local_data`).
+
+Sampling: `GlobalSampler` gathers every process's prompts, runs the (jitted, mesh-wide) sampler on the whole
+batch, identical on every process, and hands each process its own rows. The sampled tokens are then those of a
+single-process run of the same global batch: JAX's partitionable threefry draws the same random bits for a row
+whatever the sharding. Rewards and advantages are computed per process on its own rows (groups never straddle
+processes); `merge_metrics` combines the rollout metrics of all processes for logging.
+
+Only process 0 writes logs, metrics, samples and plots (`is_main`); checkpoints are written collectively by
+orbax (every process calls save/restore).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec
+
+logger = logging.getLogger(__name__)
+
+BATCH_SPEC = PartitionSpec(("data", "fsdp"))
+_ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
+
+
+def initialize(config) -> bool:
+  """Starts jax.distributed when the config or the environment asks for it; True if it is (now) running.
+
+  config.distributed.enabled: "auto" (default: initialize when `coordinator_address` is set or a cluster
+  environment is detected: JAX_COORDINATOR_ADDRESS, SLURM, a TPU pod slice), "yes" (always; JAX detects the
+  cluster), "no". `coordinator_address`, `num_processes` (0: from the environment), `process_id` (-1: from the
+  environment) and `local_device_ids` ("" : all) are passed through when set. Must run before any other JAX
+  call touches the devices.
+  """
+  d = config.get("distributed") if hasattr(config, "get") else None
+  enabled = d.enabled if d is not None else "auto"
+  if enabled not in ("auto", "yes", "no"):
+    raise ValueError(f"config.distributed.enabled: {enabled!r} is not one of ['auto', 'yes', 'no']")
+  if enabled == "no":
+    return False
+  address = d.coordinator_address if d is not None else ""
+  if enabled == "auto" and not address and not any(v in os.environ for v in _ENV_VARS):
+    return False
+  if jax.distributed.is_initialized():
+    return True
+  kwargs = {}
+  if address:
+    kwargs["coordinator_address"] = address
+  if d is not None and d.num_processes > 0:
+    kwargs["num_processes"] = d.num_processes
+  if d is not None and d.process_id >= 0:
+    kwargs["process_id"] = d.process_id
+  if d is not None and d.local_device_ids:
+    kwargs["local_device_ids"] = [int(i) for i in str(d.local_device_ids).split(",")]
+  jax.distributed.initialize(**kwargs)
+  logger.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
+              jax.process_count(), jax.local_device_count(), jax.device_count())
+  return True
+
+
+def is_main() -> bool:
+  """True on the process that writes logs, metrics, samples and plots."""
+  return jax.process_index() == 0
+
+
+def batch_sharding(mesh) -> NamedSharding:
+  return NamedSharding(mesh, BATCH_SPEC)
+
+
+def local_rows(mesh, num_rows: int) -> tuple[int, int]:
+  """[start, stop): the rows of a global batch of `num_rows` that this process's devices hold.
+
+  Raises ValueError when the batch does not divide over ('data', 'fsdp') or this process's rows are not one
+  contiguous block (a mesh whose 'data'/'fsdp' axes interleave the processes' devices).
+  """
+  ways = mesh.shape["data"] * mesh.shape["fsdp"]
+  if num_rows % ways:
+    raise ValueError(f"a batch of {num_rows} rows does not divide over the mesh's data * fsdp = {ways} devices")
+  index_map = batch_sharding(mesh).addressable_devices_indices_map((num_rows,))
+  blocks = sorted({(s[0].start or 0, num_rows if s[0].stop is None else s[0].stop) for s in index_map.values()})
+  start, stop = blocks[0][0], blocks[-1][1]
+  if sum(b - a for a, b in blocks) != stop - start:
+    raise ValueError(f"process {jax.process_index()} holds rows {blocks} of the batch: not one contiguous block; "
+                     "order the mesh so that each process's devices are adjacent along ('data', 'fsdp')")
+  return start, stop
+
+
+def local_prompt_slice(mesh, prompts_per_step: int, group_size: int) -> tuple[int, int]:
+  """(offset, count): the prompts of one step this process loads (its rows are offset*G .. (offset+count)*G)."""
+  start, stop = local_rows(mesh, prompts_per_step * group_size)
+  if start % group_size or stop % group_size:
+    raise ValueError(f"process {jax.process_index()} holds rollout rows [{start}, {stop}), which split a group of "
+                     f"group_size={group_size}; make prompts_per_step * group_size / (mesh data * fsdp) a "
+                     "multiple of group_size")
+  return start // group_size, (stop - start) // group_size
+
+
+def put_batch(tree, mesh):
+  """Global arrays, split along ('data', 'fsdp'), from each process's rows (numpy; None passes through)."""
+  sharding = batch_sharding(mesh)
+
+  def put(x):
+    if x is None:
+      return None
+    return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+
+  return type(tree)(*[put(x) for x in tree]) if isinstance(tree, tuple) else jax.tree.map(put, tree)
+
+
+def allgather(x: np.ndarray) -> np.ndarray:
+  """[num_processes, *x.shape]: x from every process, in process order (identity with one process)."""
+  if jax.process_count() == 1:
+    return np.asarray(x)[None]
+  return np.asarray(multihost_utils.process_allgather(np.asarray(x)))
+
+
+class GlobalSampler:
+  """Runs a `Sampler` on the prompts of all processes together; each process gets back its own rows.
+
+  `prompts` given to `generate(state, prompts, key)` are this process's prompts: rows [row_start, row_start +
+  len(prompts)) of the global batch. With one process it is the wrapped sampler.
+  """
+
+  def __init__(self, sampler, row_start: int = 0):
+    self.sampler = sampler
+    self.row_start = row_start
+
+  def generate(self, state, prompts: list[list[int]], key):
+    row_start = self.row_start
+    if jax.process_count() == 1:
+      return self.sampler.generate(state, prompts, key)
+    width = int(allgather(np.array([max(len(p) for p in prompts)])).max())
+    ids = np.full((len(prompts), width), -1, np.int64)
+    for i, p in enumerate(prompts):
+      ids[i, :len(p)] = p
+    all_ids = allgather(ids)                                   # [num_processes, b, width]
+    starts = allgather(np.array([row_start]))[:, 0]
+    total = int(max(s + all_ids.shape[1] for s in starts))
+    rows: list[list[int] | None] = [None] * total
+    for s, block in zip(starts, all_ids):
+      for i, r in enumerate(block):
+        rows[s + i] = [int(t) for t in r if t >= 0]
+    if any(r is None for r in rows):
+      raise ValueError(f"the processes' prompt rows (starts {starts.tolist()}) leave gaps in the global batch")
+    out = self.sampler.generate(state, rows, key)
+    mine = slice(row_start, row_start + len(prompts))
+    return type(out)(*[x[mine] for x in out])
+
+
+def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
+  """Rollout metrics of all processes combined (equal rows per process): mean, or min/max/sum by name."""
+  if jax.process_count() == 1:
+    return dict(metrics)
+  metrics = dict(metrics)
+  # A failure count exists only where a reward function failed: give every process the same names.
+  for k in list(metrics):
+    if k.startswith("rewards/") and k.endswith("/mean"):
+      metrics.setdefault(k[:-len("/mean")] + "/failures", 0)
+  names = sorted(metrics)
+  values = allgather(np.array([float(metrics[k]) for k in names], np.float64))  # [num_processes, K]
+  if values.shape[1] != len(names):
+    raise ValueError("processes report different rollout metrics")
+  out = {}
+  for j, k in enumerate(names):
+    col = values[:, j]
+    if k.endswith("min_length"):
+      out[k] = float(col.min())
+    elif k.endswith("max_length"):
+      out[k] = float(col.max())
+    elif k.endswith("/failures"):
+      if col.sum() > 0:
+        out[k] = int(col.sum())
+    else:
+      out[k] = float(col.mean())
+  return out
+
+
+class NullWriter:
+  """Stands in for the metrics writer on processes other than 0."""
+  metrics_path = None
+
+  def write(self, *args, **kwargs):
+    pass
+
+  def write_samples(self, *args, **kwargs):
+    pass
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
+
+
+class ProcessInfo(NamedTuple):
+  index: int
+  count: int
+  local_devices: int
+  global_devices: int
+
+
+def process_info() -> ProcessInfo:
+  return ProcessInfo(jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count())
