@@ -6,8 +6,8 @@
 Both sides load the same tiny random Qwen2 checkpoint (built with transformers + torch and saved as
 safetensors in a temporary directory; default 4 layers, hidden 256, 4 heads / 2 kv heads, MLP 1024,
 vocab 4096: 6.0M parameters with an untied head), generate exactly --new-tokens tokens per row (no stop ids,
-no eos) from the same left-padded prompts, and are timed after one warm-up call (which compiles the JAX
-programs). Prints tokens/s for both and the ratio.
+no eos) from the same left-padded prompts, and are timed alternately (JAX, torch, JAX, ...) after one warm-up
+call each (JAX's compiles), so both see the same background load. Prints tokens/s for both and the ratio.
 """
 from __future__ import annotations
 
@@ -46,14 +46,19 @@ def parse_args():
   return p.parse_args()
 
 
-def median_seconds(fn, repeats: int) -> float:
-  fn()  # warm-up (compilation for JAX)
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+def seconds(fn) -> float:
+  t0 = time.perf_counter()
+  fn()
+  return time.perf_counter() - t0
+
+
+def interleaved_times(fn_a, fn_b, repeats: int):
+  """Per-call seconds of a and b, alternating a, b, a, b, ... after one warm-up each, so that both sides
+  see the same background load on a shared machine."""
+  fn_a()
+  fn_b()
+  pairs = [(seconds(fn_a), seconds(fn_b)) for _ in range(repeats)]
+  return [a for a, _ in pairs], [b for _, b in pairs]
 
 
 def main():
@@ -100,9 +105,10 @@ def main():
       out = hf.generate(ids, attention_mask=attn, **gen_kw)
     assert out.shape == (B, P + N), out.shape
 
-  t_jax = median_seconds(run_jax, args.repeats)
-  t_torch = median_seconds(run_torch, args.repeats)
+  times_jax, times_torch = interleaved_times(run_jax, run_torch, args.repeats)
+  t_jax, t_torch = statistics.median(times_jax), statistics.median(times_torch)
   tps_jax, tps_torch = B * N / t_jax, B * N / t_torch
+  pair_ratios = sorted(t / j for j, t in zip(times_jax, times_torch))
   print(f"model: Qwen2 {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, "
         f"mlp {args.mlp}, vocab {args.vocab} ({n_params / 1e6:.1f}M params, float32)")
   print(f"batch {B} x {N} new tokens, prompts {args.prompt_min}-{args.prompt_max} tokens, mode {args.mode}, "
@@ -111,7 +117,8 @@ def main():
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
   print(f"grpo_jax Sampler:         {tps_jax:9.0f} tokens/s ({t_jax * 1e3:.1f} ms per call)")
   print(f"transformers generate:    {tps_torch:9.0f} tokens/s ({t_torch * 1e3:.1f} ms per call)")
-  print(f"ratio (grpo_jax / transformers): {tps_jax / tps_torch:.2f}x")
+  print(f"ratio (grpo_jax / transformers): {tps_jax / tps_torch:.2f}x "
+        f"(per interleaved pair: min {pair_ratios[0]:.2f}x, max {pair_ratios[-1]:.2f}x)")
 
 
 if __name__ == "__main__":
