@@ -48,12 +48,22 @@ def get_config() -> ml_collections.ConfigDict:
   m.dtype = "float32"             # compute dtype of activations (also used for HF checkpoints when set).
   m.remat = False                 # rematerialize decoder layers in the backward pass (saves memory).
   m.logprob_chunk_size = 128      # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].
+  m.offload_ref_params = False    # keep the reference parameters in pinned host memory between uses (a no-op,
+                                  # logged, where the backend has none); saves one model copy per device.
 
   # --- Devices -----------------------------------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1                # data-parallel axis size; -1: all devices not used by fsdp * tensor.
   c.mesh.fsdp = 1                 # parameters, gradients and optimizer state sharded along 'embed'.
   c.mesh.tensor = 1               # tensor parallelism over heads / MLP units / vocabulary.
+
+  # Multi-host (jax.distributed; docs/scaling.md). "" / 0 / -1: detected from the environment.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.enabled = "auto"  # "auto": when coordinator_address or a cluster environment is set; "yes", "no".
+  c.distributed.coordinator_address = ""  # "host:port" of process 0.
+  c.distributed.num_processes = 0
+  c.distributed.process_id = -1
+  c.distributed.local_device_ids = ""     # e.g. "0,1": the devices this process uses ("": all visible).
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
@@ -218,6 +228,7 @@ def validate(config) -> None:
   _choice(c, "optim.schedule", SCHEDULES)
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
+  _choice(c, "distributed.enabled", ("auto", "yes", "no"))
   _choice(c, "task.name", TASKS)
   if c.task.name == "dataset":
     _validate_dataset_task(c)

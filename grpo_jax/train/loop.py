@@ -31,9 +31,11 @@ from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
+from grpo_jax.train import distributed
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train.checkpoint import Checkpointer
 from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.rollout import collect_rollout
 from grpo_jax.train.state import init_opt_state
@@ -124,6 +126,9 @@ class _BatchPlacer:
     self.ways = mesh.shape["data"] * mesh.shape["fsdp"]
 
   def __call__(self, batch: RolloutBatch) -> RolloutBatch:
+    if jax.process_count() > 1:  # each process holds its own rows: assemble the global arrays
+      return distributed.put_batch(batch, self.mesh)
+
     def put(x):
       if x is None:
         return None
@@ -154,12 +159,16 @@ def train(config, workdir: str) -> Summary:
   """Runs (or resumes) the experiment `config` in `workdir`. Returns the summary also printed at the end."""
   t_start = time.time()
   config_lib.validate(config)
+  distributed.initialize(config)  # multi-host: before anything touches the devices
+  main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
   os.makedirs(workdir, exist_ok=True)
-  if os.path.exists(os.path.join(workdir, SUMMARY_FILE)):  # it marks a finished run; this one is not yet.
+  # The summary marks a finished run; this one is not yet.
+  if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
     os.remove(os.path.join(workdir, SUMMARY_FILE))
   cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(cfg_json)
+  if main:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(cfg_json)
 
   tokenizer, task = build_tokenizer_and_task(config)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
@@ -179,7 +188,8 @@ def train(config, workdir: str) -> Summary:
   replicated = NamedSharding(mesh, PartitionSpec())
   copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
   use_ref = g.beta > 0
-  ref_params = copy_params(params) if use_ref else None
+  offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
+  ref_params = offloader.park(copy_params(params)) if use_ref else None
 
   train_step = jax.jit(make_train_step(
       graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
@@ -215,7 +225,7 @@ def train(config, workdir: str) -> Summary:
       # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
       abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
       restored = checkpointer.restore_latest(abstract)
-    log_console = print
+    log_console = print if main else (lambda *args, **kwargs: None)
     if restored is not None:
       params, opt_state = restored.state["params"], restored.state["opt_state"]
       if use_ref:
@@ -229,11 +239,13 @@ def train(config, workdir: str) -> Summary:
         raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
                          f"{config.seed}; use another workdir")
       log_console(f"[resume] restored step {start_step} from {checkpointer.directory}")
-      writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step)
+      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step)
+                if main else distributed.NullWriter())
     else:
       start_step = 0
       wall_before = 0.0
-      writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard)
+      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard) if main
+                else distributed.NullWriter())
       data_position = 0
       if config.warmstart.enabled:
         params, info = run_warmstart(
@@ -241,14 +253,15 @@ def train(config, workdir: str) -> Summary:
             max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
             chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run_eval(p, 0), log=log_console,
             mesh=mesh)
-        with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
-          for rec in info["history"]:
-            f.write(json.dumps(rec) + "\n")
+        if main:
+          with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
+            for rec in info["history"]:
+              f.write(json.dumps(rec) + "\n")
         data_position = info["rows"]
         initial_eval = info["eval"]
         opt_state, _ = init_opt_state(optimizer, params, mesh)
         if use_ref:
-          ref_params = copy_params(params)
+          ref_params = offloader.park(copy_params(params))
       else:
         initial_eval = run_eval(params, 0)
       writer.write(0, initial_eval)
@@ -258,28 +271,33 @@ def train(config, workdir: str) -> Summary:
     last_eval = dict(initial_eval) if start_step == 0 else _last_eval(writer.metrics_path, initial_eval)
     log_console(f"[start] step {start_step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}; "
                 f"rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {updates_per_step} update(s)/step")
-    bar = metrics_lib.ProgressBar(config.num_steps, start_step, config.log.progress_bar)
+    bar = metrics_lib.ProgressBar(config.num_steps, start_step, config.log.progress_bar and main)
+    # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
+    offset, count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
+                     distributed.local_prompt_slice(mesh, g.prompts_per_step, g.group_size))
     bar.accuracy = last_eval["eval/accuracy"]
 
     for step in range(start_step + 1, config.num_steps + 1):
       t0 = time.time()
-      columns = task.train_rows(data_position, g.prompts_per_step)
+      columns = task.train_rows(data_position + offset, count)
       data_position += g.prompts_per_step
       rollout = collect_rollout(
-          sampler, params, tokenizer, columns, group_size=g.group_size, key=jax.random.fold_in(base_key, step),
+          distributed.GlobalSampler(sampler, offset * g.group_size), params, tokenizer, columns,
+          group_size=g.group_size, key=jax.random.fold_in(base_key, step),
           reward_fns=reward_fns, max_prompt_length=s.max_prompt_length, advantage=g.advantage,
           std_ddof=g.std_ddof, advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions,
           reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback)
       batch = place(rollout.batch)
       if use_ref:
-        batch = batch._replace(ref_logp_BxN=ref_logprobs(ref_params, batch))
+        batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))
       params, opt_state, step_metrics = train_step(params, opt_state, batch)
       step_metrics = jax.device_get(step_metrics)
       if use_ref and g.ref_reset_every and step % g.ref_reset_every == 0:
-        ref_params = copy_params(params)  # iterative GRPO: the reference becomes the current policy.
+        # iterative GRPO: the reference becomes the current policy.
+        ref_params = offloader.park(copy_params(params))
       step_time = time.time() - t0
 
-      metrics: dict[str, Any] = dict(rollout.metrics)
+      metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
       metrics.update({k: float(v) for k, v in step_metrics.items()})
       metrics["learning_rate"] = float(schedule((step - 1) * updates_per_step))
       metrics["step_time"] = step_time
@@ -289,7 +307,7 @@ def train(config, workdir: str) -> Summary:
         metrics.update(last_eval)
       if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
         writer.write(step, metrics)
-      if config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
+      if main and config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
         n = min(config.log.num_samples, len(rollout.prompts))
         idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
         samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
@@ -309,14 +327,15 @@ def train(config, workdir: str) -> Summary:
     checkpointer.close()
 
   plot_path = None
-  if config.log.plot:
+  if config.log.plot and main:
     from grpo_jax.train.plotting import plot_runs
     plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
   summary = Summary(accuracy_before=initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                     steps=config.num_steps, wall_s=wall_before + time.time() - t_start, plot_path=plot_path,
                     workdir=workdir)
-  with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
-    json.dump(dataclasses.asdict(summary), f, indent=2)
+  if main:
+    with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
+      json.dump(dataclasses.asdict(summary), f, indent=2)
   log_console(summary.line())
   return summary
 
