@@ -1,0 +1,69 @@
+"""One process of a multi-process GRPO run (run by test_multihost.py; also the single-process reference).
+
+  python multihost_worker.py WORKDIR PROCESS_ID NUM_PROCESSES PORT LOCAL_DEVICES [--config.x=y ...]
+
+Runs the trainer (`grpo_jax.train.loop.train`) on the tiny default-task preset with jax.distributed started
+from `config.distributed` (when NUM_PROCESSES > 1), then restores the final checkpoint collectively and writes
+this process's full copy of the parameters to WORKDIR/params_<PROCESS_ID>.npz.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+workdir, pid, nproc, port, local_devices = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
+    int(sys.argv[5])
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+os.environ["JAX_PLATFORMS"] = "cpu"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+
+from tests.train.conftest import load_experiment  # noqa: E402
+
+
+def main():
+  config = load_experiment("default")("test")
+  config.num_steps = 2
+  config.warmstart.enabled = False
+  config.log.plot = False
+  config.log.tensorboard = False
+  config.eval.every = 100         # evaluation at steps 0 and 2 only
+  config.checkpoint.every = 100   # checkpoints at steps 0 and 2
+  config.grpo.beta = 0.04         # exercise the reference model too
+  for arg in sys.argv[6:]:        # --config.a.b=value (int/float/str)
+    key, value = arg[len("--config."):].split("=", 1)
+    node = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = type(node[leaf])(value) if not isinstance(node[leaf], bool) else value == "True"
+  if nproc > 1:
+    config.distributed.coordinator_address = f"localhost:{port}"
+    config.distributed.num_processes = nproc
+    config.distributed.process_id = pid
+
+  from grpo_jax.train import checkpoint, loop
+  loop.train(config, workdir)
+  assert jax.process_count() == nproc and jax.process_index() == pid
+
+  # Restore the last checkpoint (collectively) and dump this process's view of the parameters.
+  # No target: plain arrays (whose key paths differ from the saved State's, so no checksum check here).
+  ckpt = checkpoint.Checkpointer(os.path.join(workdir, loop.CHECKPOINT_DIR), keep=2, verify=False)
+  restored = ckpt.restore_latest(None)
+  ckpt.close()
+  assert restored is not None and restored.step == config.num_steps, restored and restored.step
+  flat = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(restored.state["params"])[0]:
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+      leaf = multihost_utils.process_allgather(leaf, tiled=True)
+    flat[jax.tree_util.keystr(path)] = np.asarray(leaf)
+  np.savez(os.path.join(workdir, f"params_{pid}.npz"), **flat)
+  print(f"[worker {pid}] devices {jax.local_device_count()}/{jax.device_count()} done", flush=True)
+
+
+if __name__ == "__main__":
+  main()

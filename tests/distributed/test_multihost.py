@@ -1,0 +1,85 @@
+"""Two CPU processes (2 devices each) train together through jax.distributed (gloo collectives) and end with
+identical parameters, equal to a one-process, one-device run of the same global batch."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+WORKER = str(Path(__file__).with_name("multihost_worker.py"))
+# data=2 spans the two processes, fsdp=2 the two devices of each; the overlong penalty (a length-dependent
+# reward) makes the advantages non-zero, so the updates really move the parameters.
+RUN_ARGS = ["--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.grpo.overlong_buffer=3"]
+REF_ARGS = ["--config.grpo.overlong_buffer=3"]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  root = tmp_path_factory.mktemp("multihost")
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  port = str(_free_port())
+  cmds = [[sys.executable, WORKER, str(root / "two"), str(i), "2", port, "2", *RUN_ARGS] for i in range(2)]
+  cmds.append([sys.executable, WORKER, str(root / "one"), "0", "1", "0", "1", *REF_ARGS])
+  procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+           for c in cmds]
+  outs = []
+  try:
+    for p in procs:
+      outs.append(p.communicate(timeout=400)[0])
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-4000:]
+  return root, outs
+
+
+def _params(path) -> dict:
+  with np.load(path) as f:
+    return {k: f[k] for k in f.files}
+
+
+def _metrics(workdir) -> list[dict]:
+  return [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+
+
+def test_processes_end_with_identical_parameters_equal_to_one_process(runs):
+  root, outs = runs
+  assert "devices 2/4" in outs[0] and "devices 2/4" in outs[1] and "devices 1/1" in outs[2]
+  p0, p1, one = (_params(root / "two" / "params_0.npz"), _params(root / "two" / "params_1.npz"),
+                 _params(root / "one" / "params_0.npz"))
+  assert p0.keys() == p1.keys() == one.keys() and len(p0) > 5
+  for k in p0:
+    np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
+    np.testing.assert_allclose(p0[k], one[k], rtol=0, atol=2e-6, err_msg=k)
+
+
+def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
+  root, outs = runs
+  two, one = _metrics(root / "two"), _metrics(root / "one")
+  assert [r["step"] for r in two] == [0, 1, 2]  # one writer: no duplicated records
+  for a, b in zip(two[1:], one[1:]):
+    # the same prompts and sampled tokens: identical rewards and lengths (merged over the processes)
+    for k in ("reward", "completions/mean_length", "completions/min_length", "completions/max_length",
+              "frac_reward_zero_std"):
+      assert a[k] == b[k], k
+    assert b["grad_norm"] > 1e-3
+    for k in ("loss", "grad_norm", "kl"):
+      assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-8), k
+  assert "[done]" in outs[0] and "[done]" not in outs[1]  # process 1 prints nothing of the run
+  ckpts = sorted(int(d) for d in os.listdir(root / "two" / "checkpoints") if d.isdigit())
+  assert ckpts == [0, 2]
