@@ -1,0 +1,207 @@
+#!/usr/bin/env python
+"""Per-device memory of a GRPO run: parameters, gradients, AdamW state, reference copy, sampler KV cache and
+training activations, for a model config on a ('data', 'fsdp', 'tensor') mesh.
+
+  python scripts/memory_estimate.py --model qwen2.5-7b --mesh 1,8,1
+  python scripts/memory_estimate.py --hf-config path/to/config.json --mesh 2,4,1 --param-dtype bfloat16
+  python scripts/memory_estimate.py --table     # the docs/scaling.md table
+
+Parameters are counted exactly, shard by shard, with the trainer's own sharding rules (`LOGICAL_RULES` applied
+to the model's logical axis names; a dimension its mesh axes do not divide is replicated). Gradients are held
+in the parameter dtype (the update accumulates them like the parameters) and sharded like them; AdamW keeps two
+moments in the parameter dtype (optax's default: with float32 parameters, 2 x fp32). The reference copy is one
+more set of parameters (none with beta = 0, none on the device with `offload_ref_params`).
+
+Estimates (not measured; XLA's buffer reuse and fusion change them):
+- KV cache of the sampler: layers x 2 (k, v) x batch x (prompt + new tokens) x kv_heads x head_dim in the compute
+  dtype, the batch split over data x fsdp and the kv heads over tensor (when they divide).
+- Activations kept for the backward pass of one micro-batch (rows split over data x fsdp), per token and layer:
+  4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
+  output) + 3 F (gate, up, their product) in the compute dtype, the head and MLP terms split over tensor, plus
+  the attention scores N x T in float32 and the probabilities in the compute dtype. With remat only each
+  layer's input (D per token) is kept, plus one layer's activations while it is recomputed. Both add the
+  log-prob chunk: micro-batch rows x chunk x V float32 logits, twice (softmax and its gradient).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import NamedTuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Shapes from the public Hugging Face config.json files of the Qwen2.5 base models.
+PRESETS = {
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
+                         num_kv_heads=2, head_dim=64, tie_word_embeddings=True, attention_bias=True,
+                         family="qwen2"),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
+                       num_kv_heads=4, head_dim=128, tie_word_embeddings=False, attention_bias=True,
+                       family="qwen2"),
+    "qwen2.5-32b": dict(vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_layers=64,
+                        num_heads=40, num_kv_heads=8, head_dim=128, tie_word_embeddings=False,
+                        attention_bias=True, family="qwen2"),
+}
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+GIB = 1024 ** 3
+
+
+class Workload(NamedTuple):
+  sampler_batch: int = 512      # completions per sampler call (prompts_per_step x group_size)
+  prompt_len: int = 512
+  new_tokens: int = 1024
+  micro_batch: int = 0          # completions per forward/backward, global; 0: one row per data x fsdp device
+  logprob_chunk: int = 128
+  use_ref: bool = True          # beta > 0
+  offload_ref: bool = False     # config.model.offload_ref_params
+
+
+class Mesh(NamedTuple):
+  data: int
+  fsdp: int
+  tensor: int
+
+  @property
+  def shape(self) -> dict:
+    return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+
+  @property
+  def batch_ways(self) -> int:
+    return self.data * self.fsdp
+
+
+def model_config(name_or_path: str, param_dtype: str, dtype: str):
+  from grpo_jax.model.config import ModelConfig, from_hf_config
+  if name_or_path in PRESETS:
+    return ModelConfig(**PRESETS[name_or_path], param_dtype=param_dtype, dtype=dtype)
+  path = os.path.join(name_or_path, "config.json") if os.path.isdir(name_or_path) else name_or_path
+  with open(path) as f:
+    return from_hf_config(json.load(f)).replace(param_dtype=param_dtype, dtype=dtype)
+
+
+def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
+  """(total parameters, parameters per device) with the trainer's sharding rules."""
+  from flax import nnx
+
+  from grpo_jax.model import Transformer
+  from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
+  abstract = nnx.state(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+  total = per_device = 0
+  for _, v in nnx.to_flat_state(abstract):
+    shape = v.get_value().shape
+    names = v.get_metadata().get("out_sharding") or (None,) * len(shape)
+    spec = logical_to_spec(names, mesh, LOGICAL_RULES, shape)
+    local = 1
+    for size, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+      axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
+      local *= size // math.prod(mesh.shape[a] for a in axes)
+    total += math.prod(shape)
+    per_device += local
+  return total, per_device
+
+
+def _split(n: int, ways: int) -> int:
+  """n spread over `ways` devices when it divides, else replicated."""
+  return n // ways if n % ways == 0 else n
+
+
+def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
+  """Bytes per device by category (see the module docstring for what each counts)."""
+  pb, ab = DTYPE_BYTES[cfg.param_dtype], DTYPE_BYTES[cfg.dtype]
+  total, local = param_elements(cfg, mesh)
+  D, F, N, K, H, V, L = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                         cfg.vocab_size, cfg.num_layers)
+  T = w.prompt_len + w.new_tokens
+  tp = mesh.tensor
+  out = {"num_params": total, "params": local * pb, "grads": local * pb, "optimizer": 2 * local * pb,
+         "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
+  kv_heads = _split(K, tp)
+  out["kv_cache"] = L * 2 * _split(w.sampler_batch, mesh.batch_ways) * T * kv_heads * H * ab
+  rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
+  heads, kv, mlp = _split(N, tp), kv_heads, _split(F, tp)
+  per_token_layer = (4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp) * ab + heads * T * (4 + ab)
+  one_layer = rows * T * per_token_layer
+  logits = 2 * rows * min(w.logprob_chunk, T) * _split(V, tp) * 4
+  out["activations"] = L * one_layer + logits
+  out["activations_remat"] = L * rows * T * D * ab + one_layer + logits
+  out["total"] = sum(out[k] for k in ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations"))
+  out["total_remat"] = out["total"] - out["activations"] + out["activations_remat"]
+  return out
+
+
+COLUMNS = ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations", "activations_remat",
+           "total", "total_remat")
+
+
+def format_row(label: str, est: dict) -> str:
+  return f"| {label} | " + " | ".join(f"{est[c] / GIB:.2f}" for c in COLUMNS) + " |"
+
+
+def header() -> str:
+  names = ["params", "grads", "AdamW", "ref", "KV cache", "act.", "act. remat", "total", "total remat"]
+  return "| model, mesh (data,fsdp,tensor), dtype | " + " | ".join(names) + " |\n|" + "---|" * (len(names) + 1)
+
+
+# The configurations of docs/scaling.md: (model, mesh, param dtype, workload).
+TABLE = [
+    ("qwen2.5-0.5b", Mesh(1, 1, 1), "float32", Workload(sampler_batch=256)),
+    ("qwen2.5-0.5b", Mesh(8, 1, 1), "float32", Workload()),
+    ("qwen2.5-7b", Mesh(1, 8, 1), "float32", Workload()),
+    ("qwen2.5-7b", Mesh(1, 8, 1), "bfloat16", Workload()),
+    ("qwen2.5-7b", Mesh(2, 8, 1), "bfloat16", Workload(offload_ref=True)),
+    ("qwen2.5-32b", Mesh(1, 8, 1), "bfloat16", Workload()),
+    ("qwen2.5-32b", Mesh(1, 16, 2), "float32", Workload()),
+    ("qwen2.5-32b", Mesh(2, 8, 4), "bfloat16", Workload(offload_ref=True)),
+]
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  src = p.add_mutually_exclusive_group()
+  src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
+  src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")
+  src.add_argument("--table", action="store_true", help="print the docs/scaling.md table")
+  p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor (default 1,1,1)")
+  p.add_argument("--param-dtype", default="float32", choices=sorted(DTYPE_BYTES))
+  p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES), help="compute dtype")
+  p.add_argument("--sampler-batch", type=int, default=Workload._field_defaults['sampler_batch'])
+  p.add_argument("--prompt-len", type=int, default=Workload._field_defaults['prompt_len'])
+  p.add_argument("--new-tokens", type=int, default=Workload._field_defaults['new_tokens'])
+  p.add_argument("--micro-batch", type=int, default=0, help="global rows per forward/backward (0: one per "
+                 "data x fsdp device)")
+  p.add_argument("--logprob-chunk", type=int, default=Workload._field_defaults['logprob_chunk'])
+  p.add_argument("--no-ref", action="store_true", help="beta = 0: no reference parameters")
+  p.add_argument("--offload-ref", action="store_true", help="reference parameters in host memory")
+  args = p.parse_args(argv)
+  if args.table:
+    print(header())
+    for name, mesh, pdt, w in TABLE:
+      cfg = model_config(name, pdt, "bfloat16")
+      est = estimate(cfg, mesh, w)
+      extra = ", ref offloaded" if w.offload_ref else ""
+      print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)}, {pdt}{extra}", est))
+    return
+  if not (args.model or args.hf_config):
+    p.error("give --model, --hf-config or --table")
+  try:
+    mesh = Mesh(*[int(x) for x in args.mesh.split(",")])
+  except (TypeError, ValueError):
+    p.error(f"--mesh {args.mesh!r}: expected three integers data,fsdp,tensor")
+  cfg = model_config(args.model or args.hf_config, args.param_dtype, args.dtype)
+  w = Workload(sampler_batch=args.sampler_batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+               micro_batch=args.micro_batch, logprob_chunk=args.logprob_chunk, use_ref=not args.no_ref,
+               offload_ref=args.offload_ref)
+  est = estimate(cfg, mesh, w)
+  print(f"{args.model or args.hf_config}: {est['num_params'] / 1e9:.3f}B parameters; mesh data,fsdp,tensor = "
+        f"{tuple(mesh)} ({math.prod(mesh)} devices); params {args.param_dtype}, compute {args.dtype}")
+  print(f"workload: sampler batch {w.sampler_batch} x ({w.prompt_len} + {w.new_tokens}) tokens, micro-batch "
+        f"{w.micro_batch or mesh.batch_ways} rows, log-prob chunk {w.logprob_chunk}")
+  for k in COLUMNS:
+    print(f"  {k:18s} {est[k] / GIB:9.2f} GiB per device")
+
+
+if __name__ == "__main__":
+  main()

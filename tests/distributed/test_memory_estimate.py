@@ -1,0 +1,72 @@
+"""scripts/memory_estimate.py against a hand-worked example and the published Qwen2.5 parameter counts."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from grpo_jax.model import ModelConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("memory_estimate", os.path.join(ROOT, "scripts",
+                                                                               "memory_estimate.py"))
+me = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(me)
+
+# V=64, D=32, F=48, 2 layers, 4 heads, 2 kv heads, H=8; fp32 parameters, bf16 compute.
+CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
+                  head_dim=8, param_dtype="float32", dtype="bfloat16")
+WORK = me.Workload(sampler_batch=8, prompt_len=4, new_tokens=4, micro_batch=8, logprob_chunk=4)
+
+
+def test_hand_worked_example_on_a_2x2x2_mesh():
+  est = me.estimate(CFG, me.Mesh(2, 2, 2), WORK)
+  # Parameters: embed 64*32 + lm_head 32*64 + final norm 32 + 2 layers x (q 32*4*8 + k 32*2*8 + v 32*2*8 +
+  # o 4*8*32 + 3 MLP 32*48 + 2 norms 32) = 2048 + 2048 + 32 + 2 * 7744 = 19616.
+  assert est["num_params"] == 19616
+  # Per device: embed/lm_head split over tensor x fsdp (512 each), q/o over fsdp x tensor (256), k/v (128),
+  # MLP matrices (384 each); norms replicated: 512 + 512 + 32 + 2 * (256 + 128 + 128 + 256 + 3*384 + 64) = 5024.
+  assert est["params"] == est["grads"] == est["ref_params"] == 5024 * 4
+  assert est["optimizer"] == 2 * 5024 * 4
+  # KV cache: 2 layers x (k, v) x 8/4 rows x T=8 x 2/2 kv heads x H=8 x 2 bytes.
+  assert est["kv_cache"] == 2 * 2 * 2 * 8 * 1 * 8 * 2 == 1024
+  # Activations: 8/4 = 2 rows of T = 8; per token and layer (4*32 + 2*(2+2*1)*8 + 2*8 + 3*24) * 2 bytes +
+  # 2 heads * 8 scores * (4 + 2) bytes = 656; log-prob chunk 2 * 2 rows * 4 * 32 vocab * 4 bytes = 2048.
+  one_layer = 2 * 8 * 656
+  assert est["activations"] == 2 * one_layer + 2048
+  assert est["activations_remat"] == 2 * 2 * 8 * 32 * 2 + one_layer + 2048
+  assert est["total"] == 5024 * 4 * 5 + 1024 + 2 * one_layer + 2048
+
+
+def test_offloaded_or_absent_reference_and_replicated_kv_heads():
+  base = me.estimate(CFG, me.Mesh(1, 1, 1), WORK)
+  assert base["params"] == 19616 * 4
+  assert me.estimate(CFG, me.Mesh(1, 1, 1), WORK._replace(offload_ref=True))["ref_params"] == 0
+  assert me.estimate(CFG, me.Mesh(1, 1, 1), WORK._replace(use_ref=False))["ref_params"] == 0
+  # tensor=4 does not divide the 2 kv heads: k/v weights and the KV cache keep both heads on every device.
+  est = me.estimate(CFG, me.Mesh(1, 1, 4), WORK)
+  assert est["kv_cache"] == 2 * 2 * 8 * 8 * 2 * 8 * 2
+  kv_weights = 2 * 2 * (32 * 2 * 8)  # 2 layers x (k, v), not split
+  rest = 2 * 64 * 32 // 4 + 32 + 2 * (2 * 32 * 4 * 8 // 4 + 3 * 32 * 48 // 4 + 64)
+  assert est["params"] == (kv_weights + rest) * 4
+
+
+@pytest.mark.parametrize("name, count", [("qwen2.5-0.5b", 494_032_768), ("qwen2.5-7b", 7_615_616_512)])
+def test_presets_have_the_published_parameter_counts(name, count):
+  cfg = me.model_config(name, "bfloat16", "bfloat16")
+  total, per_device = me.param_elements(cfg, me.Mesh(1, 8, 1))
+  assert total == count
+  assert count / 8 <= per_device < count / 8 * 1.01  # all but the norms (and biases) split 8 ways
+
+
+def test_cli_prints_every_category(capsys, tmp_path):
+  import json
+  from grpo_jax.model.config import to_hf_config
+  (tmp_path / "config.json").write_text(json.dumps(to_hf_config(CFG)))
+  me.main(["--hf-config", str(tmp_path), "--mesh", "2,2,2", "--param-dtype", "float32"])
+  out = capsys.readouterr().out
+  for k in me.COLUMNS:
+    assert k in out
+  with pytest.raises(SystemExit):
+    me.main(["--model", "qwen2.5-7b", "--mesh", "2,x"])
