@@ -182,6 +182,8 @@ def main(argv=None):
       cfg = model_config(name, pdt, "bfloat16")
       est = estimate(cfg, mesh, w)
       extra = ", ref offloaded" if w.offload_ref else ""
+      if w.sampler_batch != Workload._field_defaults["sampler_batch"]:
+        extra += f" (sampler batch {w.sampler_batch})"
       print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)}, {pdt}{extra}", est))
     return
   if not (args.model or args.hf_config):

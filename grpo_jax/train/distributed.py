@@ -33,17 +33,19 @@ from jax.sharding import NamedSharding, PartitionSpec
 logger = logging.getLogger(__name__)
 
 BATCH_SPEC = PartitionSpec(("data", "fsdp"))
-_ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
+# Any of these makes enabled="auto" start jax.distributed (a SLURM job with more than one task, see initialize).
+_ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
 
 
 def initialize(config) -> bool:
   """Starts jax.distributed when the config or the environment asks for it; True if it is (now) running.
 
-  config.distributed.enabled: "auto" (default: initialize when `coordinator_address` is set or a cluster
-  environment is detected: JAX_COORDINATOR_ADDRESS, SLURM, a TPU pod slice), "yes" (always; JAX detects the
-  cluster), "no". `coordinator_address`, `num_processes` (0: from the environment), `process_id` (-1: from the
-  environment) and `local_device_ids` ("" : all) are passed through when set. Must run before any other JAX
-  call touches the devices.
+  config.distributed.enabled: "auto" (default: initialize when `coordinator_address` is set, or the environment
+  has JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES, a SLURM job of more than one task, or a GKE TPU slice),
+  "yes" (always: JAX detects the cluster; use it on Cloud TPU VM pod slices), "no". `coordinator_address`,
+  `num_processes` (0: JAX_NUM_PROCESSES or the cluster's), `process_id` (-1: JAX_PROCESS_ID or the cluster's)
+  and `local_device_ids` ("": JAX's default; under SLURM that is the one GPU numbered SLURM_LOCALID) are passed
+  through when set. Must run before any other JAX call touches the devices.
   """
   d = config.get("distributed") if hasattr(config, "get") else None
   enabled = d.enabled if d is not None else "auto"
@@ -52,23 +54,38 @@ def initialize(config) -> bool:
   if enabled == "no":
     return False
   address = d.coordinator_address if d is not None else ""
-  if enabled == "auto" and not address and not any(v in os.environ for v in _ENV_VARS):
+  slurm_tasks = _env_int("SLURM_NTASKS") or 1
+  if enabled == "auto" and not address and slurm_tasks <= 1 and not any(v in os.environ for v in _ENV_VARS):
     return False
   if jax.distributed.is_initialized():
     return True
   kwargs = {}
   if address:
     kwargs["coordinator_address"] = address
-  if d is not None and d.num_processes > 0:
-    kwargs["num_processes"] = d.num_processes
-  if d is not None and d.process_id >= 0:
-    kwargs["process_id"] = d.process_id
+  # Config first, then JAX_NUM_PROCESSES / JAX_PROCESS_ID (read here: JAX itself reads only the coordinator's
+  # address from the environment), else JAX's cluster detection (SLURM, TPU, ...).
+  num_processes = d.num_processes if d is not None and d.num_processes > 0 else _env_int("JAX_NUM_PROCESSES")
+  process_id = d.process_id if d is not None and d.process_id >= 0 else _env_int("JAX_PROCESS_ID")
+  if num_processes is not None:
+    kwargs["num_processes"] = num_processes
+  if process_id is not None:
+    kwargs["process_id"] = process_id
   if d is not None and d.local_device_ids:
     kwargs["local_device_ids"] = [int(i) for i in str(d.local_device_ids).split(",")]
   jax.distributed.initialize(**kwargs)
   logger.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
               jax.process_count(), jax.local_device_count(), jax.device_count())
   return True
+
+
+def _env_int(name: str) -> int | None:
+  value = os.environ.get(name, "")
+  if not value:
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
 
 
 def is_main() -> bool:
@@ -112,12 +129,8 @@ def put_batch(tree, mesh):
   """Global arrays, split along ('data', 'fsdp'), from each process's rows (numpy; None passes through)."""
   sharding = batch_sharding(mesh)
 
-  def put(x):
-    if x is None:
-      return None
-    return jax.make_array_from_process_local_data(sharding, np.asarray(x))
-
-  return type(tree)(*[put(x) for x in tree]) if isinstance(tree, tuple) else jax.tree.map(put, tree)
+  # None leaves (e.g. ref_logp_BxN before the reference pass) are empty subtrees: kept as they are.
+  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
 
 def allgather(x: np.ndarray) -> np.ndarray:
