@@ -14,8 +14,10 @@ import pytest
 
 WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 # data=2 spans the two processes, fsdp=2 the two devices of each; the overlong penalty (a length-dependent
-# reward) makes the advantages non-zero, so the updates really move the parameters.
-RUN_ARGS = ["--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.grpo.overlong_buffer=3"]
+# reward) makes the advantages non-zero, so the updates really move the parameters. The two-process run keeps
+# its reference parameters in host memory between steps: that must not change the result either.
+RUN_ARGS = ["--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.grpo.overlong_buffer=3",
+            "--config.model.offload_ref_params=True"]
 REF_ARGS = ["--config.grpo.overlong_buffer=3"]
 
 
