@@ -1,4 +1,4 @@
-# The first ablation study: GRPO variants on the default task (2-digit addition, tiny model), 3 seeds each.
+# The first ablation study: GRPO variants on the default task (2-digit addition, tiny model), 4 seeds each.
 #   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
 #   python scripts/report.py runs/ablation_variants --out docs/ablations --title "GRPO variants"
 # One member alone: add --only '^grpo_smtm_seed0$'; a job array: --print_commands. Results: docs/ablations.md.
@@ -12,7 +12,8 @@ Every member is the default experiment (experiments/default.py: β = 0, Adam lr 
   grpo_smtm_kl0.04   the baseline (grpo, smtm) with the KL penalty β = 0.04 (k3, DeepSeekMath),
   dapo               clip-higher ε = 0.2 / 0.28, token_mean, β = 0. No dynamic sampling: the trainer does not
                      implement it yet (config.grpo.dynamic_sampling=True is an error),
-  gspo               sequence-level importance ratio with ε = 3e-4 / 4e-4 (GSPO paper), smtm, β = 0.
+  gspo               sequence-level importance ratio with ε = 3e-4 / 4e-4 (GSPO paper), smtm, β = 0,
+  grpo_smtm_replica  a control (seed 0 only): the baseline again, started from the baseline's step-0 checkpoint.
 β is varied on the baseline only, to keep the study small enough for a 2-core CPU.
 
 Two mini-batches per rollout (`grpo.mini_batch_size` = half the rollout batch, μ = 1): with a single on-policy
@@ -30,7 +31,7 @@ import os
 
 from grpo_jax.ablation import spec
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3)
 NUM_STEPS = 100
 
 # Applied to every member on top of experiments/default.py.
@@ -82,5 +83,10 @@ def get_sweep():
       "gspo": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean", "grpo.beta": 0.0,
                "grpo.importance_level": "sequence", "grpo.epsilon_low": 3e-4, "grpo.epsilon_high": 4e-4},
   }), seeds=SEEDS)
+  # An A/A control on one seed: the baseline's exact config, started from the baseline's step-0 checkpoint like
+  # every other member. Any difference to grpo_smtm would be nondeterminism or an inexact resume.
+  members += spec.grid(spec.variants({"grpo_smtm_replica": {"grpo.advantage": "grpo",
+                                                            "grpo.aggregation": "seq_mean_token_mean"}}),
+                       seeds=SEEDS[:1])
   members = spec.share_warm_start(members, donor_group="grpo_smtm", exclude=["grpo_smtm_kl0.04"])
   return spec.order_by_seed(members)
