@@ -10,7 +10,8 @@ an evaluation row and a step re-logged after a resume both land on their step):
   steps_per_s     1 / median(`step_time`): the median ignores the compile steps at the start and after a resume,
   wall_s          seconds the sweep runner measured over all attempts (DONE / FAILED / attempts.jsonl); without
                   those, the trainer's `wall_s` in summary.json; without that, the sum of `step_time`,
-  steps           the last step logged.
+  steps           the last step logged,
+  mean:<metric>   for metrics asked for with --mean_of: the mean over the steps that logged it.
 Per group: mean ± sample standard deviation (ddof=1) over the group's finished members ('done'), with n.
 """
 from __future__ import annotations
@@ -72,9 +73,15 @@ def series(rows: Mapping[int, Mapping[str, Any]], key: str) -> tuple[np.ndarray,
   return np.asarray(steps, np.int64), np.asarray(values, np.float64)
 
 
-def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None) -> dict[str, float]:
-  """The per-member numbers of the module docstring; NaN where the metric was never logged."""
+def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None,
+              extra: Sequence[str] = ()) -> dict[str, float]:
+  """The per-member numbers of the module docstring; NaN where the metric was never logged. For each metric
+  name in `extra`, `mean:<name>` is its mean over the steps that logged it."""
   nan = float("nan")
+  means = {}
+  for key in extra:
+    _, values = series(rows, key)
+    means[f"mean:{key}"] = values.mean() if values.size else nan
   _, acc = series(rows, EVAL_ACC)
   _, reward = series(rows, REWARD)
   _, kl = series(rows, KL)
@@ -91,14 +98,16 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
       "steps_per_s": 1.0 / np.median(step_time) if step_time.size and np.median(step_time) > 0 else nan,
       "wall_s": wall_s,
       "steps": float(max(rows)) if rows else nan,
+      **means,
   }
 
 
 class MemberRun:
   """One member's workdir: identity, status, metrics and (if it failed) its error."""
 
-  def __init__(self, name: str, group: str, workdir: str, overrides: Mapping[str, Any] | None = None):
-    self.name, self.group, self.workdir = name, group, workdir
+  def __init__(self, name: str, group: str, workdir: str, overrides: Mapping[str, Any] | None = None,
+               extra: Sequence[str] = ()):
+    self.name, self.group, self.workdir, self.extra = name, group, workdir, tuple(extra)
     self.overrides = dict(overrides or {})
     self.status = runner.status(workdir)
     self.rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
@@ -109,12 +118,14 @@ class MemberRun:
     if wall_s is None:
       wall_s = (runner.read_json(os.path.join(workdir, runner.TRAINER_SUMMARY)) or {}).get("wall_s")
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
-    self.summary = summarize(self.rows, wall_s)
+    self.summary = summarize(self.rows, wall_s, self.extra)
 
 
-def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = None) -> list[MemberRun]:
+def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = None,
+                   extra: Sequence[str] = ()) -> list[MemberRun]:
   """Members of a sweep directory: those planned in sweep.json (in its order), then any other subdirectory that
-  has a member.json or metrics.jsonl. `group_fn(name, planned_group) -> group` regroups them."""
+  has a member.json or metrics.jsonl. `group_fn(name, planned_group) -> group` regroups them; `extra` metric
+  names get a column with their mean over steps."""
   if not os.path.isdir(sweep_dir):
     raise FileNotFoundError(f"sweep directory {sweep_dir!r} does not exist")
   planned = (runner.read_json(os.path.join(sweep_dir, runner.SWEEP_JSON)) or {}).get("members", [])
@@ -135,7 +146,7 @@ def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = 
     group = group or spec_lib.default_group(name)
     if group_fn is not None:
       group = group_fn(name, group)
-    runs.append(MemberRun(name, group, os.path.join(sweep_dir, name), overrides))
+    runs.append(MemberRun(name, group, os.path.join(sweep_dir, name), overrides, extra))
   return runs
 
 
@@ -179,6 +190,12 @@ def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
   return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else float("nan"), int(x.size)
 
 
+def columns_of(runs: Sequence[MemberRun]):
+  """COLUMNS plus a `mean:<metric>` column per extra metric the runs were loaded with."""
+  extra = runs[0].extra if runs else ()
+  return COLUMNS + [(f"mean:{key}", f"mean {key}", "{:.3g}") for key in extra]
+
+
 def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
   """One dict per group: counts by status and (mean, std, n) of every column over its finished members."""
   table = []
@@ -186,7 +203,7 @@ def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
     done = [m for m in members if m.status == "done"]
     row: dict[str, Any] = {"group": group, "members": len(members), "done": len(done),
                            "failed": sum(m.status == "failed" for m in members)}
-    for column, _, _ in COLUMNS:
+    for column, _, _ in columns_of(runs):
       row[column] = mean_std(m.summary[column] for m in done)
     table.append(row)
   return table
@@ -254,10 +271,10 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
   table = group_table(runs)
   lines = [f"## {title}", "",
            "Mean ± std (ddof=1) over the finished seeds of each group; n = finished / all members.", "",
-           "| group | n | " + " | ".join(header for _, header, _ in COLUMNS) + " |",
-           "|---|---|" + "---|" * len(COLUMNS)]
+           "| group | n | " + " | ".join(header for _, header, _ in columns_of(runs)) + " |",
+           "|---|---|" + "---|" * len(columns_of(runs))]
   for row in table:
-    cells = [_fmt(row[column], fmt) for column, _, fmt in COLUMNS]
+    cells = [_fmt(row[column], fmt) for column, _, fmt in columns_of(runs)]
     lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
   if baseline is not None:
     lines += ["", paired_markdown(runs, baseline).rstrip("\n")]
@@ -289,12 +306,12 @@ def groups_csv(runs: Sequence[MemberRun]) -> str:
   out = io.StringIO()
   writer = csv.writer(out)
   header = ["group", "members", "done", "failed"]
-  for column, _, _ in COLUMNS:
+  for column, _, _ in columns_of(runs):
     header += [f"{column}_mean", f"{column}_std", f"{column}_n"]
   writer.writerow(header)
   for row in group_table(runs):
     cells = [row["group"], row["members"], row["done"], row["failed"]]
-    for column, _, _ in COLUMNS:
+    for column, _, _ in columns_of(runs):
       cells += list(row[column])
     writer.writerow(cells)
   return out.getvalue()
@@ -303,7 +320,7 @@ def groups_csv(runs: Sequence[MemberRun]) -> str:
 def members_csv(runs: Sequence[MemberRun]) -> str:
   out = io.StringIO()
   writer = csv.writer(out)
-  columns = [column for column, _, _ in COLUMNS] + ["steps"]
+  columns = [column for column, _, _ in columns_of(runs)] + ["steps"]
   writer.writerow(["name", "group", "status", *columns, "error"])
   for m in runs:
     last = m.error.strip().splitlines()[-1] if m.error.strip() else ""
@@ -428,12 +445,12 @@ def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int
 
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
                  title: str | None = None, groups: str | None = None,
-                 baseline: str | None = None) -> dict[str, str]:
+                 baseline: str | None = None, extra: Sequence[str] = ()) -> dict[str, str]:
   """Writes summary.md, groups.csv, members.csv and curves.png (and paired.png with a baseline) into out_dir
   (default SWEEP_DIR/report).
   `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
   the others are compared seed by seed (a second table)."""
-  runs = select_groups(load_sweep_dir(sweep_dir, group_fn), groups)
+  runs = select_groups(load_sweep_dir(sweep_dir, group_fn, extra), groups)
   out_dir = out_dir or os.path.join(sweep_dir, "report")
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}

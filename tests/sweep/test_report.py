@@ -183,3 +183,13 @@ def test_paired_differences_to_a_baseline_group(sweep_dir):
   assert "| b | 1 | +0.100 (1/1) | +0.000 (0/1) |" in md and "| extra | 0 | – | – |" in md
   with pytest.raises(ValueError, match="'z' is not a group"):
     report.paired_table(runs, "z")
+
+
+def test_mean_of_extra_metrics_adds_columns(sweep_dir):
+  runs = report.load_sweep_dir(sweep_dir, extra=["kl", "missing"])
+  a0 = next(r for r in runs if r.name == "a_seed0")
+  assert a0.summary["mean:kl"] == pytest.approx((0.0 + 0.01 + 0.02 + 0.04) / 4)
+  assert math.isnan(a0.summary["mean:missing"])
+  md = report.markdown(runs, "t")
+  assert "| mean kl | mean missing |" in md
+  assert "mean:kl_mean" in report.groups_csv(runs).splitlines()[0]
