@@ -1,6 +1,7 @@
 # The first ablation study: GRPO variants on the default task (2-digit addition, tiny model), 4 seeds each.
 #   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
-#   python scripts/report.py runs/ablation_variants --out docs/ablations --title "GRPO variants"
+#   python scripts/report.py runs/ablation_variants --out docs/ablations --baseline grpo_smtm \
+#     --mean_of clip_ratio/region,entropy --groups '^(?!grpo_smtm_replica$)' --title "GRPO variants on the default task"
 # One member alone: add --only '^grpo_smtm_seed0$'; a job array: --print_commands. Results: docs/ablations.md.
 # A smoke test of the whole pipeline at tiny shapes: --config experiments/ablation_variants.py:test
 """Advantage × aggregation, plus β > 0, DAPO and GSPO, on the default experiment made shorter.
