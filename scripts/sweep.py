@@ -60,15 +60,22 @@ def main(argv=None) -> int:
                       help="sweep: a scripts/sweep.py line per member (keeps markers); train: the bare trainer")
   parser.add_argument("--status", action="store_true", help="list each member's status and exit")
   parser.add_argument("--skip_failed", action="store_true", help="do not re-run members marked FAILED")
+  parser.add_argument("--no_check_keys", action="store_true",
+                      help="do not check override keys against the experiment's get_config() first")
   parser.add_argument("--train_cmd", default=None,
                       help="trainer command line to which --config/--workdir/--config.k=v are appended "
                            "(default: this Python + scripts/train.py)")
   args = parser.parse_args(argv)
 
-  members = spec.select(spec.load_sweep(args.config), args.only)
+  members = spec.select(spec.load_sweep(args.config, check_keys=not args.no_check_keys), args.only)
   common = dict(args.common)
   for m in members:
     spec.merge_overrides(common, m)  # clashes are errors before anything runs
+  if common and not args.no_check_keys:
+    config_module = spec.load_module(args.config)
+    preset = args.config.partition(":")[2]
+    spec.check_keys_exist(config_module.get_config(preset) if preset else config_module.get_config(), common,
+                          "--set")
   if args.status:
     for m in members:
       print(f"{runner.status(runner.member_dir(args.sweep_dir, m)):<11} {m.name}")
@@ -106,4 +113,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  try:
+    sys.exit(main())
+  except (ValueError, KeyError, TypeError, FileNotFoundError, AttributeError) as e:
+    # A bad sweep file, flag or key: one line naming it, not a traceback.
+    sys.exit(f"sweep.py: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import itertools
+import os
 import re
 import shlex
 from typing import Any, Iterable, Mapping, Sequence
@@ -171,17 +172,50 @@ def validate(raw_members: Any) -> list[Member]:
   return members
 
 
-def load_sweep(config_spec: str) -> list[Member]:
-  """Imports the experiment file of `config_spec` (`path.py` or `path.py:preset`) and validates `get_sweep()`."""
-  path = config_spec.split(":", 1)[0]
-  spec = importlib.util.spec_from_file_location("_grpo_jax_sweep_experiment", path)
-  if spec is None or spec.loader is None:
-    raise FileNotFoundError(f"cannot load experiment file {path!r}")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+def load_module(config_spec: str):
+  """The experiment file of `config_spec` (`path.py` or `path.py:preset`), imported."""
+  path = config_spec.partition(":")[0]
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"experiment file {path!r} does not exist")
+  module_spec = importlib.util.spec_from_file_location("_grpo_jax_sweep_experiment", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
+
+
+def load_sweep(config_spec: str, check_keys: bool = False) -> list[Member]:
+  """Imports the experiment file of `config_spec` (`path.py` or `path.py:preset`) and validates `get_sweep()`.
+  With `check_keys`, every override must also name an existing field of the file's `get_config([preset])`."""
+  path, _, preset = config_spec.partition(":")
+  module = load_module(config_spec)
   if not hasattr(module, "get_sweep"):
     raise AttributeError(f"{path} defines no get_sweep(); see grpo_jax/ablation/spec.py for the format")
-  return validate(module.get_sweep())
+  members = validate(module.get_sweep())
+  if check_keys:
+    config = module.get_config(preset) if preset else module.get_config()
+    for member in members:
+      check_keys_exist(config, member.overrides, f"sweep member {member.name!r}")
+  return members
+
+
+def check_keys_exist(config, overrides: Mapping[str, Any], where: str) -> None:
+  """Each dotted key must be a field of `config` (a ConfigDict or nested dicts), and a value must not change a
+  field's kind (bool / number / str); None-valued fields (placeholders) take any value. Catches a misspelt key
+  before a whole sweep of runs fails on it."""
+  for key, value in overrides.items():
+    node = config
+    for i, part in enumerate(key.split(".")):
+      try:
+        node = node[part]
+      except (KeyError, TypeError, AttributeError):
+        prefix = ".".join(key.split(".")[:i]) or "the config"
+        raise KeyError(f"{where}: override {key!r}: {prefix} has no field {part!r}") from None
+    if node is None:
+      continue
+    kind = lambda v: "bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__
+    if kind(node) != kind(value):
+      raise TypeError(f"{where}: override {key}={value!r} is a {kind(value)}, but the field is a {kind(node)} "
+                      f"({node!r})")
 
 
 def select(members: Sequence[Member], only: str | None) -> list[Member]:

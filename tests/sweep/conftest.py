@@ -21,8 +21,9 @@ def experiment_file(tmp_path):
   path.write_text(textwrap.dedent("""
       from grpo_jax.ablation import spec
 
-      def get_config():
-        raise AssertionError("the sweep runner must not build the config itself")
+      def get_config(preset=None):
+        # Only read by the sweep runner's key check; the (fake) trainer builds its own.
+        return {"seed": 0, "num_steps": 4, "fail": False, "crash_at": -1, "algo": {"advantage": "grpo"}}
 
       def get_sweep():
         members = spec.grid(spec.axis("algo.advantage", ["grpo", "rloo"]), seeds=[0, 1])

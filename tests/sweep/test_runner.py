@@ -125,3 +125,9 @@ def test_members_start_from_their_donors_step0_checkpoint(tmp_path, fake_train_c
   assert runner.read_json(os.path.join(member, "init_from.json"))["donor"] == os.path.abspath(donor)
   with open(os.path.join(donor, "warmstart.jsonl")) as a, open(os.path.join(member, "warmstart.jsonl")) as b:
     assert a.read() == b.read()
+
+
+def test_cli_rejects_an_unknown_key_before_running_anything(tmp_path, experiment_file):
+  result = _cli("--config", experiment_file, "--sweep_dir", str(tmp_path / "s"), "--set", "num_step=2")
+  assert result.returncode == 1 and not os.path.exists(tmp_path / "s")
+  assert result.stderr.strip() == "sweep.py: error: --set: override 'num_step': the config has no field 'num_step'"

@@ -94,3 +94,45 @@ def test_init_from_must_name_an_earlier_member():
     spec.validate([{"name": "a", "init_from": "b"}, {"name": "b"}])
   with pytest.raises(ValueError, match="init_from='a'"):
     spec.validate([{"name": "a", "init_from": "a"}])
+
+
+def test_check_keys_exist_names_the_bad_key():
+  config = {"seed": 0, "grpo": {"beta": 0.0, "advantage": "grpo", "epsilon_high": None, "dynamic": False}}
+  spec.check_keys_exist(config, {"grpo.beta": 0.04, "grpo.epsilon_high": 0.28, "seed": 3, "grpo.dynamic": True},
+                        "m")
+  with pytest.raises(KeyError, match="override 'grpo.betta': grpo has no field 'betta'"):
+    spec.check_keys_exist(config, {"grpo.betta": 0.0}, "m")
+  with pytest.raises(KeyError, match="the config has no field 'algo'"):
+    spec.check_keys_exist(config, {"algo.beta": 0.0}, "m")
+  with pytest.raises(TypeError, match="grpo.beta='0' is a str, but the field is a number"):
+    spec.check_keys_exist(config, {"grpo.beta": "0"}, "m")
+  with pytest.raises(TypeError, match="is a number, but the field is a bool"):
+    spec.check_keys_exist(config, {"grpo.dynamic": 1}, "m")
+
+
+def test_load_sweep_checks_keys_against_get_config(tmp_path, experiment_file):
+  assert len(spec.load_sweep(experiment_file, check_keys=True)) == 5
+  bad = tmp_path / "bad.py"
+  bad.write_text("def get_config(preset=None):\n  return {'seed': 0}\n"
+                 "def get_sweep():\n  return [{'name': 'a', 'overrides': {'sead': 1}}]\n")
+  with pytest.raises(KeyError, match="sweep member 'a': override 'sead'"):
+    spec.load_sweep(str(bad), check_keys=True)
+  assert spec.load_sweep(str(bad))[0].overrides == {"sead": 1}
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    spec.load_sweep(str(tmp_path / "missing.py"))
+
+
+def test_the_study_file_expands_to_valid_members():
+  from tests.sweep.conftest import REPO
+  members = spec.load_sweep(f"{REPO}/experiments/ablation_variants.py", check_keys=True)
+  groups = {}
+  for m in members:
+    groups.setdefault(m.group, []).append(m)
+  assert len(groups) == 13 and len(members) == 12 * 4 + 1
+  names = [m.name for m in members]
+  for m in members:
+    if m.group in ("grpo_smtm", "grpo_smtm_kl0.04"):
+      assert m.init_from is None
+    else:  # shares the warm start of the baseline member with its seed, which runs before it
+      assert m.init_from == f"grpo_smtm_seed{spec.seed_of(m.name)}"
+      assert names.index(m.init_from) < names.index(m.name)
