@@ -212,10 +212,15 @@ def check_keys_exist(config, overrides: Mapping[str, Any], where: str) -> None:
         raise KeyError(f"{where}: override {key!r}: {prefix} has no field {part!r}") from None
     if node is None:
       continue
-    kind = lambda v: "bool" if isinstance(v, bool) else "number" if isinstance(v, (int, float)) else type(v).__name__
-    if kind(node) != kind(value):
-      raise TypeError(f"{where}: override {key}={value!r} is a {kind(value)}, but the field is a {kind(node)} "
+    if _kind(node) != _kind(value):
+      raise TypeError(f"{where}: override {key}={value!r} is a {_kind(value)}, but the field is a {_kind(node)} "
                       f"({node!r})")
+
+
+def _kind(value: Any) -> str:
+  if isinstance(value, bool):
+    return "bool"
+  return "number" if isinstance(value, (int, float)) else type(value).__name__
 
 
 def select(members: Sequence[Member], only: str | None) -> list[Member]:
