@@ -125,7 +125,11 @@ def get_config() -> ml_collections.ConfigDict:
   g.mask_truncated_completions = False  # DAPO: completions that hit max_new_tokens get no loss.
   g.overlong_buffer = 0           # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
   g.overlong_penalty_factor = 1.0
-  g.dynamic_sampling = False      # DAPO dynamic sampling: not implemented yet (True is an error).
+  g.dynamic_sampling = False      # DAPO dynamic sampling: drop groups whose rewards are all equal and sample
+                                  # more prompts (same shapes, no recompile) until the batch has prompts_per_step
+                                  # groups with signal ...
+  g.dynamic_sampling_max_rounds = 4  # ... or this many sampler calls per step were made; a batch still short
+                                  # is filled with zero-std groups (zero advantage: no policy gradient).
 
   # --- Optimizer (Optax) ---------------------------------------------------------------------------------
   c.optim = o = ml_collections.ConfigDict()
@@ -212,7 +216,8 @@ def validate(config) -> None:
   for key in ("num_steps", "grpo.prompts_per_step", "grpo.num_iterations", "sampling.max_prompt_length",
               "sampling.max_new_tokens", "eval.size", "eval.batch_size", "checkpoint.every",
               "checkpoint.keep", "log.every", "log.samples_every", "warmstart.batch_size",
-              "warmstart.max_steps", "warmstart.eval_every", "eval.every", "model.logprob_chunk_size"):
+              "warmstart.max_steps", "warmstart.eval_every", "eval.every", "model.logprob_chunk_size",
+              "grpo.dynamic_sampling_max_rounds"):
     _at_least(c, key, 1)
   for key in ("grpo.mini_batch_size", "grpo.micro_batch_size", "grpo.ref_reset_every", "grpo.overlong_buffer",
               "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip_norm", "grpo.beta",
@@ -253,9 +258,6 @@ def validate(config) -> None:
   if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
     _fail("grpo.overlong_buffer", f"{c.grpo.overlong_buffer} must be <= sampling.max_new_tokens="
           f"{c.sampling.max_new_tokens}")
-  if c.grpo.dynamic_sampling:
-    raise NotImplementedError("config.grpo.dynamic_sampling=True (DAPO dynamic sampling) is not implemented "
-                              "yet; set it to False")
 
   B = rollout_batch_size(c)
   mini = mini_batch_size(c)

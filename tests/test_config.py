@@ -55,9 +55,10 @@ def test_inconsistent_settings_name_the_key(overrides, key, message):
     config_lib.validate(_config(**overrides))
 
 
-def test_not_yet_implemented_options_refuse_to_run():
-  with pytest.raises(NotImplementedError, match="grpo.dynamic_sampling"):
-    config_lib.validate(_config(**{"grpo.dynamic_sampling": True}))
+def test_dynamic_sampling_is_accepted_and_needs_at_least_one_round():
+  config_lib.validate(_config(**{"grpo.dynamic_sampling": True}))
+  with pytest.raises(ValueError, match="config.grpo.dynamic_sampling_max_rounds: must be >= 1"):
+    config_lib.validate(_config(**{"grpo.dynamic_sampling": True, "grpo.dynamic_sampling_max_rounds": 0}))
 
 
 def test_locked_config_rejects_unknown_keys_and_wrong_types():

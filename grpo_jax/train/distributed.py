@@ -140,6 +140,13 @@ def allgather(x: np.ndarray) -> np.ndarray:
   return np.asarray(multihost_utils.process_allgather(np.asarray(x)))
 
 
+def all_true(flag: bool) -> bool:
+  """True when `flag` is true on every process (a collective; the flag itself with one process)."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  return bool(allgather(np.array([bool(flag)])).all())
+
+
 class GlobalSampler:
   """Runs a `Sampler` on the prompts of all processes together; each process gets back its own rows.
 

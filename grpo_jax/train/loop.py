@@ -8,6 +8,8 @@ fixed number of times per run: the update and the reference log-probs once, the 
 
 Randomness: the key of step s is fold_in(key(seed), s) (sampling) and the data of step s are the training
 rows [position, position + prompts_per_step); a checkpoint stores both, so a resumed run continues exactly.
+With DAPO dynamic sampling (`grpo.dynamic_sampling`) a step may sample several such blocks of rows (round r
+with fold_in(step key, r)); the position counts every row consumed, so resume stays exact.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from grpo_jax.train.checkpoint import Checkpointer
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
-from grpo_jax.train.rollout import collect_rollout
+from grpo_jax.train.rollout import collect_dynamic_rollout, collect_rollout
 from grpo_jax.train.state import init_opt_state
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
@@ -277,16 +279,30 @@ def train(config, workdir: str) -> Summary:
                      distributed.local_prompt_slice(mesh, g.prompts_per_step, g.group_size))
     bar.accuracy = last_eval["eval/accuracy"]
 
-    for step in range(start_step + 1, config.num_steps + 1):
-      t0 = time.time()
+    def next_columns():
+      """This process's prompts of the next prompts_per_step training rows; advances the data position."""
+      nonlocal data_position
       columns = task.train_rows(data_position + offset, count)
       data_position += g.prompts_per_step
-      rollout = collect_rollout(
-          distributed.GlobalSampler(sampler, offset * g.group_size), params, tokenizer, columns,
-          group_size=g.group_size, key=jax.random.fold_in(base_key, step),
-          reward_fns=reward_fns, max_prompt_length=s.max_prompt_length, advantage=g.advantage,
-          std_ddof=g.std_ddof, advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions,
-          reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback)
+      return columns
+
+    rollout_args = dict(
+        group_size=g.group_size, reward_fns=reward_fns, max_prompt_length=s.max_prompt_length,
+        advantage=g.advantage, std_ddof=g.std_ddof, advantage_eps=g.advantage_eps,
+        mask_truncated=g.mask_truncated_completions, reward_timeout_s=config.reward_timeout_s,
+        reward_fallback=config.reward_fallback)
+    global_sampler = distributed.GlobalSampler(sampler, offset * g.group_size)
+
+    for step in range(start_step + 1, config.num_steps + 1):
+      t0 = time.time()
+      step_key = jax.random.fold_in(base_key, step)
+      if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
+        rollout = collect_dynamic_rollout(global_sampler, params, tokenizer, next_columns,
+                                          max_rounds=g.dynamic_sampling_max_rounds, all_done=distributed.all_true,
+                                          key=step_key, **rollout_args)
+      else:
+        rollout = collect_rollout(global_sampler, params, tokenizer, next_columns(), key=step_key,
+                                  **rollout_args)
       batch = place(rollout.batch)
       if use_ref:
         batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))

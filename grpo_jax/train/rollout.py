@@ -73,16 +73,22 @@ class Rollout(NamedTuple):
   num_tokens: int         # real prompt + completion tokens
 
 
-def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
-                    reward_fns: Sequence[RewardSpec], max_prompt_length: int, advantage: str, std_ddof: int,
-                    advantage_eps: float, mask_truncated: bool, reward_timeout_s: float,
-                    reward_fallback: float) -> Rollout:
-  """Samples G completions for each of the R prompts in `columns["prompt"]`, scores them, and builds the batch.
+class Scored(NamedTuple):
+  """Sampled and scored completions of whole groups (rows of a group contiguous), before advantages."""
+  sample: Any               # a SampleResult of numpy arrays, [B, ...]
+  prompts: list[str]        # [B]
+  completions: list[str]    # [B]
+  rewards_B: np.ndarray     # float32 weighted total
+  per_fn: dict[str, np.ndarray]
+  failures: dict[str, int]
+  std_P: np.ndarray         # the within-group std of each group's rewards (with std_ddof)
+  zero_std_P: np.ndarray    # bool: every reward of the group is equal (no policy gradient)
 
-  Metrics (ALGORITHMS.md §8 names): reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
-  frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio, and
-  rewards/<fn>/failures when a reward function failed on some samples.
-  """
+
+def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
+                     reward_fns: Sequence[RewardSpec], max_prompt_length: int, std_ddof: int,
+                     reward_timeout_s: float, reward_fallback: float) -> Scored:
+  """Samples G completions for each of the R prompts in `columns["prompt"]` and scores them."""
   G = group_size
   texts = list(columns["prompt"])
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
@@ -95,9 +101,63 @@ def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, gro
   cols_B["completion_length"] = out.lengths_B.tolist()
   result = score(reward_fns, prompts_B, completions_B, cols_B, reward_timeout_s, reward_fallback)
   rewards_B = np.asarray(result.total, np.float32)
-  advantages_B = np.asarray(_advantages(rewards_B, G, advantage, std_ddof, float(advantage_eps)))
   stats = jax.device_get(_group_stats(rewards_B, G, std_ddof))
+  return Scored(out, prompts_B, completions_B, rewards_B, {k: np.asarray(v) for k, v in result.per_fn.items()},
+                dict(result.failures), np.asarray(stats.std_P), np.asarray(stats.zero_std_P))
 
+
+def concat_scored(parts: Sequence[Scored]) -> Scored:
+  """The groups of several sampler calls, in order (each call's arrays have the same shapes)."""
+  if len(parts) == 1:
+    return parts[0]
+  cat = lambda xs: np.concatenate(list(xs), axis=0)
+  first = parts[0]
+  return Scored(
+      sample=type(first.sample)(*[cat(field) for field in zip(*[p.sample for p in parts])]),
+      prompts=[t for p in parts for t in p.prompts], completions=[t for p in parts for t in p.completions],
+      rewards_B=cat(p.rewards_B for p in parts),
+      per_fn={k: cat(p.per_fn[k] for p in parts) for k in first.per_fn},
+      failures={k: sum(p.failures.get(k, 0) for p in parts) for k in {k for p in parts for k in p.failures}},
+      std_P=cat(p.std_P for p in parts), zero_std_P=cat(p.zero_std_P for p in parts))
+
+
+def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored:
+  """The groups `groups_K` (indices, in that order) of `scored`."""
+  rows = (np.asarray(groups_K)[:, None] * group_size + np.arange(group_size)[None]).reshape(-1)
+  return Scored(
+      sample=type(scored.sample)(*[x[rows] for x in scored.sample]),
+      prompts=[scored.prompts[i] for i in rows], completions=[scored.completions[i] for i in rows],
+      rewards_B=scored.rewards_B[rows], per_fn={k: v[rows] for k, v in scored.per_fn.items()},
+      failures=scored.failures, std_P=scored.std_P[groups_K], zero_std_P=scored.zero_std_P[groups_K])
+
+
+def rollout_metrics(scored: Scored) -> dict[str, Any]:
+  """ALGORITHMS.md §8 names: reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
+  frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio, and
+  rewards/<fn>/failures when a reward function failed on some samples."""
+  lengths = scored.sample.lengths_B.astype(np.float64)
+  metrics: dict[str, Any] = {
+      "reward": float(scored.rewards_B.mean()),
+      "reward_std": float(np.mean(scored.std_P)),
+      "frac_reward_zero_std": float(np.mean(scored.zero_std_P)),
+      "completions/mean_length": float(lengths.mean()),
+      "completions/min_length": float(lengths.min()),
+      "completions/max_length": float(lengths.max()),
+      "completions/clipped_ratio": float(np.mean(scored.sample.truncated_B)),
+  }
+  for name, values in scored.per_fn.items():
+    metrics[f"rewards/{name}/mean"] = float(np.mean(values))
+    metrics[f"rewards/{name}/std"] = float(np.std(values))
+    if scored.failures.get(name):
+      metrics[f"rewards/{name}/failures"] = int(scored.failures[name])
+  return metrics
+
+
+def build_rollout(scored: Scored, metrics: dict[str, Any], *, group_size: int, advantage: str, std_ddof: int,
+                  advantage_eps: float, mask_truncated: bool, num_tokens: int | None = None) -> Rollout:
+  """The update's batch from scored groups: advantages, and the loss mask (DAPO overlong filtering)."""
+  out = scored.sample
+  advantages_B = np.asarray(_advantages(scored.rewards_B, group_size, advantage, std_ddof, float(advantage_eps)))
   loss_mask_BxN = out.completion_mask_BxN.astype(np.int32)
   if mask_truncated:  # DAPO overlong filtering: truncated completions contribute no loss.
     loss_mask_BxN = loss_mask_BxN * (~out.truncated_B)[:, None].astype(np.int32)
@@ -106,21 +166,72 @@ def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, gro
       completion_BxN=out.completion_BxN.astype(np.int32), completion_mask_BxN=loss_mask_BxN,
       advantages_B=advantages_B.astype(np.float32), sampler_logp_BxN=out.logp_BxN.astype(np.float32),
       ref_logp_BxN=None)
+  if num_tokens is None:
+    num_tokens = int(out.prompt_mask_BxP.sum() + out.completion_mask_BxN.sum())
+  return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens)
 
-  lengths = out.lengths_B.astype(np.float64)
-  metrics: dict[str, Any] = {
-      "reward": float(rewards_B.mean()),
-      "reward_std": float(np.mean(stats.std_P)),
-      "frac_reward_zero_std": float(np.mean(stats.zero_std_P)),
-      "completions/mean_length": float(lengths.mean()),
-      "completions/min_length": float(lengths.min()),
-      "completions/max_length": float(lengths.max()),
-      "completions/clipped_ratio": float(np.mean(out.truncated_B)),
-  }
-  for name, values in result.per_fn.items():
-    metrics[f"rewards/{name}/mean"] = float(np.mean(values))
-    metrics[f"rewards/{name}/std"] = float(np.std(values))
-    if result.failures.get(name):
-      metrics[f"rewards/{name}/failures"] = int(result.failures[name])
-  num_tokens = int(out.prompt_mask_BxP.sum() + out.completion_mask_BxN.sum())
-  return Rollout(batch, metrics, prompts_B, completions_B, rewards_B, num_tokens)
+
+def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
+                    reward_fns: Sequence[RewardSpec], max_prompt_length: int, advantage: str, std_ddof: int,
+                    advantage_eps: float, mask_truncated: bool, reward_timeout_s: float,
+                    reward_fallback: float) -> Rollout:
+  """Samples G completions for each of the R prompts in `columns["prompt"]`, scores them, and builds the batch
+  (metrics: `rollout_metrics`)."""
+  scored = sample_and_score(sampler, params, tokenizer, columns, group_size=group_size, key=key,
+                            reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
+                            reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback)
+  return build_rollout(scored, rollout_metrics(scored), group_size=group_size, advantage=advantage,
+                       std_ddof=std_ddof, advantage_eps=advantage_eps, mask_truncated=mask_truncated)
+
+
+def select_signal_groups(zero_std_P: np.ndarray, num_groups: int) -> tuple[np.ndarray, int]:
+  """(indices of `num_groups` groups, how many of them have signal): the first `num_groups` groups whose rewards
+  differ, in sampling order; when fewer exist, the earliest zero-std groups fill the remaining slots (their
+  advantages are 0 under every advantage method, so they add no policy gradient but keep the batch shape)."""
+  zero_std_P = np.asarray(zero_std_P, bool)
+  signal = np.flatnonzero(~zero_std_P)[:num_groups]
+  fill = np.flatnonzero(zero_std_P)[:num_groups - len(signal)]
+  if len(signal) + len(fill) < num_groups:
+    raise ValueError(f"{len(zero_std_P)} sampled groups cannot fill a batch of {num_groups} groups")
+  return np.concatenate([signal, fill]).astype(np.int64), len(signal)
+
+
+def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[], dict[str, list]], *,
+                            max_rounds: int, all_done: Callable[[bool], bool] = lambda done: done,
+                            group_size: int, key, reward_fns: Sequence[RewardSpec], max_prompt_length: int,
+                            advantage: str, std_ddof: int, advantage_eps: float, mask_truncated: bool,
+                            reward_timeout_s: float, reward_fallback: float) -> Rollout:
+  """DAPO dynamic sampling (ALGORITHMS.md): groups whose rewards are all equal are dropped, and further batches of
+  prompts (`next_columns()`, which also advances the data position) are sampled at the same shapes, so nothing
+  recompiles, until the batch holds as many groups with signal as one call gives, or after `max_rounds` calls.
+  Round r samples with fold_in(key, r) (round 0 with `key`, as without dynamic sampling). A batch still short
+  after `max_rounds` is filled with zero-std groups (see `select_signal_groups`): the batch shape stays static.
+  Multi-host: each process fills its own rows; `all_done(done)` is True when every process is done (a
+  collective), so all processes make the same number of (collective) sampler calls.
+
+  Metrics: `rollout_metrics` of every group sampled this step, before filtering (so frac_reward_zero_std is
+  the sampled fraction), plus dynamic_sampling/rounds, dynamic_sampling/kept_groups (groups with signal in
+  the batch) and dynamic_sampling/filled_groups (zero-std groups re-included to fill the batch).
+  """
+  parts: list[Scored] = []
+  num_groups = 0
+  while True:
+    columns = next_columns()
+    num_groups = len(columns["prompt"])
+    round_key = key if not parts else jax.random.fold_in(key, len(parts))
+    parts.append(sample_and_score(sampler, params, tokenizer, columns, group_size=group_size, key=round_key,
+                                  reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
+                                  reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback))
+    have = sum(int(np.sum(~p.zero_std_P)) for p in parts)
+    if all_done(have >= num_groups or len(parts) >= max_rounds):
+      break
+  scored = concat_scored(parts)
+  groups_K, kept = select_signal_groups(scored.zero_std_P, num_groups)
+  metrics = rollout_metrics(scored)
+  metrics["dynamic_sampling/rounds"] = len(parts)
+  metrics["dynamic_sampling/kept_groups"] = kept
+  metrics["dynamic_sampling/filled_groups"] = num_groups - kept
+  num_tokens = int(scored.sample.prompt_mask_BxP.sum() + scored.sample.completion_mask_BxN.sum())
+  return build_rollout(take_groups(scored, groups_K, group_size), metrics, group_size=group_size,
+                       advantage=advantage, std_ddof=std_ddof, advantage_eps=advantage_eps,
+                       mask_truncated=mask_truncated, num_tokens=num_tokens)

@@ -33,6 +33,9 @@ def _config():
   c.grpo.mini_batch_size = 8
   c.grpo.micro_batch_size = 4
   c.eval.pass_k = 2
+  # DAPO dynamic sampling: a step samples a varying number of prompt blocks, which resume must reproduce.
+  c.grpo.dynamic_sampling = True
+  c.grpo.dynamic_sampling_max_rounds = 3
   return c
 
 
@@ -40,11 +43,15 @@ def _metrics(workdir):
   return [{k: v for k, v in r.items() if k not in TIMING} for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
 
 
-def _final_checksum(workdir):
+def _final_meta(workdir):
   steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
   with open(os.path.join(workdir, "checkpoints", str(steps[-1]), "meta", "metadata")) as f:
-    meta = json.load(f)
-  return steps[-1], meta["state_sha256"]
+    return steps[-1], json.load(f)
+
+
+def _final_checksum(workdir):
+  step, meta = _final_meta(workdir)
+  return step, meta["state_sha256"], meta["data_position"]
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +109,11 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
   assert read_jsonl(os.path.join(workdir, "warmstart.jsonl"))
   with open(os.path.join(workdir, "summary.json")) as f:
     assert json.load(f)["steps"] == NUM_STEPS
+  # Dynamic sampling: every prompt block sampled counts in the data position (after the warm start's rows).
+  rounds = [r["dynamic_sampling/rounds"] for r in records[1:]]
+  assert all(1 <= n <= 3 for n in rounds) and all(0 <= r["dynamic_sampling/kept_groups"] <= 4 for r in records[1:])
+  warmstart_rows = read_jsonl(os.path.join(workdir, "warmstart.jsonl"))[-1]["step"] * _config().warmstart.batch_size
+  assert _final_meta(workdir)[1]["data_position"] == warmstart_rows + sum(rounds) * _config().grpo.prompts_per_step
   # One trace of the update and of the reference log-probs for the whole run; one program per sampler.
   assert traces == {"train_step": 1, "logprobs": 1}
   for s in samplers:
@@ -112,7 +124,7 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
   ref_dir = reference_run[0]
   workdir = str(tmp_path / "killed")
   calls = {"n": 0}
-  collect = loop.collect_rollout
+  collect = loop.collect_dynamic_rollout
 
   def dies_at_step_5(*args, **kwargs):
     calls["n"] += 1
@@ -121,7 +133,7 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
     return collect(*args, **kwargs)
 
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(loop, "collect_rollout", dies_at_step_5)
+    mp.setattr(loop, "collect_dynamic_rollout", dies_at_step_5)
     with pytest.raises(KeyboardInterrupt):
       loop.train(_config(), workdir)
   assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3, 4]
