@@ -10,6 +10,8 @@ updates over it). An "update" is one optimizer step. Batch sizes count completio
 """
 from __future__ import annotations
 
+import os
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -151,6 +153,9 @@ def get_config() -> ml_collections.ConfigDict:
   w.max_steps = 2000
   w.eval_every = 25               # held-out greedy accuracy is measured every N warm-start steps ...
   w.target_accuracy = 0.3         # ... and warm start stops at the first evaluation reaching this.
+  w.init_checkpoint = ""          # instead of warm-starting: another run's workdir, whose starting point (its
+                                  # warmstart/ directory, else checkpoints/0) this run starts GRPO from:
+                                  # parameters, data position and step-0 evaluation (sweeps share one warm start).
 
   # --- Evaluation on held-out prompts ---------------------------------------------------------------------
   c.eval = e = ml_collections.ConfigDict()
@@ -255,6 +260,8 @@ def validate(config) -> None:
     _fail("optim.min_lr_ratio", f"must be in [0, 1], got {c.optim.min_lr_ratio}")
   if not 0 < c.task.holdout_fraction < 1:
     _fail("task.holdout_fraction", f"must be in (0, 1), got {c.task.holdout_fraction}")
+  if c.warmstart.init_checkpoint and not os.path.isdir(c.warmstart.init_checkpoint):
+    _fail("warmstart.init_checkpoint", f"{c.warmstart.init_checkpoint!r} is not a directory (another run's workdir)")
   if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
     _fail("grpo.overlong_buffer", f"{c.grpo.overlong_buffer} must be <= sampling.max_new_tokens="
           f"{c.sampling.max_new_tokens}")
@@ -300,7 +307,6 @@ def validate(config) -> None:
 
 
 def _validate_dataset_task(c) -> None:
-  import os  # pylint: disable=import-outside-toplevel
   t = c.task
   if not t.train_path:
     _fail("task.train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or "

@@ -49,6 +49,7 @@ def test_default_experiment_and_presets_validate():
     ({"num_steps": 0}, "num_steps", "must be >= 1"),
     ({"optim.schedule": "linear"}, "optim.schedule", "not one of"),
     ({"model.num_kv_heads": 3}, "model.num_kv_heads", "does not divide"),
+    ({"warmstart.init_checkpoint": "/nonexistent/run"}, "warmstart.init_checkpoint", "is not a directory"),
 ])
 def test_inconsistent_settings_name_the_key(overrides, key, message):
   with pytest.raises(ValueError, match=f"config.{key}: .*{message}"):

@@ -107,3 +107,36 @@ class Checkpointer:
   def close(self):
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def restore_params(directory: str, step: int, abstract_params, verify: bool = True) -> tuple[Any, dict]:
+  """(params, meta) of checkpoint `step` in another run's `directory`, opened read-only (nothing there is
+  moved, cleaned or rotated, even while that run is still writing). Only `state["params"]` is read, so the
+  checkpoint may hold more (optimizer state, a reference model). The checksum is checked when the checkpoint
+  holds nothing but the parameters (a warm-start directory); a full checkpoint's covers state we do not read."""
+  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False)
+  manager = ocp.CheckpointManager(os.path.abspath(directory), options=options, item_names=("state", "meta"))
+  try:
+    if step not in manager.all_steps():
+      raise FileNotFoundError(f"{directory} has no complete checkpoint at step {step} (steps: "
+                              f"{sorted(manager.all_steps())})")
+    target = {"params": abstract_params}
+    restore_args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding), target)
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
+        meta=ocp.args.JsonRestore()))
+  finally:
+    manager.close()
+  state, meta = restored["state"], dict(restored["meta"])
+  if verify and meta.get("params_only") and "state_sha256" in meta and state_checksum(state) != meta["state_sha256"]:
+    raise ValueError(f"the parameters in {directory} (step {step}) do not match the checksum stored at save time")
+  return state["params"], meta
+
+
+def save_initial_state(directory: str, params, meta: dict, verify: bool = True) -> None:
+  """Saves `params` alone as step 0 of `directory` (read back by `restore_params`); meta must be JSON."""
+  checkpointer = Checkpointer(directory, keep=1, verify=verify)
+  try:
+    checkpointer.save(0, {"params": params}, dict(meta, params_only=True))
+  finally:
+    checkpointer.close()

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from typing import Any
 
@@ -35,7 +36,7 @@ from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train import distributed
 from grpo_jax.train import metrics as metrics_lib
-from grpo_jax.train.checkpoint import Checkpointer
+from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
@@ -47,6 +48,7 @@ from grpo_jax.train.warmstart import run_warmstart
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
+WARMSTART_DIR = "warmstart"  # the parameters GRPO started from (after the warm start); never garbage-collected
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
 
@@ -249,7 +251,13 @@ def train(config, workdir: str) -> Summary:
       writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard) if main
                 else distributed.NullWriter())
       data_position = 0
-      if config.warmstart.enabled:
+      if config.warmstart.init_checkpoint:
+        params, data_position, initial_eval = _load_initial_state(config.warmstart.init_checkpoint, params,
+                                                                   workdir, main, log_console)
+        opt_state, _ = init_opt_state(optimizer, params, mesh)
+        if use_ref:
+          ref_params = offloader.park(copy_params(params))
+      elif config.warmstart.enabled:
         params, info = run_warmstart(
             config.warmstart, task=task, tokenizer=tokenizer, graphdef=graphdef, params=params,
             max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
@@ -266,6 +274,11 @@ def train(config, workdir: str) -> Summary:
           ref_params = offloader.park(copy_params(params))
       else:
         initial_eval = run_eval(params, 0)
+      if config.warmstart.enabled or config.warmstart.init_checkpoint:
+        # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
+        save_initial_state(os.path.join(workdir, WARMSTART_DIR), params,
+                           {"data_position": int(data_position), "initial_eval": initial_eval,
+                            "seed": int(config.seed), "config": json.loads(cfg_json)}, config.checkpoint.verify)
       writer.write(0, initial_eval)
       checkpointer.save(0, state_tree(), _meta(config, 0, data_position, initial_eval, time.time() - t_start,
                                                cfg_json))
@@ -354,6 +367,36 @@ def train(config, workdir: str) -> Summary:
       json.dump(dataclasses.asdict(summary), f, indent=2)
   log_console(summary.line())
   return summary
+
+
+def _initial_state_dir(source: str) -> tuple[str, int]:
+  """(orbax directory, step) of the starting point in `source`: a run's workdir (its warmstart/ directory,
+  else its step-0 checkpoint) or a warmstart/ or checkpoints/ directory itself."""
+  candidates = [(os.path.join(source, WARMSTART_DIR), 0), (os.path.join(source, CHECKPOINT_DIR), 0), (source, 0)]
+  for directory, step in candidates:
+    if os.path.exists(os.path.join(directory, str(step), "commit_success.txt")) or (
+        os.path.isdir(os.path.join(directory, str(step), "state")) and
+        os.path.isdir(os.path.join(directory, str(step), "meta"))):
+      return directory, step
+  raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (expected "
+                          f"{WARMSTART_DIR}/0 or {CHECKPOINT_DIR}/0 of a run's workdir, written after its warm "
+                          "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
+
+
+def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
+  """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`).
+
+  The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
+  exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
+  directory, step = _initial_state_dir(source)
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)
+  params, meta = restore_params(directory, step, abstract)
+  warmstart_log = os.path.join(source, metrics_lib.WARMSTART_FILE)
+  if main and os.path.exists(warmstart_log):
+    shutil.copy(warmstart_log, os.path.join(workdir, metrics_lib.WARMSTART_FILE))
+  log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/{step}"
+      f" (seed {meta.get('seed')})")
+  return params, int(meta["data_position"]), dict(meta["initial_eval"])
 
 
 def _meta(config, step, data_position, initial_eval, elapsed_s, cfg_json) -> dict:

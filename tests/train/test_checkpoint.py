@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.train.checkpoint import Checkpointer, state_checksum
+from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state, state_checksum
 
 
 def _state(x):
@@ -74,3 +74,28 @@ def test_checksum_sees_values_and_layout():
   assert a == state_checksum(_state(1.0))
   assert a != state_checksum(_state(2.0))
   assert a != state_checksum({"params": {"v": jnp.full((3, 2), 1.0)}, "count": jnp.int32(1)})
+
+
+def test_params_of_another_runs_checkpoint_are_read_without_touching_it(tmp_path):
+  ck = Checkpointer(str(tmp_path / "donor"), keep=2)
+  ck.save(0, _state(5.0), {"data_position": 7})
+  ck.close()
+  os.makedirs(tmp_path / "donor" / "1.orbax-checkpoint-tmp")  # the donor is saving right now: leave that alone
+  abstract = _abstract()["params"]
+  params, meta = restore_params(str(tmp_path / "donor"), 0, abstract)  # params only; "count" is left out
+  np.testing.assert_array_equal(params["w"], np.full((3, 2), 5.0))
+  assert meta["data_position"] == 7
+  assert os.path.isdir(tmp_path / "donor" / "1.orbax-checkpoint-tmp")
+  with pytest.raises(FileNotFoundError, match="no complete checkpoint at step 3"):
+    restore_params(str(tmp_path / "donor"), 3, abstract)
+  # A parameters-only save (a run's warmstart/ directory) is checked against its checksum.
+  save_initial_state(str(tmp_path / "ws"), _state(2.0)["params"], {"data_position": 3})
+  params, meta = restore_params(str(tmp_path / "ws"), 0, abstract)
+  np.testing.assert_array_equal(params["w"], np.full((3, 2), 2.0))
+  assert meta["params_only"] and meta["data_position"] == 3
+  meta_file = tmp_path / "ws" / "0" / "meta" / "metadata"
+  meta_json = json.loads(meta_file.read_text())
+  meta_json["state_sha256"] = "0" * 64
+  meta_file.write_text(json.dumps(meta_json))
+  with pytest.raises(ValueError, match="do not match the checksum"):
+    restore_params(str(tmp_path / "ws"), 0, abstract)

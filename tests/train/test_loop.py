@@ -143,6 +143,22 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
   assert _final_checksum(workdir) == _final_checksum(ref_dir)
 
 
+def test_run_started_from_another_runs_warm_start_equals_it(reference_run, tmp_path):
+  ref_dir = reference_run[0]
+  # The donor's step-0 checkpoint was rotated out (keep=2); its warmstart/ directory stays.
+  assert not os.path.exists(os.path.join(ref_dir, "checkpoints", "0"))
+  workdir = str(tmp_path / "from_donor")
+  config = _config()
+  config.warmstart.init_checkpoint = ref_dir
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(loop, "run_warmstart", lambda *a, **k: pytest.fail("the warm start ran again"))
+    loop.train(config, workdir)
+  assert _metrics(workdir) == _metrics(ref_dir)
+  assert _final_checksum(workdir) == _final_checksum(ref_dir)
+  with open(os.path.join(ref_dir, "warmstart.jsonl")) as a, open(os.path.join(workdir, "warmstart.jsonl")) as b:
+    assert a.read() == b.read()
+
+
 def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(reference_run, tmp_path):
   ref_dir = reference_run[0]
   workdir = str(tmp_path / "corrupt")
