@@ -23,9 +23,9 @@ never act and DAPO/GSPO would be plain policy gradients by construction. With tw
 second is off-policy and the clip ranges matter.
 
 Shared warm start: the warm start depends only on the seed and on settings no member changes, so every member
-with β = 0 starts from the step-0 checkpoint of `grpo_smtm` with the same seed (exactly the state it would
-have computed itself; see grpo_jax/ablation/runner.py:seed_from_donor). The β > 0 members keep their own warm
-start (their checkpoints also hold the reference model). Members run seed-major: seed 0 of every group first.
+with β = 0 starts from the warm start of `grpo_smtm` with the same seed (`warmstart.init_checkpoint`: exactly
+the state it would have computed itself; see grpo_jax/ablation/runner.py:init_overrides). The β > 0 members
+keep their own warm start (as when the study was first run). Members run seed-major: seed 0 of every group first.
 """
 import importlib.util
 import os

@@ -12,7 +12,7 @@ the sweep; the exit code is 1 if any member failed in this invocation.
 --print_commands prints one line per member for a job array: by default a `scripts/sweep.py --only '^NAME$'`
 line (same markers, logs and skipping), with --print_format=train the bare trainer command (which knows nothing
 of markers or of `init_from`: each such member then repeats its own warm start). In a job array, a member with
-`init_from` that starts before its donor has written its step-0 checkpoint also runs its own warm start.
+`init_from` that starts before its donor has written its warm start (warmstart/) also runs its own warm start.
 """
 from __future__ import annotations
 

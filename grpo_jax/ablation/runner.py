@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from typing import Any, Mapping, Sequence
@@ -90,39 +89,37 @@ def previous_wall_s(workdir: str) -> float:
   return total
 
 
-# What scripts/train.py leaves in a workdir after its warm start (grpo_jax/train/loop.py): the step-0 checkpoint
-# (orbax, one directory per step), the step-0 evaluation row of metrics.jsonl, and the warm start's own log.
-TRAINER_CHECKPOINTS, TRAINER_METRICS, TRAINER_WARMSTART_LOG = "checkpoints", "metrics.jsonl", "warmstart.jsonl"
+# Where scripts/train.py keeps a run's starting point (grpo_jax/train/loop.py): warmstart/ (the parameters after
+# the warm start, never rotated out) and, in older workdirs, only the step-0 checkpoint.
+TRAINER_STARTING_POINTS = (os.path.join("warmstart", "0"), os.path.join("checkpoints", "0"))
+TRAINER_CHECKPOINTS = "checkpoints"
 INIT_FROM_JSON = "init_from.json"
+INIT_KEY = "warmstart.init_checkpoint"
 
 
-def seed_from_donor(donor_workdir: str, workdir: str) -> bool:
-  """Copies the donor's step-0 checkpoint (and step-0 metrics) into a fresh workdir; the trainer then resumes
-  at step 0, after the warm start, instead of repeating it. Returns False (and copies nothing) when the donor
-  has no step-0 checkpoint (not run yet, or it was rotated out: keep `checkpoint.keep` large enough).
+def has_starting_point(donor_workdir: str) -> bool:
+  """Whether the donor has written the state it started GRPO from (what `warmstart.init_checkpoint` reads)."""
+  return any(os.path.exists(os.path.join(donor_workdir, p, "commit_success.txt")) for p in TRAINER_STARTING_POINTS)
 
-  This is exact when the donor's warm start is the one the member would compute itself: the same seed, task,
-  model, warm-start and evaluation settings (the warm start depends on nothing else), and the same state
-  layout (e.g. both with or both without a reference model, β > 0). The trainer checks the seed on resume.
-  """
-  src = os.path.join(donor_workdir, TRAINER_CHECKPOINTS, "0")
-  if not os.path.isdir(src) or not os.path.exists(os.path.join(src, "commit_success.txt")):
-    return False
-  step0_rows = []
-  with open(os.path.join(donor_workdir, TRAINER_METRICS)) as f:
-    for line in f:
-      try:
-        if json.loads(line).get("step") == 0:
-          step0_rows.append(line if line.endswith("\n") else line + "\n")
-      except ValueError:
-        continue
-  shutil.copytree(src, os.path.join(workdir, TRAINER_CHECKPOINTS, "0"))
-  with open(os.path.join(workdir, TRAINER_METRICS), "w") as f:
-    f.writelines(step0_rows)
-  if os.path.exists(os.path.join(donor_workdir, TRAINER_WARMSTART_LOG)):
-    shutil.copy(os.path.join(donor_workdir, TRAINER_WARMSTART_LOG), workdir)
-  _write_json(os.path.join(workdir, INIT_FROM_JSON), {"donor": os.path.abspath(donor_workdir), "step": 0})
-  return True
+
+def init_overrides(member: spec_lib.Member, sweep_dir: str, workdir: str, before: str) -> dict[str, Any]:
+  """{warmstart.init_checkpoint: donor} when the member starts from its donor's warm start (shared warm start).
+
+  The trainer then loads the donor's parameters, data position and step-0 evaluation instead of repeating the
+  warm start (grpo_jax/train/loop.py). This is exact when the donor's warm start is the one the member would
+  compute itself: the same seed, task, model, warm-start and evaluation settings (the warm start depends on
+  nothing else). The decision is made at the first attempt and kept (init_from.json) for later ones; a member
+  whose donor has no starting point yet runs its own warm start."""
+  if not member.init_from:
+    return {}
+  record = read_json(os.path.join(workdir, INIT_FROM_JSON))
+  if record is not None:
+    return {INIT_KEY: record["donor"]}
+  donor = os.path.abspath(os.path.join(sweep_dir, member.init_from))
+  if before != "pending" or os.path.exists(os.path.join(workdir, TRAINER_CHECKPOINTS)) or not has_starting_point(donor):
+    return {}
+  _write_json(os.path.join(workdir, INIT_FROM_JSON), {"donor": donor, "step": 0})
+  return {INIT_KEY: donor}
 
 
 def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
@@ -138,16 +135,15 @@ def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, tra
     echo(f"[sweep] {member.name}: failed before, skipping (--skip_failed)")
     return "skipped-failed"
   os.makedirs(workdir, exist_ok=True)
-  argv = spec_lib.train_command(train_cmd, config_spec, workdir, spec_lib.merge_overrides(common or {}, member))
+  init = init_overrides(member, sweep_dir, workdir, before)
+  if member.init_from and before == "pending":
+    echo(f"[sweep] {member.name}: " + (f"starts from {member.init_from}'s warm start (shared warm start)" if init
+                                       else f"{member.init_from} has no starting point yet; running its own warm start"))
+  argv = spec_lib.train_command(train_cmd, config_spec, workdir,
+                                {**spec_lib.merge_overrides(common or {}, member), **init})
   _write_json(os.path.join(workdir, MEMBER_JSON), {**member.to_json(), "command": argv})
   if before == "failed":
     os.remove(os.path.join(workdir, FAILED))
-  if member.init_from and before == "pending" and not os.path.exists(os.path.join(workdir, TRAINER_CHECKPOINTS)):
-    donor = os.path.join(sweep_dir, member.init_from)
-    if seed_from_donor(donor, workdir):
-      echo(f"[sweep] {member.name}: starts from {member.init_from}'s step-0 checkpoint (shared warm start)")
-    else:
-      echo(f"[sweep] {member.name}: {member.init_from} has no step-0 checkpoint; running its own warm start")
   echo(f"[sweep] {member.name}: {'resuming' if before != 'pending' else 'starting'} "
        f"(log: {os.path.join(workdir, LOG)})")
   log_path = os.path.join(workdir, LOG)

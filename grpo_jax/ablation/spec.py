@@ -11,9 +11,10 @@ A member is a dict with
              Values are bool, int, float or str (ml_collections cannot set a field to None from the command line),
   group      optional: the report averages members of one group (over seeds). Default: the name without a
              trailing `_seed<N>`.
-  init_from  optional: the name of an EARLIER member whose warm-started starting point (the trainer's step-0
-             checkpoint) this member starts from instead of repeating the warm start; see
-             `runner.seed_from_donor` for when that is exact. `share_warm_start` sets it.
+  init_from  optional: the name of an EARLIER member whose warm-started starting point (the trainer's
+             warmstart/ directory, passed as `warmstart.init_checkpoint`) this member starts from instead of
+             repeating the warm start; see `runner.init_overrides` for when that is exact. `share_warm_start`
+             sets it.
 `axis`, `grid` and `variants` build such lists (cartesian products of labelled options, times seeds).
 """
 from __future__ import annotations

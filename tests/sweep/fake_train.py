@@ -1,13 +1,15 @@
 """A stand-in for scripts/train.py in the sweep tests: same command line, writes metrics.jsonl, can fail or crash.
 
 Like the real trainer, a fresh run first "warm starts": it writes the step-0 checkpoint (checkpoints/0 with an
-orbax-like commit_success.txt and the seed), warmstart.jsonl and the step-0 evaluation row; a workdir that
-already has checkpoints/0 skips that (a resume, or a warm start shared by the sweep runner; the seed must match).
+orbax-like commit_success.txt and the seed), warmstart/0, warmstart.jsonl and the step-0 evaluation row; with
+--config.warmstart.init_checkpoint=DONOR it instead copies the donor's step-0 row and warmstart.jsonl (a warm
+start shared by the sweep runner). A workdir that already has checkpoints/0 skips both (a resume; the seed
+must match).
 Then steps 1..num_steps are logged, with an evaluation at the last one.
 Understood overrides: --config.num_steps=N (default 4), --config.seed=S, --config.fail=true (exit 3 at once with
 a ValueError on stderr), --config.crash_at=K (the first attempt stops before step K, "checkpoints" K and exits
 1; a later attempt resumes there). Every invocation is appended to WORKDIR/invocations.jsonl, and how it
-started ("warm start" or "from checkpoint 0") to WORKDIR/starts.txt.
+started ("warm start", "from checkpoint 0" or "from DONOR") to WORKDIR/starts.txt.
 """
 import json
 import os
@@ -15,7 +17,7 @@ import sys
 
 
 def main(argv):
-  args = {"num_steps": "4", "seed": "0", "fail": "false", "crash_at": "-1"}
+  args = {"num_steps": "4", "seed": "0", "fail": "false", "crash_at": "-1", "warmstart.init_checkpoint": ""}
   workdir = config = None
   i = 0
   while i < len(argv):
@@ -46,10 +48,24 @@ def main(argv):
       print("ValueError: workdir holds a run with another seed", file=sys.stderr)
       return 2
     how = "from checkpoint 0"
+  elif args["warmstart.init_checkpoint"]:
+    donor = args["warmstart.init_checkpoint"]
+    if not os.path.exists(os.path.join(donor, "warmstart", "0", "commit_success.txt")):
+      print(f"FileNotFoundError: {donor} holds no starting point", file=sys.stderr)
+      return 2
+    os.makedirs(ckpt0)
+    open(os.path.join(ckpt0, "seed"), "w").write(str(seed))
+    with open(os.path.join(donor, "metrics.jsonl")) as f:
+      metrics.write(next(line for line in f if json.loads(line)["step"] == 0))
+    with open(os.path.join(donor, "warmstart.jsonl")) as a, open(os.path.join(workdir, "warmstart.jsonl"), "w") as b:
+      b.write(a.read())
+    how = f"from {donor}"
   else:
     os.makedirs(ckpt0)
     open(os.path.join(ckpt0, "seed"), "w").write(str(seed))
     open(os.path.join(ckpt0, "commit_success.txt"), "w").write("ok")
+    os.makedirs(os.path.join(workdir, "warmstart", "0"))
+    open(os.path.join(workdir, "warmstart", "0", "commit_success.txt"), "w").write("ok")
     open(os.path.join(workdir, "warmstart.jsonl"), "w").write(json.dumps({"step": 9, "seed": seed}) + "\n")
     metrics.write(json.dumps({"step": 0, "eval/accuracy": 0.2 + 0.01 * seed}) + "\n")
     how = "warm start"

@@ -106,7 +106,7 @@ def _starts(workdir):
     return f.read().splitlines()
 
 
-def test_members_start_from_their_donors_step0_checkpoint(tmp_path, fake_train_cmd):
+def test_members_start_from_their_donors_warm_start(tmp_path, fake_train_cmd):
   sweep_dir = str(tmp_path / "sweep")
   members = spec.validate(spec.order_by_seed(spec.share_warm_start(
       spec.grid(spec.axis("adv", ["a", "b"]), seeds=[0, 1], common={"num_steps": 2}), donor_group="a")))
@@ -118,7 +118,9 @@ def test_members_start_from_their_donors_step0_checkpoint(tmp_path, fake_train_c
   assert _starts(os.path.join(sweep_dir, "b_seed1")) == ["warm start"]
   assert runner.run_sweep(members, **kwargs)["b_seed0"] == "done"
   donor, member = os.path.join(sweep_dir, "a_seed0"), os.path.join(sweep_dir, "b_seed0")
-  assert _starts(donor) == ["warm start"] and _starts(member) == ["from checkpoint 0"]
+  assert _starts(donor) == ["warm start"] and _starts(member) == [f"from {os.path.abspath(donor)}"]
+  command = runner.read_json(os.path.join(member, "member.json"))["command"]
+  assert f"--config.warmstart.init_checkpoint={os.path.abspath(donor)}" in command
   with open(os.path.join(member, "metrics.jsonl")) as f:
     rows = [json.loads(line) for line in f]
   assert rows[0] == {"step": 0, "eval/accuracy": 0.2} and [r["step"] for r in rows] == [0, 1, 2]
