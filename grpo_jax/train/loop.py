@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from typing import Any
 
 import jax
@@ -145,12 +146,19 @@ class _BatchPlacer:
 
 @dataclasses.dataclass
 class Summary:
+  """summary.json. Seconds: `wall_s_this_process` is this process's own time (it includes a warm start it ran,
+  not one loaded with warmstart.init_checkpoint); `wall_s_total` adds the time earlier processes of the same run
+  (same workdir, same run id) spent up to the checkpoint this one resumed from (work redone after that
+  checkpoint is counted once); a checkpoint copied from another run adds nothing. `wall_s` = `wall_s_total`
+  (the name older readers know)."""
   accuracy_before: float
   accuracy_after: float
   steps: int
   wall_s: float
   plot_path: str | None
   workdir: str
+  wall_s_this_process: float = 0.0
+  wall_s_total: float = 0.0
 
   def line(self) -> str:
     delta = 100 * (self.accuracy_after - self.accuracy_before)
@@ -238,7 +246,13 @@ def train(config, workdir: str) -> Summary:
       meta = restored.meta
       data_position = int(meta["data_position"])
       initial_eval = meta["initial_eval"]
-      wall_before = float(meta.get("elapsed_s", 0.0))
+      # Legacy checkpoints (no run id) count as this run's.
+      own = meta.get("run_id") in (None, _read_run_id(workdir))
+      wall_before = float(meta.get("elapsed_s", 0.0)) if own else 0.0
+      run_id = meta.get("run_id") if own else _new_run_id(workdir, main)
+      if not own:
+        log_console(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its "
+                    "time is not counted in wall_s_total")
       if meta.get("seed") != config.seed:
         raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
                          f"{config.seed}; use another workdir")
@@ -248,6 +262,7 @@ def train(config, workdir: str) -> Summary:
     else:
       start_step = 0
       wall_before = 0.0
+      run_id = _new_run_id(workdir, main)
       writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard) if main
                 else distributed.NullWriter())
       data_position = 0
@@ -281,7 +296,7 @@ def train(config, workdir: str) -> Summary:
                             "seed": int(config.seed), "config": json.loads(cfg_json)}, config.checkpoint.verify)
       writer.write(0, initial_eval)
       checkpointer.save(0, state_tree(), _meta(config, 0, data_position, initial_eval, time.time() - t_start,
-                                               cfg_json))
+                                               cfg_json, run_id))
 
     last_eval = dict(initial_eval) if start_step == 0 else _last_eval(writer.metrics_path, initial_eval)
     log_console(f"[start] step {start_step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}; "
@@ -347,7 +362,7 @@ def train(config, workdir: str) -> Summary:
       if step % config.checkpoint.every == 0 or step == config.num_steps:
         writer.flush()
         checkpointer.save(step, state_tree(), _meta(config, step, data_position, initial_eval,
-                                                    wall_before + time.time() - t_start, cfg_json))
+                                                    wall_before + time.time() - t_start, cfg_json, run_id))
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
     if bar is not None:
       bar.close()
@@ -359,9 +374,10 @@ def train(config, workdir: str) -> Summary:
   if config.log.plot and main:
     from grpo_jax.train.plotting import plot_runs
     plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
+  this_process = time.time() - t_start
   summary = Summary(accuracy_before=initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
-                    steps=config.num_steps, wall_s=wall_before + time.time() - t_start, plot_path=plot_path,
-                    workdir=workdir)
+                    steps=config.num_steps, wall_s=wall_before + this_process, plot_path=plot_path,
+                    workdir=workdir, wall_s_this_process=this_process, wall_s_total=wall_before + this_process)
   if main:
     with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
       json.dump(dataclasses.asdict(summary), f, indent=2)
@@ -399,9 +415,30 @@ def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> t
   return params, int(meta["data_position"]), dict(meta["initial_eval"])
 
 
-def _meta(config, step, data_position, initial_eval, elapsed_s, cfg_json) -> dict:
+RUN_ID_FILE = "run_id"
+
+
+def _read_run_id(workdir: str) -> str | None:
+  try:
+    with open(os.path.join(workdir, RUN_ID_FILE)) as f:
+      return f.read().strip()
+  except OSError:
+    return None
+
+
+def _new_run_id(workdir: str, main: bool) -> str:
+  """A fresh id for the run in `workdir`, stored there and in its checkpoints (process 0's is the one written)."""
+  run_id = uuid.uuid4().hex
+  if main:
+    with open(os.path.join(workdir, RUN_ID_FILE), "w") as f:
+      f.write(run_id + "\n")
+  return run_id
+
+
+def _meta(config, step, data_position, initial_eval, elapsed_s, cfg_json, run_id) -> dict:
+  """elapsed_s: seconds this run (run_id) has spent up to this checkpoint, over all its processes."""
   key_data = jax.random.key_data(jax.random.key(config.seed))
-  return {"step": int(step), "data_position": int(data_position), "seed": int(config.seed),
+  return {"step": int(step), "run_id": run_id, "data_position": int(data_position), "seed": int(config.seed),
           "rng_key_data": np.asarray(key_data).tolist(), "initial_eval": initial_eval,
           "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
 

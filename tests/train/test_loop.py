@@ -138,9 +138,16 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
       loop.train(_config(), workdir)
   assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3, 4]
 
-  loop.train(_config(), workdir)  # resumes from step 3
+  summary = loop.train(_config(), workdir)  # resumes from step 3
   assert _metrics(workdir) == _metrics(ref_dir)
   assert _final_checksum(workdir) == _final_checksum(ref_dir)
+  # Wall time: this process's, plus what the killed process of the same run had spent up to step 3.
+  with open(os.path.join(workdir, "checkpoints", "3", "meta", "metadata")) as f:
+    before = json.load(f)["elapsed_s"]
+  assert 0 < before and 0 < summary.wall_s_this_process
+  assert summary.wall_s == summary.wall_s_total == pytest.approx(before + summary.wall_s_this_process)
+  with open(os.path.join(workdir, "summary.json")) as f:
+    assert json.load(f)["wall_s_total"] == summary.wall_s_total
 
 
 def test_run_started_from_another_runs_warm_start_equals_it(reference_run, tmp_path):
@@ -170,8 +177,10 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(reference_run,
   for f in data_files:  # a half-written disk: every data file truncated
     with open(f, "r+b") as fh:
       fh.truncate(os.path.getsize(f) // 2)
+  os.remove(os.path.join(workdir, "run_id"))  # checkpoints copied from another run: its time is not ours
   with pytest.warns(RuntimeWarning, match=f"checkpoint at step {NUM_STEPS}.*falling back"):
-    loop.train(_config(), workdir)
+    summary = loop.train(_config(), workdir)
+  assert summary.wall_s_total == summary.wall_s_this_process
   assert os.path.isdir(os.path.join(workdir, "checkpoints_damaged", str(NUM_STEPS)))
   # Steps 4..6 were redone from the step-3 checkpoint and give the same result.
   assert _metrics(workdir) == _metrics(ref_dir)
