@@ -56,8 +56,9 @@ SUMMARY_FILE = "summary.json"
 
 # ---- building blocks ------------------------------------------------------------------------------------
 
-def build_tokenizer_and_task(config):
-  task = make_task(config)  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's when hf_path is set.
+def build_tokenizer_and_task(config, log=print):
+  """log: where the task's one-line data report goes (the main process's console on multi-host runs)."""
+  task = make_task(config, log=log)  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's with hf_path.
   return task.tokenizer, task
 
 
@@ -182,7 +183,8 @@ def train(config, workdir: str) -> Summary:
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(cfg_json)
 
-  tokenizer, task = build_tokenizer_and_task(config)
+  log_console = print if main else (lambda *args, **kwargs: None)
+  tokenizer, task = build_tokenizer_and_task(config, log=log_console)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
   graphdef, params = build_model(config, tokenizer, mesh)
   place = _BatchPlacer(mesh)
@@ -237,7 +239,6 @@ def train(config, workdir: str) -> Summary:
       # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
       abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
       restored = checkpointer.restore_latest(abstract)
-    log_console = print if main else (lambda *args, **kwargs: None)
     if restored is not None:
       params, opt_state = restored.state["params"], restored.state["opt_state"]
       if use_ref:

@@ -201,3 +201,17 @@ def test_plot_script_draws_several_runs(reference_run, tmp_path):
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
     plot_script.main([str(tmp_path / "missing"), "--out", out])
+
+
+@pytest.mark.parametrize("main", [True, False])
+def test_data_report_is_printed_by_the_main_process_only(main, tmp_path, capsys):
+  def fake_make_task(config, log=print):
+    log("[data] a report line")
+    raise RuntimeError("stop after the task")
+
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(loop.distributed, "is_main", lambda: main)
+    mp.setattr(loop, "make_task", fake_make_task)
+    with pytest.raises(RuntimeError, match="stop after the task"):
+      loop.train(_config(), str(tmp_path))
+  assert ("[data] a report line" in capsys.readouterr().out) == main
