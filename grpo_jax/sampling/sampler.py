@@ -28,6 +28,7 @@ from grpo_jax.model.logprobs import positions_from_mask
 from grpo_jax.model.transformer import init_cache
 from grpo_jax.sampling.buckets import bucket_size, left_pad
 from grpo_jax.sampling.config import SamplingConfig
+from grpo_jax.sampling.decode import decode_step, to_decode_cache
 from grpo_jax.sampling.select import select_next_token
 
 
@@ -104,7 +105,7 @@ class Sampler:
         mask_BxN=jnp.zeros((B, N), jnp.int32).at[:, 0].set(row_valid_B.astype(jnp.int32)),
         logp_BxN=jnp.zeros((B, N), jnp.float32).at[:, 0].set(jnp.where(row_valid_B, logp_B, 0.0)),
         done_B=~row_valid_B | self._is_stop(token_B))
-    return cache, state0
+    return to_decode_cache(cache), state0
 
   def _decode_fn(self, state, cache, dec: _Decoding, prompt_mask_BxP, key):
     """Emits tokens 1..N-1 (one per iteration) until every row is done or N tokens exist."""
@@ -127,10 +128,9 @@ class Sampler:
       t = d.step
       slot = P + t - 1  # where the previous token's key/value goes
       prev_B = jax.lax.dynamic_index_in_dim(d.tokens_BxN, t - 1, axis=1, keepdims=False)
-      attn_Bx1xS = (key_ok_BxS & (slots_S <= slot)[None])[:, None, :]
-      positions_Bx1 = (prompt_len_B + t - 1)[:, None]
-      hidden_Bx1xD, cache = model(prev_B[:, None], positions_Bx1, attn_Bx1xS, cache, slot)
-      logits_BxV = model.logits(hidden_Bx1xD)[:, 0]
+      hidden_BxD, cache = decode_step(model, prev_B, prompt_len_B + t - 1, cache, slot,
+                                      key_ok_BxS & (slots_S <= slot)[None])
+      logits_BxV = model.logits(hidden_BxD[:, None])[:, 0]
       token_B, logp_B = select_next_token(logits_BxV, jax.random.fold_in(key, t), cfg)
       active_B = ~d.done_B
       token_B = jnp.where(active_B, token_B, cfg.pad_id)

@@ -11,7 +11,8 @@ from grpo_jax.model.hf_io import from_pretrained
 
 
 def tiny_hf_model(kind: str, seed: int = 0):
-  """A random Qwen2 (GQA, q/k/v bias, untied) or Llama (tied, llama3 rope scaling) with spread-out logits."""
+  """A random Qwen2 (GQA, q/k/v bias, untied), Llama (tied, llama3 rope scaling) or Qwen3 (q/k norm, head_dim
+  != hidden / heads) with spread-out logits."""
   common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                 rms_norm_eps=1e-6, initializer_range=0.2)
@@ -22,15 +23,17 @@ def tiny_hf_model(kind: str, seed: int = 0):
         **common, tie_word_embeddings=True,
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=64))
+  elif kind == "qwen3":
+    hf_cfg = transformers.Qwen3Config(**common, head_dim=24, tie_word_embeddings=False)
   else:
     raise ValueError(kind)
   torch.manual_seed(seed)
   hf = transformers.AutoModelForCausalLM.from_config(hf_cfg).float().eval()
-  # Random biases too (they are zero-initialized), so a missing bias would show.
+  # Random biases and norm scales too (initialized to 0 and 1), so a missing or misplaced one would show.
   with torch.no_grad():
     for name, p in hf.named_parameters():
-      if name.endswith("bias"):
-        p.normal_(0.0, 0.2)
+      if name.endswith("bias") or name.endswith("norm.weight"):
+        p.normal_(1.0 if name.endswith("norm.weight") else 0.0, 0.2)
   return hf
 
 
@@ -44,12 +47,6 @@ def jax_twin(hf, directory) -> Transformer:
 def qwen2_pair(tmp_path_factory):
   hf = tiny_hf_model("qwen2")
   return hf, jax_twin(hf, tmp_path_factory.mktemp("qwen2"))
-
-
-@pytest.fixture(scope="session")
-def llama_pair(tmp_path_factory):
-  hf = tiny_hf_model("llama", seed=1)
-  return hf, jax_twin(hf, tmp_path_factory.mktemp("llama"))
 
 
 def teacher_forced_logits(model: Transformer, res) -> np.ndarray:

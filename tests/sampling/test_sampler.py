@@ -9,7 +9,7 @@ from flax import nnx
 
 from grpo_jax.model import completion_logprobs
 from grpo_jax.sampling import Sampler, SamplingConfig
-from .conftest import random_prompts, teacher_forced_logits
+from .conftest import jax_twin, random_prompts, teacher_forced_logits, tiny_hf_model
 
 N_NEW = 32
 
@@ -49,8 +49,11 @@ def test_greedy_matches_transformers_generate_qwen2(qwen2_pair, greedy_qwen2):
   assert len(np.unique(ref)) > 20
 
 
-def test_greedy_matches_transformers_generate_llama_tied_rope_scaling(llama_pair):
-  hf, model = llama_pair
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_greedy_matches_transformers_generate_llama_qwen3(kind, tmp_path):
+  """Llama: tied embeddings, llama3 rope scaling. Qwen3: q/k RMSNorm, head_dim 24 != 64 / 4."""
+  hf = tiny_hf_model(kind, seed=1)
+  model = jax_twin(hf, tmp_path)
   graphdef, state = nnx.split(model)
   # Prompts up to 40 tokens, so positions run past the rope-scaling original_max_position_embeddings=64.
   prompts = random_prompts(np.random.default_rng(1), [40, 3, 17, 26], model.cfg.vocab_size)
