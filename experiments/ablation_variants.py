@@ -1,7 +1,8 @@
 # The first ablation study: GRPO variants on the default task (2-digit addition, tiny model), 4 seeds each.
 #   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
 #   python scripts/report.py runs/ablation_variants --out docs/ablations --baseline grpo_smtm \
-#     --mean_of clip_ratio/region,entropy --groups '^(?!grpo_smtm_replica$)' --title "GRPO variants on the default task"
+#     --mean_of clip_ratio/region,entropy,dynamic_sampling/rounds,dynamic_sampling/filled_groups,frac_reward_zero_std \
+#     --groups '^(?!grpo_smtm_replica$)' --title "GRPO variants on the default task"
 # One member alone: add --only '^grpo_smtm_seed0$'; a job array: --print_commands. Results: docs/ablations.md.
 # A smoke test of the whole pipeline at tiny shapes: --config experiments/ablation_variants.py:test
 """Advantage × aggregation, plus β > 0, DAPO and GSPO, on the default experiment made shorter.
@@ -11,8 +12,8 @@ Every member is the default experiment (experiments/default.py: β = 0, Adam lr 
   <adv>_<agg>        advantage grpo | dr_grpo | rloo × aggregation seq_mean_token_mean (smtm) | token_mean (tm)
                      | seq_mean_token_sum_norm (smtsn), at the default experiment's β = 0,
   grpo_smtm_kl0.04   the baseline (grpo, smtm) with the KL penalty β = 0.04 (k3, DeepSeekMath),
-  dapo               clip-higher ε = 0.2 / 0.28, token_mean, β = 0. No dynamic sampling: the trainer does not
-                     implement it yet (config.grpo.dynamic_sampling=True is an error),
+  dapo               clip-higher ε = 0.2 / 0.28, token_mean, β = 0, dynamic sampling (zero-std groups replaced by
+                     groups of further prompts, at most grpo.dynamic_sampling_max_rounds = 4 sampler calls a step),
   gspo               sequence-level importance ratio with ε = 3e-4 / 4e-4 (GSPO paper), smtm, β = 0,
   grpo_smtm_replica  a control (seed 0 only): the baseline again, started from the baseline's step-0 checkpoint.
 β is varied on the baseline only, to keep the study small enough for a 2-core CPU.
@@ -80,7 +81,7 @@ def get_sweep():
       "grpo_smtm_kl0.04": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean",
                            "grpo.beta": 0.04},
       "dapo": {"grpo.advantage": "grpo", "grpo.aggregation": "token_mean", "grpo.beta": 0.0,
-               "grpo.epsilon_low": 0.2, "grpo.epsilon_high": 0.28},
+               "grpo.epsilon_low": 0.2, "grpo.epsilon_high": 0.28, "grpo.dynamic_sampling": True},
       "gspo": {"grpo.advantage": "grpo", "grpo.aggregation": "seq_mean_token_mean", "grpo.beta": 0.0,
                "grpo.importance_level": "sequence", "grpo.epsilon_low": 3e-4, "grpo.epsilon_high": 4e-4},
   }), seeds=SEEDS)
