@@ -74,33 +74,10 @@ def get_config(preset: str | None = None):
     # Qwen2.5-0.5B: fits smaller accelerators; TinyZero reports that models this small rarely learn to search.
     c.grpo.micro_batch_size = 32
   elif preset == "test":
-    _tiny(c)
+    from grpo_jax.data import fixtures
+    fixtures.apply_test_preset(c, "countdown")
+    c.grpo.mini_batch_size = 4    # two updates per rollout: exercises the off-policy (old log-prob) path
   elif preset not in (None, ""):
     raise ValueError(f"experiments/countdown.py: unknown preset {preset!r} (known: 0.5b, test)")
   return c
 
-
-def _tiny(c):
-  """2 GRPO steps of the full path on a random tiny Qwen2 and 16 fixture problems (grpo_jax/data/fixtures.py)."""
-  from grpo_jax.data import fixtures
-  paths = fixtures.ensure_fixtures()
-  c.model.hf_path = paths["checkpoint"]
-  c.model.remat = False
-  c.task.train_path = paths["countdown"]
-  c.task.holdout_fraction = 0.25
-  c.num_steps = 2
-  c.sampling.max_prompt_length = 192
-  c.sampling.max_new_tokens = 8
-  c.grpo.group_size = 4
-  c.grpo.prompts_per_step = 2
-  c.grpo.mini_batch_size = 4
-  c.grpo.micro_batch_size = 4
-  c.optim.learning_rate = 1e-3
-  c.eval.every = 2
-  c.eval.size = 4
-  c.eval.batch_size = 4
-  c.checkpoint.every = 2
-  c.log.samples_every = 1
-  c.log.progress_bar = False
-  c.log.tensorboard = False
-  c.log.plot = False

@@ -168,3 +168,30 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
 
 if __name__ == "__main__":
   print(json.dumps(build_all(sys.argv[1] if len(sys.argv) > 1 else default_directory()), indent=2))
+
+
+def apply_test_preset(c, dataset: str):
+  """The recipes' `:test` preset: 2 GRPO steps of the full path (load, template, sample, reward, update,
+  checkpoint) on the tiny random Qwen2 and the 16-problem fixture `dataset` ("gsm8k" or "countdown")."""
+  paths = ensure_fixtures()
+  c.model.hf_path = paths["checkpoint"]
+  c.model.remat = False
+  c.task.train_path = paths[dataset]
+  c.task.heldout_path = ""
+  c.task.holdout_fraction = 0.25
+  c.num_steps = 2
+  c.sampling.max_prompt_length = 192
+  c.sampling.max_new_tokens = 8
+  c.grpo.group_size = 4
+  c.grpo.prompts_per_step = 2
+  c.grpo.micro_batch_size = 4
+  c.optim.learning_rate = 1e-3
+  c.optim.warmup_steps = 0
+  c.eval.every = 2
+  c.eval.size = 4
+  c.eval.batch_size = 4
+  c.checkpoint.every = 2
+  c.log.samples_every = 1
+  c.log.progress_bar = False
+  c.log.tensorboard = False
+  c.log.plot = False
