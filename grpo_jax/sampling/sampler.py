@@ -7,7 +7,8 @@ D hidden size, V vocabulary.
 Layout: prompts are LEFT-padded, so every row writes its step-t key/value at the same cache slot P + t - 1
 (the token sampled at step t - 1), while position ids differ per row (`positions_from_mask`: the prompt's
 first real token is position 0). Query rows attend to prompt slots holding real tokens and to completion
-slots already written.
+slots already written. Prefill runs the model's own forward; the loop runs `decode.decode_step`, the same
+layers with the cache transposed once to [B, K, S, H] (see decode.py for why).
 
 Output widths: completions are always N = max_new_tokens wide (columns after every row stopped hold pad_id,
 mask 0), so the trainer sees one completion shape per run. Prompts come back left-padded to the bucketed
