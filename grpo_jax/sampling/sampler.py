@@ -7,8 +7,8 @@ D hidden size, V vocabulary.
 Layout: prompts are LEFT-padded, so every row writes its step-t key/value at the same cache slot P + t - 1
 (the token sampled at step t - 1), while position ids differ per row (`positions_from_mask`: the prompt's
 first real token is position 0). Query rows attend to prompt slots holding real tokens and to completion
-slots already written. Prefill runs the model's own forward; the loop runs `decode.decode_step`, the same
-layers with the cache transposed once to [B, K, S, H] (see decode.py for why).
+slots already written. Prefill and every loop step run the model's own cached forward (`Transformer.__call__`
+with T = P, then T = 1), which updates the [B, K, S, H] cache in place.
 
 Output widths: completions are always N = max_new_tokens wide (columns after every row stopped hold pad_id,
 mask 0), so the trainer sees one completion shape per run. Prompts come back left-padded to the bucketed
@@ -29,7 +29,6 @@ from grpo_jax.model.logprobs import positions_from_mask
 from grpo_jax.model.transformer import init_cache
 from grpo_jax.sampling.buckets import bucket_size, left_pad
 from grpo_jax.sampling.config import SamplingConfig
-from grpo_jax.sampling.decode import decode_step, to_decode_cache
 from grpo_jax.sampling.select import select_next_token
 
 
@@ -106,7 +105,7 @@ class Sampler:
         mask_BxN=jnp.zeros((B, N), jnp.int32).at[:, 0].set(row_valid_B.astype(jnp.int32)),
         logp_BxN=jnp.zeros((B, N), jnp.float32).at[:, 0].set(jnp.where(row_valid_B, logp_B, 0.0)),
         done_B=~row_valid_B | self._is_stop(token_B))
-    return to_decode_cache(cache), state0
+    return cache, state0
 
   def _decode_fn(self, state, cache, dec: _Decoding, prompt_mask_BxP, key):
     """Emits tokens 1..N-1 (one per iteration) until every row is done or N tokens exist."""
@@ -129,9 +128,9 @@ class Sampler:
       t = d.step
       slot = P + t - 1  # where the previous token's key/value goes
       prev_B = jax.lax.dynamic_index_in_dim(d.tokens_BxN, t - 1, axis=1, keepdims=False)
-      hidden_BxD, cache = decode_step(model, prev_B, prompt_len_B + t - 1, cache, slot,
-                                      key_ok_BxS & (slots_S <= slot)[None])
-      logits_BxV = model.logits(hidden_BxD[:, None])[:, 0]
+      attn_Bx1xS = (key_ok_BxS & (slots_S <= slot)[None])[:, None, :]
+      hidden_Bx1xD, cache = model(prev_B[:, None], (prompt_len_B + t - 1)[:, None], attn_Bx1xS, cache, slot)
+      logits_BxV = model.logits(hidden_Bx1xD)[:, 0]
       token_B, logp_B = select_next_token(logits_BxV, jax.random.fold_in(key, t), cfg)
       active_B = ~d.done_B
       token_B = jnp.where(active_B, token_B, cfg.pad_id)
