@@ -84,7 +84,9 @@ def test_sampled_logprobs_equal_training_path(qwen2_pair):
   m = res.completion_mask_BxN.astype(bool)
   max_diff = float(np.max(np.abs(res.logp_BxN - np.asarray(logp_ref))[m]))
   print(f"max |sampler logp - completion_logprobs| at T={T}: {max_diff:.2e} over {m.sum()} tokens")
-  assert max_diff < 1e-5
+  # Each float32 side is ~1e-5 from a float64 reference here (|logp| up to ~9), so they may differ by ~2e-5;
+  # a real mismatch (wrong temperature, position or mask) gives errors of 1e-2 or more.
+  assert max_diff < 2e-5
   assert np.all(res.logp_BxN[~m] == 0.0)
   # The batch mixes stopped and truncated rows, so the masking after stops is exercised too.
   assert 0 < res.truncated_B.sum() < len(prompts), res.truncated_B
