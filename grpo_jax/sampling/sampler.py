@@ -97,7 +97,7 @@ class Sampler:
     hidden_BxPxD, cache = model(prompt_BxP, positions_BxP, attn_BxPxS, cache, 0)
     # Left padding puts every row's last prompt token in column P - 1.
     logits_BxV = model.logits(hidden_BxPxD[:, -1:])[:, 0]
-    token_B, logp_B = select_next_token(logits_BxV, jax.random.fold_in(key, 0), cfg)
+    token_B, logp_B = select_next_token(logits_BxV, jax.random.uniform(jax.random.fold_in(key, 0), (B,)), cfg)
     token_B = jnp.where(row_valid_B, token_B, cfg.pad_id)
     state0 = _Decoding(
         step=jnp.ones((), jnp.int32),
@@ -118,6 +118,8 @@ class Sampler:
     prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1).astype(jnp.int32)
     key_ok_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, N)), constant_values=True)
     slots_S = jnp.arange(S)
+    # Every step's uniforms at once: one random-number kernel per call rather than one per step.
+    u_NxB = jax.random.uniform(jax.random.fold_in(key, 1), (N, B))
 
     def cond(carry):
       _, d = carry
@@ -131,7 +133,7 @@ class Sampler:
       attn_Bx1xS = (key_ok_BxS & (slots_S <= slot)[None])[:, None, :]
       hidden_Bx1xD, cache = model(prev_B[:, None], (prompt_len_B + t - 1)[:, None], attn_Bx1xS, cache, slot)
       logits_BxV = model.logits(hidden_Bx1xD)[:, 0]
-      token_B, logp_B = select_next_token(logits_BxV, jax.random.fold_in(key, t), cfg)
+      token_B, logp_B = select_next_token(logits_BxV, u_NxB[t], cfg)
       active_B = ~d.done_B
       token_B = jnp.where(active_B, token_B, cfg.pad_id)
       logp_B = jnp.where(active_B, logp_B, 0.0)

@@ -8,9 +8,12 @@ argmax and Gumbel noise (V random numbers per row) cost several reductions each:
 - top-k keeps logits >= the k-th largest, found by bisection (`kth_largest`; XLA CPU turned `lax.top_k`
   into a full sort here);
 - top-p finds its probability threshold by bisection instead of sorting (`nucleus_threshold`);
-- sampling draws one uniform per row and inverts the cumulative distribution (`sample_inverse_cdf`).
+- sampling inverts the cumulative distribution at one uniform per row, in two levels of ~sqrt(V) entries
+  (`sample_inverse_cdf`); the sampler draws every step's uniforms before its decode loop.
 """
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -81,35 +84,57 @@ def nucleus_threshold(w_BxV: jax.Array, top_p: float) -> jax.Array:
   return jax.lax.bitcast_convert_type(lo_B, jnp.float32)
 
 
-def sample_inverse_cdf(key: jax.Array, w_BxV: jax.Array) -> jax.Array:
-  """[B] int32 index i drawn with probability w_i / sum(w) (weights >= 0, at least one > 0 per row).
+def _block_size(V: int) -> int:
+  """Power of two near sqrt(V): both levels of `sample_inverse_cdf` then scan ~sqrt(V) entries."""
+  return 1 << max(0, math.ceil(math.log2(math.sqrt(V))))
 
-  Token i is chosen when cdf_{i-1} <= u < cdf_i, i.e. i = #{j : cdf_j <= u}; zero-weight tokens are never
-  chosen. If rounding makes u reach the total, the last positive-weight token is taken.
+
+def sample_inverse_cdf(u_B: jax.Array, w_BxV: jax.Array) -> jax.Array:
+  """[B] int32 index i drawn with probability w_i / sum(w), given u_B uniform in [0, 1) (weights >= 0, at least
+  one > 0 per row).
+
+  Inverse CDF in two levels, so that no cumulative sum runs over the whole vocabulary (a [B, V] cumsum was the
+  costliest op of a CPU decode step): the vocabulary is cut into blocks of ~sqrt(V) tokens; the block is
+  chosen from the cumulative block sums, then the token from the cumulative sum inside that block. Token i is
+  chosen when cdf_{i-1} <= u * total < cdf_i, so zero-weight tokens are never chosen; where rounding puts the
+  target at or past a total, the last positive-weight block or token is taken.
   """
   B, V = w_BxV.shape
-  cdf_BxV = jnp.cumsum(w_BxV, axis=-1)
-  u_B = jax.random.uniform(key, (B,), jnp.float32) * cdf_BxV[:, -1]
-  count_B = jnp.sum(cdf_BxV <= u_B[:, None], axis=-1, dtype=jnp.int32)
-  last_positive_B = jnp.max(jnp.where(w_BxV > 0, jnp.arange(V, dtype=jnp.int32), 0), axis=-1)
-  return jnp.minimum(count_B, last_positive_B)
+  blk = _block_size(V)
+  nb = -(-V // blk)
+  w_BxNbxBlk = jnp.pad(w_BxV, ((0, 0), (0, nb * blk - V))).reshape(B, nb, blk)
+  block_w_BxNb = jnp.sum(w_BxNbxBlk, axis=-1)
+  block_cdf_BxNb = jnp.cumsum(block_w_BxNb, axis=-1)
+  target_B = u_B * block_cdf_BxNb[:, -1]
+  last_block_B = jnp.max(jnp.where(block_w_BxNb > 0, jnp.arange(nb, dtype=jnp.int32), 0), axis=-1)
+  block_B = jnp.minimum(jnp.sum(block_cdf_BxNb <= target_B[:, None], axis=-1, dtype=jnp.int32), last_block_B)
+  before_B = jnp.take_along_axis(block_cdf_BxNb, block_B[:, None], axis=-1)[:, 0] - jnp.take_along_axis(
+      block_w_BxNb, block_B[:, None], axis=-1)[:, 0]
+  inner_w_BxBlk = jnp.take_along_axis(w_BxNbxBlk, block_B[:, None, None], axis=1)[:, 0]
+  inner_cdf_BxBlk = jnp.cumsum(inner_w_BxBlk, axis=-1)
+  last_inner_B = jnp.max(jnp.where(inner_w_BxBlk > 0, jnp.arange(blk, dtype=jnp.int32), 0), axis=-1)
+  inner_B = jnp.minimum(jnp.sum(inner_cdf_BxBlk <= (target_B - before_B)[:, None], axis=-1, dtype=jnp.int32),
+                        last_inner_B)
+  return block_B * blk + inner_B
 
 
-def select_next_token(logits_BxV: jax.Array, key: jax.Array, cfg: SamplingConfig):
+def select_next_token(logits_BxV: jax.Array, u_B: jax.Array, cfg: SamplingConfig):
   """Returns (token_B int32, logp_B float32) with logp = log_softmax(logits / T)[token] over the full
-  vocabulary (the number the loss recomputes), whatever top-k / top-p / greedy truncated."""
+  vocabulary (the number the loss recomputes), whatever top-k / top-p / greedy truncated. `u_B`: uniform
+  draws in [0, 1), one per row (unused when greedy)."""
   scaled_BxV = logits_BxV.astype(jnp.float32) / cfg.temperature
   V = scaled_BxV.shape[-1]
-  logz_B = jax.nn.logsumexp(scaled_BxV, axis=-1)
+  max_B = jnp.max(scaled_BxV, axis=-1)
+  w_BxV = jnp.exp(scaled_BxV - max_B[:, None])  # unnormalized probabilities, max 1
+  logz_B = max_B + jnp.log(jnp.sum(w_BxV, axis=-1))
   if cfg.greedy:
     token_B = first_argmax(scaled_BxV)
   else:
-    w_BxV = jnp.exp(scaled_BxV - logz_B[:, None])
     if 0 < cfg.top_k < V:
       kth_B = kth_largest(scaled_BxV, cfg.top_k)
       w_BxV = jnp.where(scaled_BxV >= kth_B[:, None], w_BxV, 0.0)
     if cfg.top_p < 1.0:
       w_BxV = jnp.where(w_BxV >= nucleus_threshold(w_BxV, cfg.top_p)[:, None], w_BxV, 0.0)
-    token_B = sample_inverse_cdf(key, w_BxV)
+    token_B = sample_inverse_cdf(u_B, w_BxV)
   logp_B = jnp.take_along_axis(scaled_BxV, token_B[:, None], axis=-1)[:, 0] - logz_B
   return token_B, logp_B

@@ -48,5 +48,6 @@ def test_prefill_then_single_token_steps_equal_full_forward():
                                      jnp.int32(t))
     step_logits.append(np.asarray(logits))
   cached_logits = np.concatenate(step_logits, axis=1)
-  assert len(cache) == cfg.num_layers and cache[0].k_BxKxSxH.shape == (B, 2, S, 8)
+  assert len(cache) == cfg.num_layers and cache[0].k_BxKxHxS.shape == (B, 2, 8, S)
+  assert cache[0].v_BxKxSxH.shape == (B, 2, S, 8)
   np.testing.assert_allclose(cached_logits[key_mask_BxS], full_logits[key_mask_BxS], atol=1e-5, rtol=0)
