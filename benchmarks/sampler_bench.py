@@ -2,12 +2,18 @@
 
   .venv/bin/python benchmarks/sampler_bench.py                 # batch 32 x 64 new tokens, sampling at T=1
   .venv/bin/python benchmarks/sampler_bench.py --mode greedy
+  .venv/bin/python benchmarks/sampler_bench.py --devices 1     # one XLA device (one decode loop)
 
 Both sides load the same tiny random Qwen2 checkpoint (built with transformers + torch and saved as
 safetensors in a temporary directory; default 4 layers, hidden 256, 4 heads / 2 kv heads, MLP 1024,
 vocab 4096: 6.0M parameters with an untied head), generate exactly --new-tokens tokens per row (no stop ids,
 no eos) from the same left-padded prompts, and are timed alternately (JAX, torch, JAX, ...) after one warm-up
 call each (JAX's compiles), so both see the same background load. Prints tokens/s for both and the ratio.
+
+Cores: torch runs with --torch-threads intra-op threads (default 2, this machine's cores). JAX runs the
+sampler on a mesh of --devices host devices (default: the number of cores), i.e. data parallel, one decode
+loop per core over its share of the batch; an XLA CPU device runs each decode loop mostly on one core, and a
+second device is how the second core is put to work. `--devices 1` shows the single-device number.
 """
 from __future__ import annotations
 
@@ -16,15 +22,6 @@ import os
 import statistics
 import tempfile
 import time
-
-import jax
-import numpy as np
-import torch
-import transformers
-from flax import nnx
-
-from grpo_jax.model.hf_io import from_pretrained
-from grpo_jax.sampling import Sampler, SamplingConfig
 
 
 def parse_args():
@@ -43,6 +40,8 @@ def parse_args():
                  help="sample: temperature 1, no top-k/top-p; greedy: argmax")
   p.add_argument("--repeats", type=int, default=5, help="timed calls per side; the median is reported")
   p.add_argument("--torch-threads", type=int, default=2)
+  p.add_argument("--devices", type=int, default=os.cpu_count(),
+                 help="XLA host devices the JAX sampler splits the batch over (default: the number of cores)")
   return p.parse_args()
 
 
@@ -63,6 +62,19 @@ def interleaved_times(fn_a, fn_b, repeats: int):
 
 def main():
   args = parse_args()
+  # Host devices are fixed when JAX starts its CPU backend: set them before importing JAX.
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             f" --xla_force_host_platform_device_count={args.devices}")
+  import jax
+  import numpy as np
+  import torch
+  import transformers
+  from flax import nnx
+
+  from grpo_jax.model import sharding
+  from grpo_jax.model.hf_io import from_pretrained
+  from grpo_jax.sampling import Sampler, SamplingConfig
+
   torch.set_num_threads(args.torch_threads)
   torch.manual_seed(0)
   hf_cfg = transformers.Qwen2Config(
@@ -81,6 +93,8 @@ def main():
     hf.save_pretrained(ckpt)
     model = from_pretrained(ckpt)
   graphdef, state = nnx.split(model)
+  mesh = sharding.make_mesh(devices=jax.devices()[:args.devices])
+  state = sharding.shard_state(state, mesh)  # replicated on a 'data' mesh: the sampler splits the batch
   greedy = args.mode == "greedy"
   sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=N, temperature=1.0, greedy=greedy, pad_id=0))
   keys = iter(jax.random.split(jax.random.key(0), args.repeats + 1))
@@ -112,7 +126,8 @@ def main():
   print(f"model: Qwen2 {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, "
         f"mlp {args.mlp}, vocab {args.vocab} ({n_params / 1e6:.1f}M params, float32)")
   print(f"batch {B} x {N} new tokens, prompts {args.prompt_min}-{args.prompt_max} tokens, mode {args.mode}, "
-        f"median of {args.repeats}; jax {jax.__version__} on {jax.devices()[0].platform}, "
+        f"median of {args.repeats}; jax {jax.__version__} on {args.devices} {jax.devices()[0].platform} "
+        f"device(s), "
         f"torch {torch.__version__} with {args.torch_threads} threads; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
   print(f"grpo_jax Sampler:         {tps_jax:9.0f} tokens/s ({t_jax * 1e3:.1f} ms per call)")

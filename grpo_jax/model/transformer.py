@@ -159,8 +159,9 @@ class Attention(nnx.Module):
       out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
                     "bkgth,bkhs,bksh", dt)
       out = jnp.moveaxis(out, 3, 1)
-    out = out.reshape(B, T, N, H)
-    y = jnp.einsum("btnh,nhd->btd", out, self.o_NxHxD[...].astype(dt))
+    # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
+    # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
+    y = out.reshape(B, T, N * H) @ self.o_NxHxD[...].reshape(N * H, -1).astype(dt)
     return y, new_cache
 
 
