@@ -83,11 +83,14 @@ class Sampler:
   prompt_bucket_min / prompt_bucket_step and batch_bucket_step set the buckets (see `buckets.bucket_size`):
   lengths round up to powers of two from prompt_bucket_min up to prompt_bucket_step, then to multiples of it;
   batch sizes to powers of two up to batch_bucket_step, then to multiples of it.
+
+  Early stop: the decode loop ends once every row has emitted a stop id, tested every `stop_check_every`
+  steps (so up to that many - 1 extra steps run, all masked).
   """
 
   def __init__(self, graphdef: nnx.GraphDef, cfg: SamplingConfig, *, prompt_bucket_min: int = 16,
                prompt_bucket_step: int = 128, batch_bucket_step: int = 64,
-               mesh: jax.sharding.Mesh | None = None):
+               mesh: jax.sharding.Mesh | None = None, stop_check_every: int = 8):
     if not isinstance(cfg, SamplingConfig):
       raise TypeError(f"Sampler: cfg must be a SamplingConfig, got {type(cfg).__name__}")
     self.graphdef = graphdef
@@ -95,6 +98,7 @@ class Sampler:
     self.prompt_bucket_min = prompt_bucket_min
     self.prompt_bucket_step = prompt_bucket_step
     self.batch_bucket_step = batch_bucket_step
+    self.stop_check_every = stop_check_every
     self.mesh = mesh  # None: the mesh of the state passed to `generate`, if it spans several devices
     self._mesh = None  # the mesh of the call being traced
     self.trace_counts = collections.Counter()  # incremented while tracing: one per compiled program
@@ -151,7 +155,13 @@ class Sampler:
       _, d = carry
       return (d.step < N) & ~jnp.all(d.done_B)
 
-    def body(carry):
+    def steps(carry):
+      # With the batch split over devices, "every row done" is a cross-device reduction: test it once per
+      # `stop_check_every` steps rather than at every step (finished rows just emit masked pad tokens).
+      n = jnp.minimum(self.stop_check_every, N - carry[1].step)
+      return jax.lax.fori_loop(0, n, lambda _, c: step(c), carry)
+
+    def step(carry):
       cache, d = carry
       t = d.step
       slot = P + t - 1  # where the previous token's key/value goes
@@ -170,7 +180,7 @@ class Sampler:
       return cache, d
 
     # Returning the cache lets XLA alias the donated input buffers to it, so the loop updates them in place.
-    cache, dec = jax.lax.while_loop(cond, body, (cache, dec))
+    cache, dec = jax.lax.while_loop(cond, steps, (cache, dec))
     return cache, self._replicate(dec)
 
   # Shardings inside the traced programs; no-ops without a mesh (`self._mesh` is set by `generate`).

@@ -100,7 +100,8 @@ def test_stop_ids_end_each_row_and_the_loop(qwen2_pair, greedy_qwen2):
   # at another row's stop id; rows then stop at their first occurrence of any of them.
   stops = tuple(int(full.completion_BxN[i, 2 + i]) for i in range(len(prompts)))
   pad = 2
-  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=N_NEW, greedy=True, stop_ids=stops, pad_id=pad))
+  cfg = SamplingConfig(max_new_tokens=N_NEW, greedy=True, stop_ids=stops, pad_id=pad)
+  sampler = Sampler(graphdef, cfg, stop_check_every=1)
   res = sampler.generate(state, prompts, jax.random.key(0))
   for i in range(len(prompts)):
     hits = np.flatnonzero(np.isin(full.completion_BxN[i], stops))
@@ -112,6 +113,12 @@ def test_stop_ids_end_each_row_and_the_loop(qwen2_pair, greedy_qwen2):
   assert not res.truncated_B.any() and len(set(res.lengths_B)) > 2
   # Decoding stopped once the last row stopped, not after N steps.
   assert sampler.last_num_steps == res.lengths_B.max() < N_NEW
+  # Testing for the stop every 4 steps: the same rows, and the loop ends at the first test after the last stop.
+  every4 = Sampler(graphdef, cfg, stop_check_every=4)
+  res4 = every4.generate(state, prompts, jax.random.key(0))
+  for a, b in zip(res, res4):
+    np.testing.assert_array_equal(a, b)
+  assert every4.last_num_steps == min(1 + 4 * -(-(res.lengths_B.max() - 1) // 4), N_NEW)
 
 
 def test_top_k_never_leaves_the_top_k(qwen2_pair):
