@@ -146,7 +146,9 @@ def test_passes_and_mini_batches_match_a_python_loop(model_state):
       g = grad_fn(p, m)
       updates, opt_state = optimizer.update(g, opt_state, p)
       p = optax.apply_updates(p, updates)
-  _close(got, p, atol=2e-6)
+  # Adam divides by sqrt(v): on coordinates with near-zero gradients, float32 summation-order differences
+  # between the two programs (~1e-7) grow to ~1e-5 in the parameters after 4 updates of lr 3e-2.
+  _close(got, p, atol=2e-5)
   # Off-policy passes moved the ratio: clipping statistics are reported and within [0, 1].
   assert 0.0 <= float(metrics["clip_ratio/region"]) <= 1.0
 
