@@ -83,11 +83,15 @@ def rope_inv_freq(cfg: ModelConfig) -> jax.Array:
   return jnp.where(medium, smoothed, scaled)
 
 
-def apply_rope(x_BxTxNxH, positions_BxT, inv_freq):
+def rope_tables(positions_BxT, inv_freq_Hh):
+  """(cos, sin) of the rotary angles, each [B, T, 1, H/2] float32 (`Transformer.__call__`'s `rope_cos_sin`)."""
+  angles = positions_BxT[..., None].astype(jnp.float32) * inv_freq_Hh
+  return jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
+
+
+def apply_rope(x_BxTxNxH, cos_sin):
   """Rotary embedding in the 'rotate half' layout used by Hugging Face Llama/Qwen checkpoints."""
-  angles = positions_BxT[..., None].astype(jnp.float32) * inv_freq  # BxTx(H/2)
-  cos = jnp.cos(angles)[:, :, None, :]
-  sin = jnp.sin(angles)[:, :, None, :]
+  cos, sin = cos_sin
   x = x_BxTxNxH.astype(jnp.float32)
   x1, x2 = jnp.split(x, 2, axis=-1)
   out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
@@ -122,7 +126,7 @@ class Attention(nnx.Module):
       self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
       self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
 
-  def __call__(self, x_BxTxD, positions_BxT, attn_mask_BxTxS, cache: LayerCache | None, cache_index):
+  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None, cache_index):
     cfg = self.cfg
     dt = cfg.jnp_dtype
     q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
@@ -134,9 +138,8 @@ class Attention(nnx.Module):
       v = v + self.v_bias_KxH[...].astype(dt)
     if cfg.qk_norm:
       q, k = self.q_norm(q), self.k_norm(k)
-    inv_freq = rope_inv_freq(cfg)
-    q = apply_rope(q, positions_BxT, inv_freq)
-    k = apply_rope(k, positions_BxT, inv_freq)
+    q = apply_rope(q, rope_cos_sin)
+    k = apply_rope(k, rope_cos_sin)
 
     B, T, N, H = q.shape
     K = cfg.num_kv_heads
@@ -189,8 +192,8 @@ class DecoderLayer(nnx.Module):
     self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
     self.mlp = MLP(cfg, rngs=rngs)
 
-  def __call__(self, x_BxTxD, positions_BxT, attn_mask_BxTxS, cache, cache_index):
-    h, new_cache = self.attn(self.input_norm(x_BxTxD), positions_BxT, attn_mask_BxTxS, cache, cache_index)
+  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index):
+    h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index)
     x_BxTxD = x_BxTxD + h
     x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
     return x_BxTxD, new_cache
@@ -211,19 +214,30 @@ class Transformer(nnx.Module):
                                 ("embed", "vocab"), pd)
 
   def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
-               cache_index=0):
-    """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`."""
+               cache_index=0, rope_cos_sin=None):
+    """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`.
+
+    `rope_cos_sin`: `self.rope_tables(positions_BxT)` computed by the caller, who may then pass None as the
+    positions. A decode loop computes every step's tables once before the loop: inside it, XLA fused the
+    cos/sin evaluation into each layer's kernels (8 copies per step for 4 layers).
+    """
     x = jnp.take(self.embed_VxD[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
+    if rope_cos_sin is None:
+      rope_cos_sin = self.rope_tables(positions_BxT)
     new_cache = [] if cache is not None else None
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
       if self.cfg.remat and cache is None:
-        x, c = nnx.remat(lambda lyr, *a: lyr(*a))(layer, x, positions_BxT, attn_mask_BxTxS, None, 0)
+        x, c = nnx.remat(lambda lyr, *a: lyr(*a))(layer, x, rope_cos_sin, attn_mask_BxTxS, None, 0)
       else:
-        x, c = layer(x, positions_BxT, attn_mask_BxTxS, layer_cache, cache_index)
+        x, c = layer(x, rope_cos_sin, attn_mask_BxTxS, layer_cache, cache_index)
       if cache is not None:
         new_cache.append(c)
     return self.final_norm(x), new_cache
+
+  def rope_tables(self, positions_BxT):
+    """(cos, sin), each [B, T, 1, H/2] float32: the rotary tables for these positions."""
+    return rope_tables(positions_BxT, rope_inv_freq(self.cfg))
 
   def output_matrix_DxV(self) -> jax.Array:
     if self.cfg.tie_word_embeddings:

@@ -165,12 +165,12 @@ def test_compiles_once_per_bucket(qwen2_pair):
   for i, lengths in enumerate([[3, 16, 1], [1, 5, 7, 2], [16, 2, 9, 4], [11, 12, 13]]):
     res = sampler.generate(state, random_prompts(rng, lengths, model.cfg.vocab_size), jax.random.key(i))
     assert res.prompt_BxP.shape == (len(lengths), 16) and res.completion_BxN.shape == (len(lengths), 3)
-  assert sampler.trace_counts == {"prefill": 1, "decode": 1}
+  assert sampler.trace_counts == {"prefill": 1, "decode": 1, "prompt_rope": 1}
   assert sampler._prefill._cache_size() == 1 and sampler._decode._cache_size() == 1
   for i, lengths in enumerate([[17, 3, 30], [32, 20, 1, 1]]):
     res = sampler.generate(state, random_prompts(rng, lengths, model.cfg.vocab_size), jax.random.key(9 + i))
     assert res.prompt_BxP.shape == (len(lengths), 32)
-  assert sampler.trace_counts == {"prefill": 2, "decode": 2}  # one more prompt bucket: 32
+  assert sampler.trace_counts == {"prefill": 2, "decode": 2, "prompt_rope": 2}  # one more prompt bucket: 32
 
 
 def test_generate_rejects_bad_prompts(qwen2_pair):
