@@ -75,6 +75,9 @@ def test_params_optimizer_state_reference_and_batch_are_sharded(result, mesh):
 def test_sampling_on_mesh_gives_the_same_tokens(result, mesh):
   assert result[mesh]["tokens_equal"]
   assert result[mesh]["sample_logp_diff"] < 1e-5
+  # Each device decodes its own rows: 8 prompts over data * fsdp = 8 (1 row each) or 4 (2 rows each).
+  assert result[mesh]["sampler_cache_rows"] == (2 if mesh == "(2, 2, 2)" else 1)
+  assert result["(1, 1, 1)"]["sampler_cache_rows"] == 8
 
 
 @pytest.mark.parametrize("target", ["(8, 1, 1)", "(1, 2, 4)", "(1, 1, 1)"])
