@@ -82,8 +82,8 @@ class Sampler:
   program; `trace_counts` counts them.
 
   prompt_bucket_min / prompt_bucket_step and batch_bucket_step set the buckets (see `buckets.bucket_size`):
-  lengths round up to powers of two from prompt_bucket_min up to prompt_bucket_step, then to multiples of it;
-  batch sizes to powers of two up to batch_bucket_step, then to multiples of it.
+  lengths round up along 2^k and 1.5 x 2^k from prompt_bucket_min up to prompt_bucket_step, then to multiples
+  of it; batch sizes likewise up to batch_bucket_step.
 
   Early stop: the decode loop ends once every row has emitted a stop id, tested every `stop_check_every`
   steps (so up to that many - 1 extra steps run, all masked).

@@ -91,8 +91,10 @@ def test_sample_inverse_cdf_equals_flat_inverse_cdf(V):
 
 
 def test_bucket_size():
-  assert [bucket_size(n, 16, 128) for n in (1, 16, 17, 100, 128, 129, 300)] == [16, 16, 32, 128, 128, 256, 384]
-  assert [bucket_size(n, 1, 64) for n in (1, 3, 5, 64, 65, 200)] == [1, 4, 8, 64, 128, 256]
+  assert [bucket_size(n, 16, 128) for n in (1, 16, 17, 24, 25, 33, 49, 100, 128, 129, 300)] == [
+      16, 16, 24, 24, 32, 48, 64, 128, 128, 256, 384]
+  assert [bucket_size(n, 1, 64) for n in (1, 2, 3, 5, 7, 9, 13, 64, 65, 200)] == [1, 2, 4, 6, 8, 12, 16, 64, 128, 256]
+  assert bucket_size(40, 40, 40) == 40 and bucket_size(7, 40, 40) == 40  # the trainer's fixed prompt length
   with pytest.raises(ValueError, match="n=0"):
     bucket_size(0)
 
