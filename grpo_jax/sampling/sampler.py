@@ -8,7 +8,8 @@ Layout: prompts are LEFT-padded, so every row writes its step-t key/value at the
 (the token sampled at step t - 1), while position ids differ per row (`positions_from_mask`: the prompt's
 first real token is position 0). Query rows attend to prompt slots holding real tokens and to completion
 slots already written. Prefill and every loop step run the model's own cached forward (`Transformer.__call__`
-with T = P, then T = 1), which updates the [B, K, S, H] cache in place.
+with T = P, then T = 1), which updates the KV cache (`init_cache`: keys [B, K, H, S], values [B, K, S, H]) in
+place. The rotary tables and the uniforms of every step are computed once per call, outside the loop.
 
 Devices: when the parameters live on a mesh of several devices (or `mesh=` is given), the batch is split
 along the mesh's 'data' and 'fsdp' axes, so that each device decodes its own rows (data parallel, parameters
@@ -115,7 +116,7 @@ class Sampler:
 
   def _prompt_rope_fn(self, state, prompt_mask_BxP):
     """The prompt's rotary tables, computed by their own program: given to the prefill as inputs, they are
-    evaluated once rather than inside each layer's fused kernels (~20% of a CPU prefill)."""
+    evaluated once; computed inside the prefill, XLA re-evaluated them in each layer's fused kernels."""
     self.trace_counts["prompt_rope"] += 1
     return nnx.merge(self.graphdef, state).rope_tables(positions_from_mask(prompt_mask_BxP))
 
