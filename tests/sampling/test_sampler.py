@@ -177,6 +177,8 @@ def test_generate_rejects_bad_prompts(qwen2_pair):
   _, model = qwen2_pair
   graphdef, state = nnx.split(model)
   sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=2))
+  with pytest.raises(ValueError, match="stop_check_every=0"):
+    Sampler(graphdef, SamplingConfig(max_new_tokens=2), stop_check_every=0)
   with pytest.raises(ValueError, match="prompt 1 is empty"):
     sampler.generate(state, [[1, 2], []], jax.random.key(0))
   with pytest.raises(ValueError, match=r"prompt 0 has token id 256 outside \[0, vocab_size=256\)"):
