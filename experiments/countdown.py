@@ -17,7 +17,7 @@ completion starts inside the reasoning block. Rewards: `countdown` GATED on `for
 (the exact expression check counts only when a <think> block closes before a non-empty <answer> block),
 weight 1.0, plus `format_strict_prefilled` 0.1 (nothing but one think and one answer block), which
 rewards ending the answer cleanly. Held-out accuracy = the gated countdown reward of greedy completions.
-Hyperparameters after TinyZero / R1-Zero (ALGORITHMS.md §7): lr 1e-6, beta 0.001 (k3), G 8 x 32 prompts =
+Hyperparameters after TinyZero / R1-Zero (docs/algorithms.md §7): lr 1e-6, beta 0.001 (k3), G 8 x 32 prompts =
 256 completions per step in 2 mini-batch updates, T 1.0, 1024 new tokens, bf16 compute with float32 master
 weights, 300 steps.
 """
@@ -76,7 +76,8 @@ def get_config(preset: str | None = None):
   elif preset == "test":
     from grpo_jax.data import fixtures
     fixtures.apply_test_preset(c, "countdown")
-    c.grpo.mini_batch_size = 4    # two updates per rollout: exercises the off-policy (old log-prob) path
+    c.grpo.mini_batch_size = 4    # two updates per rollout, as in the recipe (the second off-policy) ...
+    c.grpo.micro_batch_size = 2   # ... each accumulated over micro-batches, as in the recipe
   elif preset not in (None, ""):
     raise ValueError(f"experiments/countdown.py: unknown preset {preset!r} (known: 0.5b, test)")
   return c

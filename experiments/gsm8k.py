@@ -17,7 +17,7 @@ Prompts: the tokenizer's chat template with a system prompt asking for <think> �
 Rewards, weighted (not gated): gsm8k_accuracy 1.0 (the number in <answer>, else after ####, else \\boxed{},
 else the last number, compared exactly with the gold number) + format_strict 0.1 (the whole completion is
 one think block then one answer block). Held-out accuracy = gsm8k_accuracy of greedy completions.
-Hyperparameters after DeepSeekMath / TRL (ALGORITHMS.md §7): lr 1e-6 constant, beta 0.04 (k3), G 16 x 16
+Hyperparameters after DeepSeekMath / TRL (docs/algorithms.md §7): lr 1e-6 constant, beta 0.04 (k3), G 16 x 16
 prompts = 256 completions per step, one update per step, T 1.0, 512 new tokens; bf16 compute with float32
 master weights (a 1e-6 update is below bf16 resolution); 500 steps ~ one epoch of the 7.5k training problems.
 """

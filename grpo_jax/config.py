@@ -21,7 +21,7 @@ KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
 SCHEDULES = ("constant", "cosine")
 DTYPES = ("float32", "bfloat16", "float16")
-TASKS = ("addition", "dataset")
+TASKS = ("addition", "dataset", "word_arithmetic")
 TEMPLATES = ("plain", "r1_zero", "chat")
 
 
@@ -53,6 +53,12 @@ def get_config() -> ml_collections.ConfigDict:
   m.offload_ref_params = False    # keep the reference parameters in pinned host memory between uses (a no-op,
                                   # logged, where the backend has none); saves one model copy per device.
 
+  # --- Numerics (grpo_jax/precision.py) ------------------------------------------------------------------
+  c.precision = ml_collections.ConfigDict()
+  c.precision.matmul = "default"  # float32 matmuls: "default" (TF32 on NVIDIA GPUs, bf16 on TPUs, f32 on CPUs),
+                                  # "high", "highest" (full float32 everywhere).
+  c.precision.deterministic = False  # XLA's deterministic GPU ops (bitwise-exact resume on GPUs; slower).
+
   # --- Devices -----------------------------------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1                # data-parallel axis size; -1: all devices not used by fsdp * tensor.
@@ -70,7 +76,7 @@ def get_config() -> ml_collections.ConfigDict:
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
   t.name = "addition"             # one of TASKS (grpo_jax/data/tasks.py): "addition" or "dataset".
-  t.num_digits = 2                # addition: operands have 1..num_digits digits.
+  t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
   t.holdout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
                                   # heldout_path) reserved for evaluation, never trained on.
   # dataset (grpo_jax/data/datasets.py): local JSONL / Parquet / .arrow / save_to_disk; GSM8K, MATH and
@@ -84,6 +90,10 @@ def get_config() -> ml_collections.ConfigDict:
   t.template = "plain"            # one of TEMPLATES (grpo_jax/data/templates.py); "chat": tokenizer's template.
   t.system_prompt = ""            # chat template: the system message ("": none).
   t.prefill_think = False         # end the prompt with "<think>" (score with the format_*_prefilled rewards).
+  # word_arithmetic (grpo_jax/data/word_arithmetic.py): sums asked in English, chat template, needs hf_path.
+  t.transfer = ""                 # word_arithmetic: further held-out sets, never trained on, comma-separated
+                                  # ("three_digit,reworded"), evaluated at steps 0 and num_steps as
+                                  # transfer/<name>/accuracy ...; "": none.
 
   # Reward functions by registered name -> weight; the total reward is the weighted sum, each is logged.
   c.rewards = ml_collections.ConfigDict({"exact_match": 1.0})
@@ -102,7 +112,7 @@ def get_config() -> ml_collections.ConfigDict:
   s.top_k = 0                     # 0: off.
   s.top_p = 1.0                   # 1.0: off.
 
-  # --- GRPO (semantics: ALGORITHMS.md) -------------------------------------------------------------------
+  # --- GRPO (semantics: docs/algorithms.md) ----------------------------------------------------------
   c.grpo = g = ml_collections.ConfigDict()
   g.group_size = 8                # G completions per prompt.
   g.prompts_per_step = 32         # prompts per rollout batch; rollout batch = prompts_per_step * group_size.
@@ -110,7 +120,7 @@ def get_config() -> ml_collections.ConfigDict:
   g.mini_batch_size = 0           # completions per optimizer update; 0: the whole rollout batch.
   g.micro_batch_size = 0          # completions per forward/backward (gradient accumulation); 0: mini-batch.
   g.advantage = "grpo"            # one of ADVANTAGE_METHODS.
-  g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; seed 004: 0).
+  g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; population std: 0).
   g.advantage_eps = 1e-4          # added to the std before dividing.
   g.policy_loss = "clipped"       # a name in grpo_jax.algo.registry (clipped, cispo, ...).
   g.epsilon_low = 0.2
@@ -123,6 +133,8 @@ def get_config() -> ml_collections.ConfigDict:
   g.entropy_coef = 0.0            # adds -entropy_coef * H per token.
   g.top_entropy_quantile = config_dict.placeholder(float)  # e.g. 0.2: gradient only on the top 20% entropy.
   g.aggregation = "seq_mean_token_mean"             # one of AGGREGATIONS.
+  g.tis_cap = 0.0                 # truncated importance sampling: weight each token's policy term by
+                                  # min(pi_old / pi_sampler, tis_cap) (TRL's default cap: 2); 0: off.
   g.ref_reset_every = 0           # reset the reference policy to the current one every N steps; 0: never.
   g.mask_truncated_completions = False  # DAPO: completions that hit max_new_tokens get no loss.
   g.overlong_buffer = 0           # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
@@ -226,8 +238,8 @@ def validate(config) -> None:
     _at_least(c, key, 1)
   for key in ("grpo.mini_batch_size", "grpo.micro_batch_size", "grpo.ref_reset_every", "grpo.overlong_buffer",
               "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip_norm", "grpo.beta",
-              "grpo.entropy_coef", "grpo.epsilon_low", "sampling.top_k", "eval.pass_k", "log.num_samples",
-              "model.vocab_size", "mesh.fsdp", "mesh.tensor"):
+              "grpo.entropy_coef", "grpo.epsilon_low", "grpo.tis_cap", "sampling.top_k", "eval.pass_k",
+              "log.num_samples", "model.vocab_size", "mesh.fsdp", "mesh.tensor"):
     _at_least(c, key, 0)
   if c.grpo.group_size < 2:
     _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
@@ -239,9 +251,22 @@ def validate(config) -> None:
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
   _choice(c, "distributed.enabled", ("auto", "yes", "no"))
+  from grpo_jax.precision import MATMUL_PRECISIONS
+  _choice(c, "precision.matmul", MATMUL_PRECISIONS)
   _choice(c, "task.name", TASKS)
   if c.task.name == "dataset":
     _validate_dataset_task(c)
+  if c.task.name == "word_arithmetic":
+    if not c.model.hf_path:
+      _fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
+            "and chat template)")
+    from grpo_jax.data.tasks import transfer_names
+    from grpo_jax.data.word_arithmetic import TRANSFER_SETS
+    for name in transfer_names(c):
+      if name not in TRANSFER_SETS:
+        _fail("task.transfer", f"{name!r} is not one of {list(TRANSFER_SETS)}")
+  elif c.task.transfer:
+    _fail("task.transfer", f"only the word_arithmetic task has transfer sets, not {c.task.name!r}")
   _choice(c, "grpo.std_ddof", (0, 1))
   for key in ("sampling.temperature", "eval.pass_k_temperature", "optim.learning_rate",
               "warmstart.learning_rate", "grpo.advantage_eps", "reward_timeout_s"):

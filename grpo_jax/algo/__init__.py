@@ -13,7 +13,7 @@ current policy π_θ, the sampling policy π_old and the frozen reference π_ref
 6. `objective.py`   `grpo_objective(LossInputs, LossConfig)`: all of the above, one call.
 7. `registry.py`    policy losses by name; a user's own function plugs in by name or by object.
 
-Semantics and sources: ALGORITHMS.md (DeepSeekMath arXiv:2402.03300, DAPO arXiv:2503.14476,
+Semantics and sources: docs/algorithms.md (DeepSeekMath arXiv:2402.03300, DAPO arXiv:2503.14476,
 Dr. GRPO arXiv:2503.20783, GSPO arXiv:2507.18071, CISPO/MiniMax-M1 arXiv:2506.13585, RLOO arXiv:2402.14740).
 """
 from grpo_jax.algo import aggregation, advantages, entropy, kl, objective, policy_losses, registry

@@ -10,8 +10,8 @@ R̄ = (1/G) Σ_j R_j and the group standard deviation s = sqrt(Σ_j (R_j − R̄
 | `rloo`    | R_i − (1/(G−1)) Σ_{j≠i} R_j = G/(G−1)·(R_i − R̄) | RLOO (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740) |
 | `batch`   | (R_i − R̄) / (S + eps), S the std of all (R_j − R̄_group(j)) of the batch | REINFORCE++-baseline (Hu 2025, arXiv:2501.03262) |
 
-`std_ddof`: 1 (the sample std, as TRL and Tunix compute it; seed 003's worked example: rewards 1,0,1,0 give
-±0.866) or 0 (the population std, seed 004: ±1). `eps` (default 1e-4, TRL's) only guards the division.
+`std_ddof`: 1 (the sample std, as TRL and Tunix compute it; docs/algorithms.md's worked example: rewards 1,0,1,0
+give ±0.866) or 0 (the population std: ±1). `eps` (default 1e-4, TRL's) only guards the division.
 `batch` centres each group on its own mean and scales by the spread of those centred rewards over the whole
 batch, so it stays invariant to adding a constant to one group (TRL's `scale_rewards="batch"` divides by the
 std of the raw rewards instead, which is not).

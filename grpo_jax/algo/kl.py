@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 
 def k1(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
-  """log π_θ − log π_ref: the plain log-ratio (seed 003's "simple log-ratio estimator")."""
+  """log π_θ − log π_ref: the plain log-ratio (k1 in docs/algorithms.md §4)."""
   return logp - ref_logp
 
 

@@ -15,6 +15,10 @@ For completion i of the rollout batch and its real tokens t (mask m_{i,t}):
   `entropy.py`). Selection applies to the policy term only, as in TRL; it is computed over the tokens of one
   call, so with it a split batch is not exactly the whole batch.
 - aggregation: `seq_mean_token_mean` | `token_mean` | `seq_mean_token_sum_norm` (`aggregation.py`).
+- truncated importance sampling (`tis_cap` = C): the policy term of each token is weighted by
+  w_{i,t} = min(π_old / π_sampler, C) (no gradient), which corrects for the sampler's log-probs differing from
+  the trainer's at the same parameters (bfloat16 sampling, other kernels); as in TRL's
+  `vllm_importance_sampling_correction` (cap 2 there) and verl's TIS. Needs `sampler_logp_BxT`.
 
 With π_old = sg(π_θ) (μ = 1), `clipped` and k3 give ∂loss/∂logp_{i,t} = −(Â_i + β(π_ref/π_θ − 1)) · w_{i,t},
 where w_{i,t} is the aggregation's weight of token t (1/(|o_i| G⁺), 1/Σ|o|, 1/(G⁺ L_max)): the gradient
@@ -58,6 +62,7 @@ class LossConfig:
   top_entropy_quantile: keep the policy term only on this top fraction of highest-entropy tokens (None: all).
   aggregation: "seq_mean_token_mean" | "token_mean" | "seq_mean_token_sum_norm".
   max_completion_length: L_max of seq_mean_token_sum_norm (None: the mask's width).
+  tis_cap: truncated importance sampling cap C > 0 on π_old / π_sampler per token (None: off).
   """
   policy_loss: str | Callable = "clipped"
   epsilon_low: float = 0.2
@@ -71,6 +76,7 @@ class LossConfig:
   top_entropy_quantile: Optional[float] = None
   aggregation: str = "seq_mean_token_mean"
   max_completion_length: Optional[int] = None
+  tis_cap: Optional[float] = None
 
   def __post_init__(self):
     if not (isinstance(self.policy_loss, str) or callable(self.policy_loss)):
@@ -94,6 +100,8 @@ class LossConfig:
       raise ValueError(f"LossConfig.top_entropy_quantile must be in (0, 1] or None, got "
                        f"{self.top_entropy_quantile}")
     agg.get_aggregation(self.aggregation)
+    if self.tis_cap is not None and not self.tis_cap > 0.0:
+      raise ValueError(f"LossConfig.tis_cap must be > 0 or None, got {self.tis_cap}")
     if self.max_completion_length is not None and (
         isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
         or self.max_completion_length < 1):
@@ -122,6 +130,7 @@ class LossInputs(NamedTuple):
   advantages_B: one advantage per completion (`advantages.compute_advantages`).
   mask_BxT: 1/True on real completion tokens (including the stop token), 0/False on padding.
   entropy_BxT: token entropies of π_θ (differentiable), or None; needed for the entropy options.
+  sampler_logp_BxT: the log-probs the sampler reported for these tokens, or None; needed for `tis_cap`.
   """
   logp_BxT: jax.Array
   old_logp_BxT: Optional[jax.Array]
@@ -129,6 +138,7 @@ class LossInputs(NamedTuple):
   advantages_B: jax.Array
   mask_BxT: jax.Array
   entropy_BxT: Optional[jax.Array] = None
+  sampler_logp_BxT: Optional[jax.Array] = None
 
 
 def _check_inputs(inputs: LossInputs, cfg: LossConfig):
@@ -137,7 +147,7 @@ def _check_inputs(inputs: LossInputs, cfg: LossConfig):
   shape = tuple(jnp.shape(inputs.logp_BxT))
   if len(shape) != 2:
     raise ValueError(f"logp_BxT must be [B, T], got shape {shape}")
-  for name in ("old_logp_BxT", "ref_logp_BxT", "mask_BxT", "entropy_BxT"):
+  for name in ("old_logp_BxT", "ref_logp_BxT", "mask_BxT", "entropy_BxT", "sampler_logp_BxT"):
     value = getattr(inputs, name)
     if value is not None and tuple(jnp.shape(value)) != shape:
       raise ValueError(f"{name} has shape {tuple(jnp.shape(value))}, but logp_BxT has shape {shape}")
@@ -149,6 +159,8 @@ def _check_inputs(inputs: LossInputs, cfg: LossConfig):
   if cfg.needs_entropy and inputs.entropy_BxT is None:
     raise ValueError("entropy_coef != 0 or top_entropy_quantile set, but entropy_BxT is None "
                      "(compute it with with_entropy=True)")
+  if cfg.tis_cap is not None and inputs.sampler_logp_BxT is None:
+    raise ValueError("tis_cap is set, but sampler_logp_BxT is None (the sampler's log-probs)")
 
 
 def _clean(x_BxT, mask_BxT):
@@ -178,6 +190,14 @@ def grpo_objective(inputs: LossInputs, cfg: LossConfig = LossConfig()):
                      f"expected {mask.shape}")
   metrics = dict(metrics)
   metrics["policy_loss"] = agg.masked_sum_count(policy_BxT, mask)
+
+  if cfg.tis_cap is not None:
+    # π_old / π_sampler: old is the trainer's log-prob at the sampling parameters (sg(π_θ) when on-policy).
+    weight_BxT = jnp.minimum(jnp.exp(old - _clean(inputs.sampler_logp_BxT, mask)), cfg.tis_cap)
+    weight_BxT = jax.lax.stop_gradient(jnp.where(mask, weight_BxT, 0.0))
+    policy_BxT = policy_BxT * weight_BxT
+    metrics["tis/weight"] = agg.masked_sum_count(weight_BxT, mask)
+    metrics["tis/capped"] = agg.masked_sum_count((weight_BxT >= cfg.tis_cap).astype(jnp.float32), mask)
 
   if cfg.top_entropy_quantile is not None:
     selected = top_entropy_mask(ent, mask, cfg.top_entropy_quantile)

@@ -170,15 +170,17 @@ if __name__ == "__main__":
   print(json.dumps(build_all(sys.argv[1] if len(sys.argv) > 1 else default_directory()), indent=2))
 
 
-def apply_test_preset(c, dataset: str):
+def apply_test_preset(c, dataset: str | None):
   """The recipes' `:test` preset: 2 GRPO steps of the full path (load, template, sample, reward, update,
-  checkpoint) on the tiny random Qwen2 and the 16-problem fixture `dataset` ("gsm8k" or "countdown")."""
+  checkpoint) on the tiny random Qwen2 and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None for
+  a task that generates its own rows). Only sizes, data sources and logging change: the recipe's structure
+  (remat, dtypes, the reference model, the loss, micro- and mini-batching) stays (tests/recipes)."""
   paths = ensure_fixtures()
   c.model.hf_path = paths["checkpoint"]
-  c.model.remat = False
-  c.task.train_path = paths[dataset]
-  c.task.heldout_path = ""
-  c.task.holdout_fraction = 0.25
+  if dataset is not None:
+    c.task.train_path = paths[dataset]
+    c.task.heldout_path = ""
+    c.task.holdout_fraction = 0.25
   c.num_steps = 2
   c.sampling.max_prompt_length = 192
   c.sampling.max_new_tokens = 8

@@ -17,6 +17,12 @@ Tasks (`config.task.name`):
               and tokenized by the checkpoint's tokenizer. Prompts longer than
               `config.sampling.max_prompt_length` tokens are dropped and counted (one log line). Each epoch
               visits the training rows in a fresh seeded order.
+  "word_arithmetic"  sums asked in English ("What is 37 + 45?", `word_arithmetic.py`), generated in memory and
+              served like dataset rows (chat template, checkpoint's tokenizer), for instruct models.
+
+A task may also offer `transfer_sets` (names) and `transfer_rows(name, n)`: further held-out sets
+(`config.task.transfer`), never trained on, evaluated at the start and the end of a run to measure whether what
+was learned carries over.
 """
 from __future__ import annotations
 
@@ -24,12 +30,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from grpo_jax.data import word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.datasets import load_train_heldout
 from grpo_jax.data.synthetic import AdditionTask
 from grpo_jax.data.templates import tokenize_prompts
 
-TASKS = ("addition", "dataset")
+TASKS = ("addition", "dataset", "word_arithmetic")
 # Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3). An
 # instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -75,7 +82,7 @@ class DatasetTask:
 
   def __init__(self, train: Sequence[dict], heldout: Sequence[dict], tokenizer, *, max_prompt_tokens: int,
                template: str = "plain", system_prompt: str = "", prefill_think: bool = False, seed: int = 0,
-               source: str = "dataset"):
+               source: str = "dataset", transfer: dict[str, Sequence[dict]] | None = None):
     self.tokenizer = tokenizer
     self.seed = seed
     self.stop_ids = stop_ids(tokenizer)
@@ -83,6 +90,7 @@ class DatasetTask:
                   system_prompt=system_prompt or None, prefill_think=prefill_think)
     self._train, dropped_train = tokenize_prompts(train, **render)
     self._heldout, dropped_heldout = tokenize_prompts(heldout, **render)
+    self._transfer = {name: tokenize_prompts(rows, **render)[0] for name, rows in (transfer or {}).items()}
     self.num_dropped = {"train": dropped_train, "heldout": dropped_heldout}
     if not self._train:
       raise ValueError(f"{source}: all {len(train)} training prompts are longer than "
@@ -93,7 +101,7 @@ class DatasetTask:
                        "config.task.heldout_path or config.task.holdout_fraction")
     if template != "chat":  # the loop encodes prompt texts without special tokens: write the BOS into the text.
       bos = _bos_prefix(tokenizer)
-      for row in self._train + self._heldout:
+      for row in self._train + self._heldout + [r for rows in self._transfer.values() for r in rows]:
         row["prompt_text"] = bos + row["prompt_text"]
     self._check_round_trip(self._train[0])
     self._columns = sorted({k for row in self._train + self._heldout for k in row} - set(_INTERNAL) - {"prompt"})
@@ -132,6 +140,13 @@ class DatasetTask:
   def eval_rows(self, n: int) -> dict[str, list]:
     return self._as_columns(self._heldout[:n])
 
+  @property
+  def transfer_sets(self) -> tuple[str, ...]:
+    return tuple(self._transfer)
+
+  def transfer_rows(self, name: str, n: int) -> dict[str, list]:
+    return self._as_columns(self._transfer[name][:n])
+
 
 def make_task(config, log: Callable[[str], None] = print):
   """The task named by `config.task.name`, its tokenizer from `config.model.hf_path` when that is set."""
@@ -158,7 +173,25 @@ def make_task(config, log: Callable[[str], None] = print):
         f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
         f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
     return task
+  if t.name == "word_arithmetic":
+    if tokenizer is None:
+      raise ValueError("config.model.hf_path: the word_arithmetic task needs a checkpoint directory (its tokenizer "
+                       "and chat template)")
+    train, heldout = word_arithmetic.split(t.num_digits, t.holdout_fraction)
+    transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.holdout_fraction, config.eval.size)
+                for name in transfer_names(config)}
+    task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                       template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                       seed=config.seed, source="word_arithmetic", transfer=transfer)
+    log(f"[data] word_arithmetic: {task.num_train} train / {task.num_heldout} held-out prompts"
+        + (f", transfer sets {', '.join(task.transfer_sets)}" if task.transfer_sets else ""))
+    return task
   raise ValueError(f"config.task.name: unknown task {t.name!r} (known: {', '.join(TASKS)})")
+
+
+def transfer_names(config) -> list[str]:
+  """The names in `config.task.transfer` (comma-separated)."""
+  return [name.strip() for name in config.task.transfer.split(",") if name.strip()]
 
 
 def _plain_dict(mapping) -> dict:

@@ -199,6 +199,23 @@ class DecoderLayer(nnx.Module):
     return x_BxTxD, new_cache
 
 
+def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS):
+  """`layer(x)` without a cache, its activations recomputed in the backward pass instead of stored.
+
+  `jax.checkpoint` of a pure function of the layer's split state: `nnx.remat` on the module itself raised
+  "Cannot mutate Param from a different trace level" under `jax.value_and_grad` of merged parameters (the
+  update's pattern). Only the layer's inputs are saved for the backward pass (tests/model/test_remat.py).
+  XLA:CPU merges the recomputation back into the forward pass, so on a CPU remat saves no memory; GPUs and
+  TPUs keep it.
+  """
+  graphdef, state = nnx.split(layer)
+
+  def forward(state, x, cos_sin, mask):
+    return nnx.merge(graphdef, state)(x, cos_sin, mask, None, 0)[0]
+
+  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS)
+
+
 class Transformer(nnx.Module):
   """`__call__` returns final-norm hidden states [B,T,D]; `logits(hidden)` projects to the vocabulary."""
 
@@ -228,7 +245,7 @@ class Transformer(nnx.Module):
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
       if self.cfg.remat and cache is None:
-        x, c = nnx.remat(lambda lyr, *a: lyr(*a))(layer, x, rope_cos_sin, attn_mask_BxTxS, None, 0)
+        x, c = _rematerialized(layer, x, rope_cos_sin, attn_mask_BxTxS), None
       else:
         x, c = layer(x, rope_cos_sin, attn_mask_BxTxS, layer_cache, cache_index)
       if cache is not None:

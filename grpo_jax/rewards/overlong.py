@@ -1,4 +1,4 @@
-"""DAPO's soft overlong punishment (ALGORITHMS.md §6) as a reward term.
+"""DAPO's soft overlong punishment (docs/algorithms.md §6) as a reward term.
 
 With L_max the generation limit and B the buffer, a completion of L tokens gets
     0                               if L <= L_max - B

@@ -29,6 +29,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import config as config_lib
+from grpo_jax import precision
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.tasks import make_task, stop_ids
 from grpo_jax.model import ModelConfig, Transformer
@@ -105,7 +106,7 @@ def loss_config(config) -> LossConfig:
                     delta=g.delta, importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
                     kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
                     top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
-                    max_completion_length=config.sampling.max_new_tokens)
+                    max_completion_length=config.sampling.max_new_tokens, tis_cap=g.tis_cap or None)
 
 
 def make_samplers(graphdef, config, tokenizer):
@@ -172,6 +173,7 @@ def train(config, workdir: str) -> Summary:
   """Runs (or resumes) the experiment `config` in `workdir`. Returns the summary also printed at the end."""
   t_start = time.time()
   config_lib.validate(config)
+  precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
   distributed.initialize(config)  # multi-host: before anything touches the devices
   main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
   os.makedirs(workdir, exist_ok=True)
@@ -216,13 +218,22 @@ def train(config, workdir: str) -> Summary:
   eval_columns = task.eval_rows(config.eval.size)
   base_key = jax.random.key(config.seed)
 
+  transfer_columns = {name: task.transfer_rows(name, config.eval.size)
+                      for name in getattr(task, "transfer_sets", ())}
+
   def run_eval(p, step):
-    return evaluate(greedy_sampler, p, tokenizer, eval_columns, reward_fns=reward_fns,
-                    accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size,
-                                                                                config.eval.size),
-                    max_prompt_length=s.max_prompt_length, key=jax.random.fold_in(base_key, 10_000_000 + step),
-                    reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback,
-                    pass_k=config.eval.pass_k, pass_k_sampler=pass_k_sampler)
+    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
+    kwargs = dict(reward_fns=reward_fns, accuracy_reward=config.eval.accuracy_reward,
+                  batch_size=min(config.eval.batch_size, config.eval.size), max_prompt_length=s.max_prompt_length,
+                  key=jax.random.fold_in(base_key, 10_000_000 + step), reward_timeout_s=config.reward_timeout_s,
+                  reward_fallback=config.reward_fallback)
+    metrics = evaluate(greedy_sampler, p, tokenizer, eval_columns, pass_k=config.eval.pass_k,
+                       pass_k_sampler=pass_k_sampler, **kwargs)
+    if step in (0, config.num_steps):
+      for name, columns in transfer_columns.items():
+        transfer = evaluate(greedy_sampler, p, tokenizer, columns, **kwargs)
+        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
+    return metrics
 
   def state_tree():
     tree = {"params": params, "opt_state": opt_state}

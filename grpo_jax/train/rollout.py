@@ -132,7 +132,7 @@ def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored
 
 
 def rollout_metrics(scored: Scored) -> dict[str, Any]:
-  """ALGORITHMS.md §8 names: reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
+  """docs/algorithms.md §8 names: reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
   frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio, and
   rewards/<fn>/failures when a reward function failed on some samples."""
   lengths = scored.sample.lengths_B.astype(np.float64)
@@ -201,7 +201,7 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
                             group_size: int, key, reward_fns: Sequence[RewardSpec], max_prompt_length: int,
                             advantage: str, std_ddof: int, advantage_eps: float, mask_truncated: bool,
                             reward_timeout_s: float, reward_fallback: float) -> Rollout:
-  """DAPO dynamic sampling (ALGORITHMS.md): groups whose rewards are all equal are dropped, and further batches of
+  """DAPO dynamic sampling (docs/algorithms.md): groups whose rewards are all equal are dropped, and further batches of
   prompts (`next_columns()`, which also advances the data position) are sampled at the same shapes, so nothing
   recompiles, until the batch holds as many groups with signal as one call gives, or after `max_rounds` calls.
   Round r samples with fold_in(key, r) (round 0 with `key`, as without dynamic sampling). A batch still short

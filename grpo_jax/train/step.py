@@ -78,15 +78,20 @@ def _masked_max_abs(a_BxN, b_BxN, mask_BxN):
   return jnp.max(jnp.where(mask_BxN > 0, jnp.abs(a_BxN - b_BxN), 0.0))
 
 
+def _masked_abs_sum_count(a_BxN, b_BxN, mask_BxN):
+  real = mask_BxN > 0
+  return jnp.sum(jnp.where(real, jnp.abs(a_BxN - b_BxN), 0.0)), jnp.sum(real).astype(jnp.float32)
+
+
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
                     num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
                     chunk_size: int):
   """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
 
   `metrics` holds scalars: 'loss' (mean over updates), 'grad_norm' (before clipping, mean over updates),
-  'logp_mismatch' (max |sampler log-prob - trainer log-prob| over real completion tokens, at the
-  parameters that sampled), and each objective metric (e.g. 'kl', 'clip_ratio/low') averaged exactly over
-  every token/sequence the passes saw. Jit it with `donate_argnums=(0, 1)`.
+  'logp_mismatch' and 'logp_mismatch_mean' (max and mean |sampler log-prob - trainer log-prob| over real
+  completion tokens, at the parameters that sampled), and each objective metric (e.g. 'kl',
+  'clip_ratio/low') averaged exactly over every token/sequence the passes saw. Jit it with `donate_argnums=(0, 1)`.
   """
   if mini_batch_size % micro_batch_size:
     raise ValueError(f"micro_batch_size={micro_batch_size} does not divide mini_batch_size={mini_batch_size}")
@@ -97,9 +102,12 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
                                         micro.completion_mask_BxN, temperature, chunk_size, with_entropy=True)
     inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_bxN, ref_logp_BxT=micro.ref_logp_BxN,
                         advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxN,
-                        entropy_BxT=entropy)
+                        entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxN)
     loss_sum, denom, metrics = grpo_objective(inputs, loss_cfg)
-    mismatch = _masked_max_abs(jax.lax.stop_gradient(logp), micro.sampler_logp_BxN, micro.completion_mask_BxN)
+    logp_sg = jax.lax.stop_gradient(logp)
+    mismatch = _masked_max_abs(logp_sg, micro.sampler_logp_BxN, micro.completion_mask_BxN)
+    metrics = dict(metrics, logp_mismatch_mean=_masked_abs_sum_count(logp_sg, micro.sampler_logp_BxN,
+                                                                       micro.completion_mask_BxN))
     return loss_sum, (denom, metrics, mismatch)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -119,6 +127,7 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
                                micro_batch_size=micro_batch_size)
       old_logp = jax.lax.stop_gradient(old_fn(params, batch))
       old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxN, batch.completion_mask_BxN)
+      old_mismatch_mean = _masked_abs_sum_count(old_logp, batch.sampler_logp_BxN, batch.completion_mask_BxN)
     pieces = jax.tree.map(lambda x: _split(x, M, U), (batch, old_logp))
 
     # The metric dict's structure, to start the accumulators at zero.
@@ -155,6 +164,8 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
     out = {"loss": jnp.mean(loss), "grad_norm": jnp.mean(grad_norm),
            # Only the first update differentiates at the sampling parameters.
            "logp_mismatch": mismatch[0, 0] if on_policy else old_mismatch}
+    if not on_policy:  # measured at the sampling parameters, not averaged over the later updates
+      metric_sums = dict(metric_sums, logp_mismatch_mean=old_mismatch_mean)
     for name, (total, count) in metric_sums.items():
       out[name] = total / jnp.maximum(count, 1.0)
     return params, opt_state, out

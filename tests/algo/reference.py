@@ -1,4 +1,4 @@
-"""Independent float64 numpy references for grpo_jax.algo, written from the formulas (ALGORITHMS.md), one
+"""Independent float64 numpy references for grpo_jax.algo, written from the formulas (docs/algorithms.md), one
 completion at a time with plain loops, sharing no code with the package."""
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def test_seed_003_worked_example():
   np.testing.assert_allclose(compute_advantages(rewards, 4), [0.866, -0.866, 0.866, -0.866], atol=5e-4)
   np.testing.assert_allclose(compute_advantages(rewards, 4, eps=0.0), np.array([1, -1, 1, -1]) * math.sqrt(3) / 2,
                              rtol=1e-6)
-  # ddof=0 (seed 004): std = 0.5, advantages ±1.
+  # ddof=0 (the population std): std = 0.5, advantages ±1.
   np.testing.assert_allclose(compute_advantages(rewards, 4, std_ddof=0, eps=0.0), [1, -1, 1, -1], rtol=1e-6)
 
 

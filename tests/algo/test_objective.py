@@ -12,6 +12,9 @@ from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, grpo_obje
 from . import reference as ref
 from .batches import CASES, make_batch
 
+# Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 AGGS = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from grpo_jax.model import (ModelConfig, RopeScaling, Transformer, causal_attention_mask, init_cache,
                             positions_from_mask)
+
+# Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
 
 def test_prefill_then_single_token_steps_equal_full_forward():

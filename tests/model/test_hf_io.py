@@ -13,6 +13,9 @@ from safetensors.numpy import load_file, save_file
 from grpo_jax.model import ModelConfig, Transformer, hf_io
 from .helpers import SPECS, jax_logits, left_padded_batch, torch_logits
 
+# Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 LENGTHS, TOTAL = (12, 9, 4), 12
 
 

@@ -9,6 +9,9 @@ import pytest
 from grpo_jax.model import completion_logprobs, hf_io, token_logprobs
 from .helpers import VOCAB, torch_logits
 
+# Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 
 def _log_softmax64(logits):
   z = logits - logits.max(-1, keepdims=True)

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from grpo_jax import config as config_lib
 from grpo_jax.data.datasets import DatasetError
 from grpo_jax.data.fixtures import gsm8k_records, write_jsonl
 from grpo_jax.train import loop
@@ -16,7 +17,44 @@ from tests.recipes.conftest import load_experiment
 RECIPES = {
     "gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<|im_start|>system\n"},
     "countdown": {"rewards": ("countdown", "format_strict_prefilled"), "prompt_start": "A conversation between"},
+    "smollm2_arithmetic": {"rewards": ("gsm8k_accuracy",), "prompt_start": "<|im_start|>"},
 }
+# What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
+# (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
+SIZE_FIELDS = {
+    "num_steps", "model.hf_path", "model.logprob_chunk_size", "task.train_path", "task.heldout_path",
+    "task.holdout_fraction", "task.max_rows", "sampling.max_prompt_length", "sampling.max_new_tokens",
+    "grpo.group_size", "grpo.prompts_per_step", "grpo.mini_batch_size", "grpo.micro_batch_size",
+    "optim.learning_rate", "optim.warmup_steps", "eval.every", "eval.size", "eval.batch_size",
+    "checkpoint.every",
+}
+
+
+def _leaves(config, prefix=""):
+  out = {}
+  for key, value in config.items():
+    if hasattr(value, "items") and key not in ("rewards", "reward_gates", "field_map"):
+      out.update(_leaves(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = value.to_dict() if hasattr(value, "to_dict") else value
+  return out
+
+
+def _batch_structure(config):
+  """(several mini-batches per rollout?, several micro-batches per mini-batch?)"""
+  rollout = config_lib.rollout_batch_size(config)
+  mini = config_lib.mini_batch_size(config)
+  return rollout // mini > 1, mini // config_lib.micro_batch_size(config) > 1
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_test_preset_changes_sizes_never_structure(name, fixture_paths):
+  full, test = load_experiment(name)(None), load_experiment(name)("test")
+  full_leaves, test_leaves = _leaves(full), _leaves(test)
+  assert full_leaves.keys() == test_leaves.keys()
+  changed = {k for k in full_leaves if full_leaves[k] != test_leaves[k] and not k.startswith("log.")}
+  assert changed <= SIZE_FIELDS, f"the :test preset changes structural fields {sorted(changed - SIZE_FIELDS)}"
+  assert _batch_structure(test) == _batch_structure(full)
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
@@ -34,7 +72,8 @@ def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile
   for rec in records[1:]:
     for fn in RECIPES[name]["rewards"] + ("recipes_test_digit_fraction",):
       assert f"rewards/{fn}/mean" in rec and f"rewards/{fn}/std" in rec
-    assert {"reward", "reward_std", "kl", "loss", "grad_norm", "completions/mean_length"} <= set(rec)
+    assert {"reward", "reward_std", "loss", "grad_norm", "completions/mean_length"} <= set(rec)
+    assert ("kl" in rec) == (config.grpo.beta > 0)
   assert any(rec["grad_norm"] > 0 for rec in records[1:])
   assert "eval/accuracy" in records[0] and "eval/accuracy" in records[-1]
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["0", "2"]
@@ -46,7 +85,10 @@ def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile
   if name == "countdown":
     assert prompt.endswith("Assistant: <think>")
   out = capsys.readouterr().out
-  assert "dropped 0 prompts longer than sampling.max_prompt_length=192 tokens" in out
+  if config.task.name == "dataset":
+    assert "dropped 0 prompts longer than sampling.max_prompt_length=192 tokens" in out
+  for name in filter(None, config.task.transfer.split(",")):  # transfer sets: evaluated at the first and last step
+    assert f"transfer/{name}/accuracy" in records[0] and f"transfer/{name}/accuracy" in records[-1]
 
 
 def test_malformed_row_stops_the_run_naming_file_and_row(fixture_paths, tmp_path):

@@ -11,6 +11,9 @@ from grpo_jax.model import completion_logprobs
 from grpo_jax.sampling import Sampler, SamplingConfig
 from .conftest import jax_twin, random_prompts, teacher_forced_logits, tiny_hf_model
 
+# Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 N_NEW = 32
 
 

@@ -13,6 +13,9 @@ from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
 from grpo_jax.model import ModelConfig, Transformer, completion_logprobs
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 
+# Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 B, P, N, G = 8, 5, 4, 4
 TEMPERATURE = 0.7
 CFG = ModelConfig(vocab_size=14, hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, num_kv_heads=2,
@@ -97,6 +100,8 @@ def test_on_policy_update_matches_hand_written_gradient_and_micro_batching_is_ex
   _close(new_whole, expected, atol=1e-6)
   np.testing.assert_allclose(metrics["grad_norm"], optax.tree.norm(grads), rtol=1e-5)
   np.testing.assert_allclose(metrics["logp_mismatch"], 0.25, atol=1e-5)
+  # The mean over real tokens: one token off by 0.25 (the padding token's 5 does not count).
+  np.testing.assert_allclose(metrics["logp_mismatch_mean"], 0.25 / np.sum(np.asarray(mask) > 0), atol=1e-6)
   assert set(metrics) >= {"loss", "grad_norm", "logp_mismatch", "clip_ratio/low", "clip_ratio/high",
                           "clip_ratio/region", "entropy"}
 

@@ -1,0 +1,77 @@
+"""Sums asked in English, for instruct models: "What is 37 + 45?" -> a completion whose answer is 82.
+
+Rows are GSM8K-layout dicts (`prompt`: the question; `answer`: the sum as a string), so `DatasetTask` renders
+them with the chat template and `gsm8k_accuracy` scores them (the number in <answer>, after ####, in \\boxed{},
+else the last number of the completion).
+
+Training and held-out problems: ordered pairs (a, b) of `num_digits`-digit numbers (10..99 for 2 digits,
+8,100 pairs). A fixed hash of the pair, the same for every seed, puts `holdout_fraction` of the pairs in the
+held-out set; the training rows are the other pairs, so no held-out problem is ever trained on (nor its
+mirror image b + a, which is kept on the same side of the split). Held-out problems are listed in a fixed,
+shuffled order.
+
+Transfer sets (evaluated, never trained on), by name:
+  "three_digit"  the same question with (num_digits + 1)-digit operands: does the skill carry to longer sums?
+  "reworded"     the held-out pairs asked in other words ("Add 37 and 45.", "Tom has 37 marbles ..."): did
+                 the model learn the arithmetic, or one phrasing?
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grpo_jax.data.synthetic import _hash
+
+TRANSFER_SETS = ("three_digit", "reworded")
+_SPLIT, _ORDER, _PHRASE = 11, 12, 13   # hash stream ids.
+_REWORDED = (
+    "Add {a} and {b}.",
+    "What do you get when you add {a} to {b}?",
+    "Compute the sum of {a} and {b}.",
+    "Tom has {a} marbles and gets {b} more. How many now?",
+    "{a} apples plus {b} apples is how many apples?",
+)
+
+
+def question(a: int, b: int) -> str:
+  return f"What is {a} + {b}?"
+
+
+def _row(a: int, b: int, text: str) -> dict:
+  return {"prompt": text, "answer": str(a + b), "a": int(a), "b": int(b)}
+
+
+def _pairs(num_digits: int) -> tuple[np.ndarray, np.ndarray]:
+  lo, hi = 10 ** (num_digits - 1), 10 ** num_digits
+  a, b = np.meshgrid(np.arange(lo, hi), np.arange(lo, hi), indexing="ij")
+  return a.ravel(), b.ravel()
+
+
+def split(num_digits: int, holdout_fraction: float) -> tuple[list[dict], list[dict]]:
+  """(train rows, held-out rows) of all `num_digits`-digit pairs, in a fixed order (module docstring)."""
+  if num_digits < 1:
+    raise ValueError(f"word_arithmetic: num_digits must be >= 1, got {num_digits}")
+  if not 0 < holdout_fraction < 1:
+    raise ValueError(f"word_arithmetic: holdout_fraction must be in (0, 1), got {holdout_fraction}")
+  a, b = _pairs(num_digits)
+  # The unordered pair decides the side, so a + b and b + a are never split across it.
+  u = _hash(_SPLIT, np.minimum(a, b), np.maximum(a, b)).astype(np.float64) / 2.0 ** 64
+  order = np.argsort(_hash(_ORDER, a, b), kind="stable")
+  heldout = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] < holdout_fraction]
+  train = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] >= holdout_fraction]
+  return train, heldout
+
+
+def transfer_rows(name: str, num_digits: int, holdout_fraction: float, n: int) -> list[dict]:
+  """The first `n` rows of the transfer set `name` (one of TRANSFER_SETS)."""
+  if name == "three_digit":
+    a, b = _pairs(num_digits + 1)
+    order = np.argsort(_hash(_ORDER, a, b), kind="stable")[:n]
+    return [_row(a[i], b[i], question(a[i], b[i])) for i in order]
+  if name == "reworded":
+    _, heldout = split(num_digits, holdout_fraction)
+    rows = []
+    for row in heldout[:n]:
+      k = int(_hash(_PHRASE, row["a"], row["b"]) % np.uint64(len(_REWORDED)))
+      rows.append(_row(row["a"], row["b"], _REWORDED[k].format(a=row["a"], b=row["b"])))
+    return rows
+  raise ValueError(f"config.task.transfer: unknown transfer set {name!r} (known: {', '.join(TRANSFER_SETS)})")

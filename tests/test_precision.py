@@ -1,0 +1,73 @@
+"""The precision policy (`config.precision`): matmul precision and deterministic GPU ops."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from grpo_jax import config as config_lib
+from grpo_jax import precision
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _config(matmul="default", deterministic=False):
+  c = config_lib.get_config()
+  c.precision.matmul = matmul
+  c.precision.deterministic = deterministic
+  return c
+
+
+@pytest.fixture
+def restore_matmul_precision():
+  before = jax.config.jax_default_matmul_precision
+  yield
+  jax.config.update("jax_default_matmul_precision", before)
+
+
+@pytest.mark.parametrize("matmul, expected", [("default", None), ("high", "high"), ("highest", "highest")])
+def test_matmul_precision_is_set_process_wide(matmul, expected, restore_matmul_precision):
+  precision.apply(_config(matmul))
+  assert jax.config.jax_default_matmul_precision == expected
+
+
+def test_highest_precision_matches_float64_on_this_backend(restore_matmul_precision):
+  precision.apply(_config("highest"))
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(size=(64, 256)), rng.normal(size=(256, 32))
+  got = jax.jit(jnp.matmul)(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
+  np.testing.assert_allclose(np.asarray(got), a @ b, rtol=0, atol=1e-4)   # TF32 would be off by ~1e-2
+
+
+def test_unknown_matmul_precision_is_a_config_error_naming_the_field():
+  with pytest.raises(ValueError, match=r"config\.precision\.matmul: 'tf32' is not one of"):
+    config_lib.validate(_config("tf32"))
+
+
+def test_deterministic_mode_sets_the_xla_flag_before_the_backend_starts():
+  # A fresh interpreter: the flag must be in XLA_FLAGS when the backend starts, and the backend must accept it.
+  code = ("import os, jax\n"
+          "from grpo_jax import config, precision\n"
+          "c = config.get_config(); c.precision.deterministic = True\n"
+          "precision.apply(c)\n"
+          "assert precision.DETERMINISTIC_FLAG in os.environ['XLA_FLAGS'].split(), os.environ['XLA_FLAGS']\n"
+          "print(float(jax.numpy.ones(3).sum()))\n")
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env["XLA_FLAGS"] = "--xla_cpu_enable_fast_math=false"  # flags already there are kept
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == "3.0"
+
+
+def test_deterministic_mode_after_a_cpu_backend_started_is_a_no_op(monkeypatch):
+  jax.devices()  # the backend is running
+  monkeypatch.setenv("XLA_FLAGS", "")
+  messages = []
+  precision.apply(_config(deterministic=True), log=messages.append)
+  assert os.environ["XLA_FLAGS"] == ""
+  assert messages == ["[precision] deterministic: the CPU backend is deterministic already"]
