@@ -2,7 +2,8 @@
 #     --config.model.hf_path=$HOME/models/Qwen2.5-0.5B-Instruct \
 #     --config.task.train_path=data/gsm8k/main/train-00000-of-00001.parquet \
 #     --config.task.heldout_path=data/gsm8k/main/test-00000-of-00001.parquet
-#   (presets: experiments/gsm8k.py:1.5b for Qwen2.5-1.5B-Instruct; experiments/gsm8k.py:test for the CI run)
+#   (presets: experiments/gsm8k.py:1.5b for Qwen2.5-1.5B-Instruct; experiments/gsm8k.py:smollm2 for
+#    SmolLM2-135M-Instruct on the vendored data/gsm8k on a CPU; experiments/gsm8k.py:test for the CI run)
 # Tiny test preset (random checkpoint + fixture data, built on first use under $GRPO_JAX_FIXTURES or
 # /tmp/grpo_jax_fixtures): python scripts/train.py --config experiments/gsm8k.py:test --workdir /tmp/gsm8k_test
 """GRPO on GSM8K with an instruct model (Qwen2.5-0.5B-Instruct; 1.5B preset).
@@ -21,6 +22,8 @@ Hyperparameters after DeepSeekMath / TRL (docs/algorithms.md §7): lr 1e-6 const
 prompts = 256 completions per step, one update per step, T 1.0, 512 new tokens; bf16 compute with float32
 master weights (a 1e-6 update is below bf16 resolution); 500 steps ~ one epoch of the 7.5k training problems.
 """
+import os
+
 from grpo_jax import config as base
 from grpo_jax.data.templates import R1_SYSTEM_PROMPT
 
@@ -70,13 +73,33 @@ def get_config(preset: str | None = None):
   c.checkpoint.every = 50
   c.log.samples_every = 10
 
-  if preset == "1.5b":
+  if preset == "smollm2":
+    # SmolLM2-135M-Instruct (bash scripts/get_smollm2.sh) on the vendored GSM8K files, at sizes a 2-core CPU
+    # runs (minutes per step); the recipe's structure is unchanged (remat, bf16 compute, beta > 0 with the
+    # reference, micro-batches).
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    c.model.hf_path = os.path.join(root, "models", "SmolLM2-135M-Instruct")
+    c.task.train_path = os.path.join(root, "data", "gsm8k", "train.jsonl")
+    c.task.heldout_path = os.path.join(root, "data", "gsm8k", "test.jsonl")
+    c.num_steps = 40
+    c.sampling.max_new_tokens = 256
+    c.grpo.group_size = 8
+    c.grpo.prompts_per_step = 4
+    c.grpo.micro_batch_size = 8
+    c.optim.learning_rate = 1e-5
+    c.optim.warmup_steps = 0
+    c.eval.every = 10
+    c.eval.size = 200
+    c.eval.batch_size = 200
+    c.checkpoint.every = 5
+    c.log.samples_every = 5
+  elif preset == "1.5b":
     # Qwen2.5-1.5B-Instruct: the same recipe with smaller micro-batches.
     c.grpo.micro_batch_size = 8
   elif preset == "test":
     from grpo_jax.data import fixtures
     fixtures.apply_test_preset(c, "gsm8k")
   elif preset not in (None, ""):
-    raise ValueError(f"experiments/gsm8k.py: unknown preset {preset!r} (known: 1.5b, test)")
+    raise ValueError(f"experiments/gsm8k.py: unknown preset {preset!r} (known: 1.5b, smollm2, test)")
   return c
 

@@ -5,7 +5,7 @@
 """A real pretrained model learns: SmolLM2-135M-Instruct on sums asked in English, on the 2-core CPU.
 
 Task (`grpo_jax/data/word_arithmetic.py`): "What is 37 + 45?" in the model's own chat template with its
-default system prompt; 2-digit operands, 5% of the pairs held out (403 problems, 256 evaluated greedily).
+default system prompt; 2-digit operands, 5% of the pairs held out (403 problems, 200 evaluated greedily).
 Reward: `gsm8k_accuracy` (the last number of the completion, unless it gives an <answer> tag, #### or \\boxed{},
 equals the sum). Out of the box the model is verbose ("To add 59 and 63, we need to ...") and often wrong or
 cut off by the 48-token limit. Transfer sets, never trained on, evaluated at the first and last step:
@@ -25,7 +25,7 @@ MODEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 def get_config(preset: str | None = None):
   c = base.get_config()
   c.seed = 0
-  c.num_steps = 15
+  c.num_steps = 10
 
   c.model.hf_path = MODEL_DIR
   c.model.param_dtype = "float32"
@@ -61,8 +61,8 @@ def get_config(preset: str | None = None):
   c.optim.grad_clip_norm = 1.0
 
   c.eval.every = 5
-  c.eval.size = 256
-  c.eval.batch_size = 256      # one sampler call: decoding reads the weights once per token for all rows
+  c.eval.size = 200
+  c.eval.batch_size = 200      # one sampler call: decoding reads the weights once per token for all rows
   c.checkpoint.every = 5
   c.checkpoint.keep = 2
   c.log.samples_every = 5

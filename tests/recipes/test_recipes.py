@@ -26,7 +26,9 @@ SIZE_FIELDS = {
     "task.holdout_fraction", "task.max_rows", "sampling.max_prompt_length", "sampling.max_new_tokens",
     "grpo.group_size", "grpo.prompts_per_step", "grpo.mini_batch_size", "grpo.micro_batch_size",
     "optim.learning_rate", "optim.warmup_steps", "eval.every", "eval.size", "eval.batch_size",
-    "checkpoint.every",
+    "checkpoint.every", "model.hidden_size", "model.intermediate_size", "model.num_layers", "model.num_heads",
+    "model.num_kv_heads", "model.head_dim", "model.vocab_size", "model.max_position_embeddings",
+    "warmstart.batch_size", "warmstart.max_steps", "warmstart.eval_every", "warmstart.target_accuracy",
 }
 
 
@@ -47,7 +49,7 @@ def _batch_structure(config):
   return rollout // mini > 1, mini // config_lib.micro_batch_size(config) > 1
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.parametrize("name", sorted(RECIPES) + ["default"])
 def test_test_preset_changes_sizes_never_structure(name, fixture_paths):
   full, test = load_experiment(name)(None), load_experiment(name)("test")
   full_leaves, test_leaves = _leaves(full), _leaves(test)
