@@ -350,6 +350,36 @@ def _validate_dataset_task(c) -> None:
   _at_least(c, "task.max_rows", 0)
 
 
+# Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
+# computation is laid out on the devices. Any other change would make the resumed run a different experiment.
+RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "eval.every", "eval.batch_size",
+                     "mesh.", "distributed.", "model.offload_ref_params", "grpo.micro_batch_size",
+                     "reward_timeout_s")
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for key, value in tree.items():
+    if isinstance(value, dict) and key not in ("rewards", "reward_gates", "field_map"):
+      out.update(_flatten(value, f"{prefix}{key}."))
+    else:
+      out[prefix + key] = value
+  return out
+
+
+def resume_differences(saved: dict, config) -> tuple[list[str], list[str]]:
+  """(conflicts, accepted): the fields where `config` differs from the `saved` config (a run's config.json), as
+  "field: saved -> new" lines, split into those a resume may not change and those it may (RESUMABLE_CHANGES)."""
+  import json
+  old, new = _flatten(saved), _flatten(json.loads(config.to_json_best_effort()))
+  conflicts, accepted = [], []
+  for key in sorted(old.keys() & new.keys()):  # a field the saved run predates is not a difference
+    if old[key] != new[key]:
+      resumable = any(key == p or (p.endswith(".") and key.startswith(p)) for p in RESUMABLE_CHANGES)
+      (accepted if resumable else conflicts).append(f"{key}: {old[key]!r} -> {new[key]!r}")
+  return conflicts, accepted
+
+
 def check_context(config, context: int, source: str) -> None:
   """max_prompt_length + max_new_tokens must fit in the model's context (also called for HF checkpoints)."""
   total = config.sampling.max_prompt_length + config.sampling.max_new_tokens

@@ -93,8 +93,10 @@ class Checkpointer:
     dst_dir = self.directory.rstrip("/") + "_damaged"
     os.makedirs(dst_dir, exist_ok=True)
     dst = os.path.join(dst_dir, str(step))
-    if os.path.exists(dst):
-      shutil.rmtree(dst)
+    for copy in range(1, 1000):  # never delete an earlier damaged copy of the same step
+      if not os.path.exists(dst):
+        break
+      dst = os.path.join(dst_dir, f"{step}.{copy}")
     message = (f"checkpoint at step {step} in {self.directory} is unreadable or corrupt "
                f"({type(error).__name__}: {str(error)[:300]}); moved it to {dst} and falling back to the "
                "previous checkpoint")

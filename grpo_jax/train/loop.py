@@ -176,6 +176,15 @@ def train(config, workdir: str) -> Summary:
   precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
   distributed.initialize(config)  # multi-host: before anything touches the devices
   main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
+  log_console = print if main else (lambda *args, **kwargs: None)
+  if main:  # the lock file is the only thing written before the settings are checked
+    with WorkdirLock(workdir):
+      _check_resumable(config, workdir, log_console)
+      return _train(config, workdir, t_start, main, log_console)
+  return _train(config, workdir, t_start, main, log_console)
+
+
+def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Summary:
   os.makedirs(workdir, exist_ok=True)
   # The summary marks a finished run; this one is not yet.
   if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
@@ -185,7 +194,6 @@ def train(config, workdir: str) -> Summary:
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(cfg_json)
 
-  log_console = print if main else (lambda *args, **kwargs: None)
   tokenizer, task = build_tokenizer_and_task(config, log=log_console)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
   graphdef, params = build_model(config, tokenizer, mesh)
@@ -250,6 +258,8 @@ def train(config, workdir: str) -> Summary:
       # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
       abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
       restored = checkpointer.restore_latest(abstract)
+    if restored is None:
+      _refuse_to_overwrite_history(workdir)
     if restored is not None:
       params, opt_state = restored.state["params"], restored.state["opt_state"]
       if use_ref:
@@ -395,6 +405,67 @@ def train(config, workdir: str) -> Summary:
       json.dump(dataclasses.asdict(summary), f, indent=2)
   log_console(summary.line())
   return summary
+
+
+def _check_resumable(config, workdir: str, log) -> None:
+  """A workdir with checkpoints resumes only under the settings it was started with (except those in
+  `config.RESUMABLE_CHANGES`, which are printed): a changed setting is an error naming each field, raised before
+  anything in the workdir is written."""
+  saved_path = os.path.join(workdir, "config.json")
+  checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
+  if not (os.path.exists(saved_path) and os.path.isdir(checkpoints)
+          and any(name.isdigit() for name in os.listdir(checkpoints))):
+    return
+  with open(saved_path) as f:
+    saved = json.load(f)
+  conflicts, accepted = config_lib.resume_differences(saved, config)
+  if conflicts:
+    raise ValueError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
+                     "one history:\n  " + "\n  ".join(conflicts) + "\nUse a new --workdir for the changed "
+                     "experiment, or resume with the original values.")
+  for line in accepted:
+    log(f"[resume] changed on resume: {line}")
+
+
+def _refuse_to_overwrite_history(workdir: str) -> None:
+  """No readable checkpoint: starting afresh would overwrite metrics.jsonl. Refuse when it holds GRPO steps."""
+  path = os.path.join(workdir, metrics_lib.METRICS_FILE)
+  steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)] if os.path.exists(path) else []
+  if any(step > 0 for step in steps):
+    damaged = os.path.join(workdir, CHECKPOINT_DIR + "_damaged")
+    raise RuntimeError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
+                       f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
+                       "or use a new --workdir.")
+
+
+class WorkdirLock:
+  """One run per workdir: an exclusive `flock` on WORKDIR/.lock, held while the run lives. The kernel drops it
+  when the process dies, however it dies, so a stale lock never blocks a resume."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, ".lock")
+    self._file = None
+
+  def __enter__(self):
+    import fcntl
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    self._file = open(self.path, "a+")
+    try:
+      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      self._file.seek(0)
+      holder = self._file.read().strip() or "another process"
+      self._file.close()
+      raise RuntimeError(f"workdir {os.path.dirname(self.path)} is in use by {holder}; wait for it to finish or "
+                         "use another --workdir") from None
+    self._file.seek(0)
+    self._file.truncate()
+    self._file.write(f"process {os.getpid()} on {os.uname().nodename}\n")
+    self._file.flush()
+    return self
+
+  def __exit__(self, *exc):
+    self._file.close()  # releases the lock
 
 
 def _initial_state_dir(source: str) -> tuple[str, int]:

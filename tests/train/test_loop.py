@@ -2,6 +2,7 @@
 fallback past a corrupt checkpoint, and the plot script."""
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -187,6 +188,21 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(reference_run,
   assert _final_checksum(workdir) == _final_checksum(ref_dir)
 
 
+def test_no_readable_checkpoint_refuses_instead_of_overwriting_the_history(reference_run, tmp_path):
+  workdir = str(tmp_path / "all_corrupt")
+  shutil.copytree(reference_run[0], workdir)
+  for f in glob.glob(os.path.join(workdir, "checkpoints", "*", "state", "**", "d", "*"), recursive=True):
+    if os.path.isfile(f):
+      with open(f, "r+b") as fh:
+        fh.truncate(os.path.getsize(f) // 2)
+  history = open(os.path.join(workdir, "metrics.jsonl"), "rb").read()
+  for attempt in range(2):  # the second launch finds no checkpoint at all: it must still refuse
+    with pytest.warns(RuntimeWarning) if attempt == 0 else contextlib.nullcontext():
+      with pytest.raises(RuntimeError, match=rf"history of {NUM_STEPS} GRPO steps .* no readable checkpoint"):
+        loop.train(_config(), workdir)
+  assert open(os.path.join(workdir, "metrics.jsonl"), "rb").read() == history
+
+
 def test_plot_script_draws_several_runs(reference_run, tmp_path):
   import importlib.util
   spec = importlib.util.spec_from_file_location("plot_script", os.path.join(ROOT, "scripts", "plot.py"))
@@ -215,3 +231,35 @@ def test_data_report_is_printed_by_the_main_process_only(main, tmp_path, capsys)
     with pytest.raises(RuntimeError, match="stop after the task"):
       loop.train(_config(), str(tmp_path))
   assert ("[data] a report line" in capsys.readouterr().out) == main
+
+
+def test_a_changed_setting_on_resume_is_refused_and_the_workdir_left_as_it_was(reference_run, tmp_path):
+  workdir = str(tmp_path / "copy")
+  shutil.copytree(reference_run[0], workdir)
+  def files():  # every file but the lock's holder line, rewritten by each launch
+    return {path: open(path, "rb").read() for path in glob.glob(os.path.join(workdir, "**", "*"), recursive=True)
+            if os.path.isfile(path) and not path.endswith(".lock")}
+
+  before = files()
+  changed = _config()
+  changed.grpo.beta = 0.0
+  changed.optim.learning_rate = 1e-2
+  with pytest.raises(ValueError, match=r"(?s)grpo\.beta: 0\.04 -> 0\.0.*optim\.learning_rate: "):
+    loop.train(changed, workdir)
+  assert files() == before  # metrics, checkpoints and config.json untouched
+
+  # Changes that leave the experiment the same (logging, cadence, the stopping step) resume.
+  same = _config()
+  same.log.samples_every = 5
+  same.checkpoint.keep = 3
+  assert loop.train(same, workdir).steps == NUM_STEPS
+
+
+def test_a_second_launch_on_a_workdir_in_use_refuses_before_touching_it(tmp_path):
+  workdir = str(tmp_path / "busy")
+  with loop.WorkdirLock(workdir):  # a first run holds the workdir
+    with pytest.raises(RuntimeError, match=rf"in use by process {os.getpid()} on "):
+      loop.train(_config(), workdir)
+    assert os.listdir(workdir) == [".lock"]
+  with loop.WorkdirLock(workdir):  # released when its holder ends: the next launch may take it
+    pass
