@@ -53,6 +53,7 @@ CHECKPOINT_DIR = "checkpoints"
 WARMSTART_DIR = "warmstart"  # the parameters GRPO started from (after the warm start); never garbage-collected
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
+MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates that stop a run
 
 
 # ---- building blocks ------------------------------------------------------------------------------------
@@ -343,6 +344,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
         reward_fallback=config.reward_fallback)
     global_sampler = distributed.GlobalSampler(sampler, offset * g.group_size)
 
+    nonfinite_steps = 0  # consecutive steps whose every update was skipped
     for step in range(start_step + 1, config.num_steps + 1):
       t0 = time.time()
       step_key = jax.random.fold_in(base_key, step)
@@ -358,6 +360,13 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
         batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))
       params, opt_state, step_metrics = train_step(params, opt_state, batch)
       step_metrics = jax.device_get(step_metrics)
+      nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == updates_per_step else 0
+      if nonfinite_steps >= MAX_NONFINITE_STEPS:
+        raise FloatingPointError(
+            f"steps {step - nonfinite_steps + 1}..{step}: every update had a non-finite loss, gradient or result "
+            f"and was skipped (grad_norm {float(step_metrics['grad_norm'])}); the last checkpoint holds finite "
+            f"parameters. Likely causes: a learning rate too high (optim.learning_rate={config.optim.learning_rate}"
+            f"), float16 overflow (model.dtype={config.model.dtype}), or a reward of NaN/inf.")
       if use_ref and g.ref_reset_every and step % g.ref_reset_every == 0:
         # iterative GRPO: the reference becomes the current policy.
         ref_params = offloader.park(copy_params(params))

@@ -94,6 +94,11 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, gr
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   prompt_ids_B = [ids for ids in prompt_ids for _ in range(G)]
   out = sampler.generate(params, prompt_ids_B, key)
+  if not np.all(np.isfinite(out.logp_BxN[out.completion_mask_BxN > 0])):
+    # NaN/inf logits: the sampled ids are meaningless (possibly outside the vocabulary). Name the cause.
+    raise FloatingPointError("the policy's log-probs of its own samples are not finite: its parameters overflow "
+                             "(a learning rate too high, float16 overflow, or non-finite rewards earlier); the "
+                             "last checkpoint holds the parameters before it diverged")
 
   prompts_B = [t for t in texts for _ in range(G)]
   completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxN, out.completion_mask_BxN)]

@@ -89,6 +89,7 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
   """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
 
   `metrics` holds scalars: 'loss' (mean over updates), 'grad_norm' (before clipping, mean over updates),
+  'skipped_updates' (updates skipped for a non-finite loss, gradient or result),
   'logp_mismatch' and 'logp_mismatch_mean' (max and mean |sampler log-prob - trainer log-prob| over real
   completion tokens, at the parameters that sampled), and each objective metric (e.g. 'kl',
   'clip_ratio/low') averaged exactly over every token/sequence the passes saw. Jit it with `donate_argnums=(0, 1)`.
@@ -151,17 +152,24 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       denom = jnp.maximum(denom, 1e-8)  # an all-masked mini-batch contributes a zero gradient, not NaN.
       grads = jax.tree.map(lambda g: g / denom, grads)
       grad_norm = optax.tree.norm(grads)
-      updates, opt_state = optimizer.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
+      updates, new_opt_state = optimizer.update(grads, opt_state, params)
+      new_params = optax.apply_updates(params, updates)
+      # A non-finite loss, gradient or result skips the update: parameters and optimizer state stay as they
+      # were (the loop counts it and stops after several in a row), so no NaN ever reaches a checkpoint.
+      finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm) & jnp.all(
+          jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(new_params)]))
+      params = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_params, params)
+      opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_opt_state, opt_state)
       metrics_total = jax.tree.map(jnp.add, metrics_total, metrics)
-      return (params, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch)
+      return (params, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch, ~finite)
 
     def one_pass(carry, _):
       return jax.lax.scan(update, carry, pieces)
 
-    (params, opt_state, metric_sums), (loss, grad_norm, mismatch) = jax.lax.scan(
+    (params, opt_state, metric_sums), (loss, grad_norm, mismatch, skipped) = jax.lax.scan(
         one_pass, (params, opt_state, zero_metrics), None, length=num_iterations)
     out = {"loss": jnp.mean(loss), "grad_norm": jnp.mean(grad_norm),
+           "skipped_updates": jnp.sum(skipped).astype(jnp.float32),
            # Only the first update differentiates at the sampling parameters.
            "logp_mismatch": mismatch[0, 0] if on_policy else old_mismatch}
     if not on_policy:  # measured at the sampling parameters, not averaged over the later updates

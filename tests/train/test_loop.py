@@ -8,8 +8,10 @@ import json
 import os
 import shutil
 
+import jax
 import pytest
 
+from grpo_jax.rewards import register_reward
 from grpo_jax.train import loop
 from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
@@ -263,3 +265,28 @@ def test_a_second_launch_on_a_workdir_in_use_refuses_before_touching_it(tmp_path
     assert os.listdir(workdir) == [".lock"]
   with loop.WorkdirLock(workdir):  # released when its holder ends: the next launch may take it
     pass
+
+
+@register_reward("test_loop_length", override=True)
+def _length_reward(prompts, completions, **unused_columns):
+  del prompts, unused_columns
+  return [len(c) / 4 for c in completions]
+
+
+def test_a_diverging_run_stops_naming_the_cause_and_never_saves_non_finite_parameters(tmp_path):
+  config = load_experiment("default")("test")
+  config.num_steps = 8
+  config.optim.learning_rate = 1e12
+  config.rewards["test_loop_length"] = 1.0  # varies between completions: every update has a gradient
+  workdir = str(tmp_path / "diverging")
+  with pytest.raises(FloatingPointError, match=r"not finite|every update had a non-finite"):
+    loop.train(config, workdir)
+  records = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+  assert records[-1]["step"] < config.num_steps
+  from grpo_jax.train.checkpoint import Checkpointer
+  import numpy as np
+  checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), keep=2, verify=True)
+  for step in checkpointer.all_steps():
+    state = checkpointer._manager.restore(step)["state"]
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(state["params"])), step
+  checkpointer.close()

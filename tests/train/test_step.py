@@ -168,3 +168,25 @@ def test_logprob_fn_matches_direct_computation_in_micro_batches(model_state):
   np.testing.assert_allclose(got[mask], want[mask], atol=1e-5)
   with pytest.raises(ValueError, match="micro_batch_size=3"):
     make_logprob_fn(graphdef, temperature=1.0, chunk_size=128, micro_batch_size=3)(params, batch)
+
+
+def test_a_non_finite_update_is_skipped_and_counted(model_state):
+  graphdef, params0 = model_state
+  optimizer = optax.adam(1e-2)
+  step = jax.jit(make_train_step(graphdef, optimizer, LossConfig(beta=0.0), num_iterations=1, mini_batch_size=B // 2,
+                                 micro_batch_size=B // 2, temperature=TEMPERATURE, chunk_size=128))
+  batch = _batch(1)
+  bad = batch._replace(advantages_B=np.where(np.arange(B) < B // 2, np.nan, batch.advantages_B).astype(np.float32))
+  opt_state0 = optimizer.init(params0)
+  # First mini-batch NaN (skipped), second finite (applied): the result is the second update alone.
+  params, opt_state, metrics = step(_copy(params0), opt_state0, bad)
+  assert metrics["skipped_updates"] == 1
+  good_half = jax.tree.map(lambda x: x[B // 2:], batch)
+  only_second = jax.jit(make_train_step(graphdef, optimizer, LossConfig(beta=0.0), num_iterations=1,
+                                        mini_batch_size=B // 2, micro_batch_size=B // 2, temperature=TEMPERATURE,
+                                        chunk_size=128))
+  expected, expected_opt, metrics_ok = only_second(_copy(params0), optimizer.init(params0), good_half)
+  assert metrics_ok["skipped_updates"] == 0
+  _close(params, expected, atol=0)
+  _close(opt_state, expected_opt, atol=0)
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params))
