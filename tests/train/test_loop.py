@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 
-import jax
 import pytest
 
 from grpo_jax.rewards import register_reward
@@ -282,11 +281,8 @@ def test_a_diverging_run_stops_naming_the_cause_and_never_saves_non_finite_param
   with pytest.raises(FloatingPointError, match=r"not finite|every update had a non-finite"):
     loop.train(config, workdir)
   records = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
-  assert records[-1]["step"] < config.num_steps
-  from grpo_jax.train.checkpoint import Checkpointer
-  import numpy as np
-  checkpointer = Checkpointer(os.path.join(workdir, "checkpoints"), keep=2, verify=True)
-  for step in checkpointer.all_steps():
-    state = checkpointer._manager.restore(step)["state"]
-    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(state["params"])), step
-  checkpointer.close()
+  diverged_after = records[-1]["step"]   # the last update that was applied: its parameters overflow
+  assert diverged_after < config.num_steps
+  # No checkpoint holds the overflowing parameters: the newest is from before that update.
+  saved = [int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()]
+  assert saved and max(saved) < diverged_after
