@@ -16,8 +16,8 @@ from grpo_jax.train.rollout import RewardSpec, decode_completion, encode_prompts
 
 
 def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key):
-  """Completions (ids, mask, lengths) for every prompt, batch by batch; padded rows are dropped."""
-  comps, masks, lengths = [], [], []
+  """Completions (ids, mask, lengths, truncated) for every prompt, batch by batch; padded rows are dropped."""
+  comps, masks, lengths, truncated = [], [], [], []
   for i, start in enumerate(range(0, len(prompt_ids), batch_size)):
     chunk = prompt_ids[start:start + batch_size]
     real = len(chunk)
@@ -26,18 +26,22 @@ def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int,
     comps.append(out.completion_BxN[:real])
     masks.append(out.completion_mask_BxN[:real])
     lengths.append(out.lengths_B[:real])
-  return np.concatenate(comps), np.concatenate(masks), np.concatenate(lengths)
+    truncated.append(out.truncated_B[:real])
+  return np.concatenate(comps), np.concatenate(masks), np.concatenate(lengths), np.concatenate(truncated)
 
 
 def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, reward_fns: Sequence[RewardSpec],
              accuracy_reward: str, batch_size: int, max_prompt_length: int, key, reward_timeout_s: float = 10.0,
              reward_fallback: float = 0.0, pass_k: int = 0, pass_k_sampler=None,
-             return_completions: bool = False) -> dict:
-  """Metrics 'eval/accuracy', 'eval/reward', 'eval/mean_length' and, with pass_k > 0, 'eval/pass@k'."""
+             return_details: bool = False) -> dict:
+  """Metrics 'eval/accuracy', 'eval/reward', 'eval/mean_length' and, with pass_k > 0, 'eval/pass@k'.
+
+  With `return_details`, (metrics, details): details["completions"] (the greedy texts), ["accuracy"] (each
+  prompt's accuracy reward) and ["finished"] (bool: a stop token came within max_new_tokens)."""
   texts = list(columns["prompt"])
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   other = {k: v for k, v in columns.items() if k != "prompt"}
-  comps, masks, lengths = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
+  comps, masks, lengths, truncated = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
   completions = [decode_completion(tokenizer, c, m) for c, m in zip(comps, masks)]
   cols = dict(other, completion_length=lengths.tolist())
   result = score(reward_fns, texts, completions, cols, reward_timeout_s, reward_fallback)
@@ -48,7 +52,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, rew
     if pass_k_sampler is None:
       raise ValueError("pass_k > 0 needs pass_k_sampler (a sampler at the pass@k temperature)")
     ids_k = [ids for ids in prompt_ids for _ in range(pass_k)]
-    comps_k, masks_k, lengths_k = _generate_all(pass_k_sampler, params, ids_k, batch_size * pass_k,
+    comps_k, masks_k, lengths_k, _ = _generate_all(pass_k_sampler, params, ids_k, batch_size * pass_k,
                                                 jax.random.fold_in(key, 1_000_003))
     texts_k = [t for t in texts for _ in range(pass_k)]
     completions_k = [decode_completion(tokenizer, c, m) for c, m in zip(comps_k, masks_k)]
@@ -56,6 +60,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, rew
     acc_k = score(reward_fns, texts_k, completions_k, cols_k, reward_timeout_s,
                   reward_fallback).per_fn[accuracy_reward].reshape(-1, pass_k)
     metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
-  if return_completions:
-    return metrics, completions
+  if return_details:
+    return metrics, {"completions": completions, "accuracy": np.asarray(result.per_fn[accuracy_reward]),
+                     "finished": ~np.asarray(truncated, bool)}
   return metrics

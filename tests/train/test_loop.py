@@ -286,3 +286,29 @@ def test_a_diverging_run_stops_naming_the_cause_and_never_saves_non_finite_param
   # No checkpoint holds the overflowing parameters: the newest is from before that update.
   saved = [int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()]
   assert saved and max(saved) < diverged_after
+
+
+def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_policy(reference_run, tmp_path, capsys):
+  import importlib.util
+
+  import jax
+  import numpy as np
+  from grpo_jax.model import hf_io
+  spec = importlib.util.spec_from_file_location("evaluate_script", os.path.join(ROOT, "scripts", "evaluate.py"))
+  evaluate_script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(evaluate_script)
+  workdir = reference_run[0]
+  out = str(tmp_path / "policy")
+  evaluate_script.main([workdir, "--examples", "2", "--export", out])
+  printed = capsys.readouterr().out
+  final = read_jsonl(os.path.join(workdir, "metrics.jsonl"))[-1]["eval/accuracy"]
+  assert f"(checkpoint {NUM_STEPS}), heldout, " in printed and f"accuracy {final:.3f}," in printed
+  assert "finished " in printed and printed.count("] ...") == 2
+  # The exported directory holds the checkpoint's parameters in the Hugging Face layout.
+  from flax import nnx
+  from grpo_jax.train.checkpoint import restore_params
+  exported_state = nnx.state(hf_io.from_pretrained(out))
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), exported_state)
+  saved, _ = restore_params(os.path.join(workdir, "checkpoints"), NUM_STEPS, abstract)
+  for a, b in zip(jax.tree.leaves(exported_state), jax.tree.leaves(saved)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
