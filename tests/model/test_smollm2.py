@@ -31,7 +31,8 @@ def test_logits_match_transformers_in_float32():
   for b, row in enumerate(ids):  # left padded, as the sampler and the trainer see prompts
     tokens[b, total - len(row):], mask[b, total - len(row):] = row, True
 
-  torch_model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float32).eval()
+  # The reference in float64, so that the tolerance measures grpo_jax's float32 rounding alone.
+  torch_model = transformers.AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float64).eval()
   expected = torch_logits(torch_model, tokens, mask)
   del torch_model
   got = jax_logits(hf_io.from_pretrained(MODEL_DIR, param_dtype="float32", dtype="float32"), tokens, mask)
