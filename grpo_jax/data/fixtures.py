@@ -167,7 +167,8 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-  print(json.dumps(build_all(sys.argv[1] if len(sys.argv) > 1 else default_directory()), indent=2))
+  # ensure_fixtures, not build_all: the directory gets its completion marker, so GRPO_JAX_FIXTURES=DIR finds it.
+  print(json.dumps(ensure_fixtures(sys.argv[1] if len(sys.argv) > 1 else None), indent=2))
 
 
 def apply_test_preset(c, dataset: str | None):

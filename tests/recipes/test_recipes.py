@@ -101,3 +101,17 @@ def test_malformed_row_stops_the_run_naming_file_and_row(fixture_paths, tmp_path
   config.task.train_path = path
   with pytest.raises(DatasetError, match=r"bad_gsm8k\.jsonl, line 3: .*'answer'"):
     loop.train(config, str(tmp_path / "run"))
+
+
+def test_fixtures_built_from_the_command_line_are_found_by_the_presets(tmp_path):
+  # The README's route: python -m grpo_jax.data.fixtures DIR, then GRPO_JAX_FIXTURES=DIR for the presets.
+  import subprocess
+  import sys
+  directory = str(tmp_path / "fixtures")
+  subprocess.run([sys.executable, "-m", "grpo_jax.data.fixtures", directory], check=True, capture_output=True,
+                 timeout=300)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv("GRPO_JAX_FIXTURES", directory)
+    config = load_experiment("gsm8k")("test")
+  assert config.model.hf_path == os.path.join(directory, "tiny_qwen2")
+  assert config.task.train_path == os.path.join(directory, "gsm8k.jsonl")
