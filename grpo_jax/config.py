@@ -102,6 +102,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.reward_gates = ml_collections.ConfigDict()
   c.reward_timeout_s = 10.0       # a reward call slower than this scores `reward_fallback` (and is counted).
   c.reward_fallback = 0.0
+  c.reward_isolation = "process"  # "process": rewards run in a worker process that a timeout kills (a spinning
+                                  # or GIL-holding reward costs about reward_timeout_s); "thread": in the
+                                  # trainer's process (rewards that share its memory, e.g. a reward model).
 
   # --- Sampling ------------------------------------------------------------------------------------------
   c.sampling = s = ml_collections.ConfigDict()
@@ -268,6 +271,7 @@ def validate(config) -> None:
   elif c.task.transfer:
     _fail("task.transfer", f"only the word_arithmetic task has transfer sets, not {c.task.name!r}")
   _choice(c, "grpo.std_ddof", (0, 1))
+  _choice(c, "reward_isolation", ("process", "thread"))
   for key in ("sampling.temperature", "eval.pass_k_temperature", "optim.learning_rate",
               "warmstart.learning_rate", "grpo.advantage_eps", "reward_timeout_s"):
     if not _get(c, key) > 0:
@@ -354,7 +358,7 @@ def _validate_dataset_task(c) -> None:
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "eval.every", "eval.batch_size",
                      "mesh.", "distributed.", "model.offload_ref_params", "grpo.micro_batch_size",
-                     "reward_timeout_s")
+                     "reward_timeout_s", "reward_isolation")
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

@@ -18,12 +18,17 @@ NUMBER_RE = re.compile(
     r"(?P<int>\d{1,3}(?:,\d{3})+(?!\d)|\d+)?(?P<frac>\.\d+)?"
     r"(?:/(?P<den>\d+)(?![\d.]))?")
 
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
+
+
+# Longer digit strings are not answers (and Python refuses to convert more than 4300 digits to an int).
+MAX_DIGITS = 1000
 
 
 def _fraction_from_match(m: re.Match) -> Fraction | None:
   if m.group("int") is None and m.group("frac") is None:
+    return None
+  if len(m.group("int") or "") + len(m.group("frac") or "") + len(m.group("den") or "") > MAX_DIGITS:
     return None
   value = Fraction((m.group("int") or "0").replace(",", "") + (m.group("frac") or ""))
   if m.group("den") is not None:
@@ -69,8 +74,15 @@ def parse_number(text: str) -> Fraction | None:
 
 def answer_tag_content(text: str) -> str | None:
   """The content of the LAST complete `<answer>...</answer>` pair, or None when there is none."""
-  matches = _ANSWER_TAG_RE.findall(text)
-  return matches[-1] if matches else None
+  # The pairs a regex `<answer>(.*?)</answer>` would find, scanned with str.find: linear in the length
+  # (the regex rescans to the end from every unclosed "<answer>", quadratic on adversarial completions).
+  last, pos = None, 0
+  while (start := text.find("<answer>", pos)) >= 0:
+    end = text.find("</answer>", start + len("<answer>"))
+    if end < 0:
+      break
+    last, pos = text[start + len("<answer>"):end], end + len("</answer>")
+  return last
 
 
 def last_boxed(text: str) -> str | None:

@@ -19,20 +19,26 @@ def soft_overlong_penalty(lengths_N, max_length: int, buffer: int, factor: float
   return np.clip(np.minimum(ramp, 0.0), -factor, 0.0).astype(np.float32)
 
 
-def make_overlong_reward(max_length: int, buffer: int, factor: float = 1.0,
-                         length_column: str = "completion_length"):
+class OverlongPenalty:
   """A reward fn reading token lengths from the column `length_column` (the trainer passes the sampler's
-  lengths there), so the penalty can be combined with the others in `score_completions`."""
-  soft_overlong_penalty([0], max_length, buffer, factor)  # validates the arguments now, not at step 1
+  lengths there), so the penalty can be combined with the others in `score_completions`. (A class, not a
+  closure, so that the reward worker process can rebuild it.)"""
 
-  def overlong_penalty(prompts: list[str], completions: list[str], **columns) -> list[float]:
+  __name__ = "overlong_penalty"
+
+  def __init__(self, max_length: int, buffer: int, factor: float = 1.0, length_column: str = "completion_length"):
+    soft_overlong_penalty([0], max_length, buffer, factor)  # validates the arguments now, not at step 1
+    self.max_length, self.buffer, self.factor, self.length_column = max_length, buffer, factor, length_column
+
+  def __call__(self, prompts: list[str], completions: list[str], **columns) -> list[float]:
     del prompts
-    if length_column not in columns:
-      raise KeyError(f"overlong penalty needs the token lengths in column {length_column!r}; got columns "
+    if self.length_column not in columns:
+      raise KeyError(f"overlong penalty needs the token lengths in column {self.length_column!r}; got columns "
                      f"{sorted(columns)}")
-    lengths = columns[length_column]
+    lengths = columns[self.length_column]
     if len(lengths) != len(completions):
       raise ValueError(f"{len(lengths)} lengths for {len(completions)} completions")
-    return soft_overlong_penalty(lengths, max_length, buffer, factor).tolist()
+    return soft_overlong_penalty(lengths, self.max_length, self.buffer, self.factor).tolist()
 
-  return overlong_penalty
+
+make_overlong_reward = OverlongPenalty

@@ -66,5 +66,10 @@ def get_reward(name_or_callable: str | RewardFn) -> RewardFn:
                    "(or give an import path 'package.module:function')")
 
 
+def registered_name(fn: RewardFn) -> str | None:
+  """The name `fn` itself is registered under, or None."""
+  return next((name for name, registered in _REWARDS.items() if registered is fn), None)
+
+
 def list_rewards() -> list[str]:
   return sorted(_REWARDS)

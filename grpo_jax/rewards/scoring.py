@@ -1,12 +1,16 @@
 """Scoring completions with several weighted reward functions, never letting one of them stop the run.
 
 Execution model (a deliberate trade-off):
-- Each reward function is first called once on the whole batch, in a daemon worker thread that the caller
-  waits on for at most `timeout_s` seconds. Batched calls keep the common case cheap (one call, one thread).
+- Each reward function is first called once on the whole batch, with a timeout of `timeout_s` seconds:
+  in the reward worker process by default (`isolation="process"`, `grpo_jax.rewards.isolation`: a timed-out
+  call is killed with its process, so a spinning or GIL-holding reward costs about its timeout and nothing
+  piles up), or in a daemon thread (`isolation="thread"`, and for functions that cannot be rebuilt in
+  another process: lambdas, closures, functions of `__main__`), where a timed-out call is abandoned and runs
+  on in the background. Batched calls keep the common case cheap (one call).
 - If that call raises, times out, or returns something malformed (wrong length), the function is retried one
-  sample at a time, each call again in a worker thread with `timeout_s`, so that one pathological sample
-  costs only itself. To bound the cost of a function that hangs on everything, the per-sample retry stops
-  after `MAX_SAMPLE_TIMEOUTS` timed-out samples; the rest get the fallback unscored. The worst case for one
+  sample at a time, each call again with `timeout_s`, so that one pathological sample costs only itself.
+  To bound the cost of a function that hangs on everything, the per-sample retry stops after
+  `MAX_SAMPLE_TIMEOUTS` timed-out samples; the rest get the fallback unscored. The worst case for one
   function is therefore about (1 + MAX_SAMPLE_TIMEOUTS) * timeout_s plus the time of the good samples.
 - A sample whose score could not be computed (exception, timeout, non-finite or non-numeric value) gets
   `fallback` and is counted in `failures[name]`. A `None` score means "not applicable": it also gets
@@ -14,14 +18,10 @@ Execution model (a deliberate trade-off):
 - When more than half of the samples fail for a function, a RuntimeWarning is issued and an error logged,
   naming the function: a run must not quietly train on fallback scores.
 
-Why threads and not processes: a Python thread cannot be killed, so a timed-out call is abandoned (it is a
-daemon thread, so it never blocks interpreter exit) and keeps running in the background, taking CPU time if
-it spins. A subprocess could be killed, but would need picklable functions (no lambdas or closures), costs a
-fork or spawn per call, and forking a process that runs the JAX runtime is unsafe. Threads also explain how
-to use math-verify: its own timeouts use `signal.alarm`, which only works on the main thread, so inside our
-worker threads its timeouts must be disabled (`grpo_jax.rewards.math_answer` does that) and ours take over. With
-`timeout_s=None` every function is called directly on the caller's thread with no timeout; on the main
-thread math-verify's signal-based timeouts then work again.
+math-verify's own timeouts use `signal.alarm`, which works only on a main thread: in the worker process
+(whose main thread makes the call) they work; in a scorer thread they are disabled
+(`grpo_jax.rewards.math_answer` checks) and ours take over. With `timeout_s=None` every function is called
+directly on the caller's thread with no timeout.
 """
 from __future__ import annotations
 
@@ -29,13 +29,14 @@ import dataclasses
 import logging
 import math
 import numbers
-import threading
 import time
 import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from grpo_jax.rewards import isolation as isolation_lib
+from grpo_jax.rewards.isolation import ISOLATIONS
 from grpo_jax.rewards.registry import get_reward
 
 logger = logging.getLogger(__name__)
@@ -43,15 +44,8 @@ logger = logging.getLogger(__name__)
 # After this many per-sample timeouts within one call of one function, its remaining samples are not tried.
 MAX_SAMPLE_TIMEOUTS = 2
 
-_abandoned: set[threading.Thread] = set()  # timed-out worker threads, pruned once they finish
-_abandoned_lock = threading.Lock()
-
-
-def abandoned_threads() -> int:
-  """How many timed-out reward calls are still running in the background (each holds a thread)."""
-  with _abandoned_lock:
-    _abandoned.difference_update([t for t in _abandoned if not t.is_alive()])
-    return len(_abandoned)
+abandoned_threads = isolation_lib.abandoned_threads
+_Timeout = isolation_lib.RewardTimeout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,32 +63,14 @@ class RewardResult:
   not_applicable: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
-class _Timeout(Exception):
-  pass
-
-
-def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout_s: float | None) -> Any:
-  """fn(*args, **kwargs), raising _Timeout after timeout_s seconds (the call is then abandoned)."""
+def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout_s: float | None,
+                       how: str = "process") -> Any:
+  """fn(*args, **kwargs), raising _Timeout after timeout_s seconds (module docstring: where it runs)."""
   if timeout_s is None:
     return fn(*args, **kwargs)
-  box: dict[str, Any] = {}
-
-  def target():
-    try:
-      box["value"] = fn(*args, **kwargs)
-    except BaseException as e:  # pylint: disable=broad-except  (reported to the caller below)
-      box["error"] = e
-
-  worker = threading.Thread(target=target, name=f"reward:{getattr(fn, '__name__', 'fn')}", daemon=True)
-  worker.start()
-  worker.join(timeout_s)
-  if worker.is_alive():
-    with _abandoned_lock:
-      _abandoned.add(worker)
-    raise _Timeout(f"no result after {timeout_s} s")
-  if "error" in box:
-    raise box["error"]
-  return box["value"]
+  if how == "process":
+    return isolation_lib.call_isolated(fn, args, kwargs, timeout_s)
+  return isolation_lib.call_in_thread(fn, args, kwargs, timeout_s)
 
 
 def _as_score(value: Any) -> float | None:
@@ -122,11 +98,11 @@ def _check_length(result: Any, n: int) -> list:
 
 
 def _score_one_fn(name: str, fn: Callable, prompts: list, completions: list, columns: dict,
-                  timeout_s: float | None) -> tuple[list[float | None], list[bool], str | None]:
+                  timeout_s: float | None, how: str) -> tuple[list[float | None], list[bool], str | None]:
   """Per-sample scores (None = not applicable), per-sample failure flags, and the first error message."""
   n = len(completions)
   try:
-    raw = _check_length(_call_with_timeout(fn, (prompts, completions), columns, timeout_s), n)
+    raw = _check_length(_call_with_timeout(fn, (prompts, completions), columns, timeout_s, how), n)
     scores, failed, first_error = [], [], None
     for value in raw:
       try:
@@ -149,7 +125,7 @@ def _score_one_fn(name: str, fn: Callable, prompts: list, completions: list, col
       break
     one_columns = {key: [values[i]] for key, values in columns.items()}
     try:
-      value = _check_length(_call_with_timeout(fn, ([prompts[i]], [completions[i]]), one_columns, timeout_s),
+      value = _check_length(_call_with_timeout(fn, ([prompts[i]], [completions[i]]), one_columns, timeout_s, how),
                             1)[0]
       scores[i], failed[i] = _as_score(value), False
     except _Timeout as e:
@@ -162,7 +138,8 @@ def _score_one_fn(name: str, fn: Callable, prompts: list, completions: list, col
 
 def score_completions(reward_fns: Sequence[tuple[str, Callable | str, float]], prompts: Sequence[str],
                       completions: Sequence[str], columns: dict[str, Sequence] | None = None,
-                      timeout_s: float | None = 10.0, fallback: float = 0.0) -> RewardResult:
+                      timeout_s: float | None = 10.0, fallback: float = 0.0,
+                      isolation: str = "process") -> RewardResult:
   """Scores N completions with every (name, fn, weight); see the module docstring for failure handling.
 
   Args:
@@ -171,6 +148,7 @@ def score_completions(reward_fns: Sequence[tuple[str, Callable | str, float]], p
     columns: dataset fields, each a sequence of N values aligned with `completions`.
     timeout_s: seconds allowed per call of a function (None: no timeout, call on this thread).
     fallback: the score of a sample whose function failed or returned None.
+    isolation: "process" (the reward worker process, where a timeout can kill the call) or "thread".
   """
   prompts, completions = list(prompts), list(completions)
   n = len(completions)
@@ -182,6 +160,8 @@ def score_completions(reward_fns: Sequence[tuple[str, Callable | str, float]], p
       raise ValueError(f"column {key!r} has {len(values)} entries for {n} completions")
   if timeout_s is not None and timeout_s <= 0:
     raise ValueError(f"timeout_s must be positive or None, got {timeout_s}")
+  if isolation not in ISOLATIONS:
+    raise ValueError(f"isolation must be one of {ISOLATIONS}, got {isolation!r}")
   names = [entry[0] for entry in reward_fns]
   if len(set(names)) != len(names):
     raise ValueError(f"reward names must be unique, got {names}")
@@ -196,7 +176,7 @@ def score_completions(reward_fns: Sequence[tuple[str, Callable | str, float]], p
       raise ValueError(f"reward {name!r}: weight must be a finite number, got {weight!r}")
     fn = get_reward(fn)
     start = time.perf_counter()
-    scores, failed, error = _score_one_fn(name, fn, prompts, completions, columns, timeout_s)
+    scores, failed, error = _score_one_fn(name, fn, prompts, completions, columns, timeout_s, isolation)
     values = np.array([fallback if s is None else s for s in scores], np.float64)
     per_fn[name] = values.astype(np.float32)
     failures[name] = int(sum(failed))

@@ -235,7 +235,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
     kwargs = dict(reward_fns=reward_fns, accuracy_reward=config.eval.accuracy_reward,
                   batch_size=min(config.eval.batch_size, config.eval.size), max_prompt_length=s.max_prompt_length,
                   key=jax.random.fold_in(base_key, 10_000_000 + step), reward_timeout_s=config.reward_timeout_s,
-                  reward_fallback=config.reward_fallback)
+                  reward_fallback=config.reward_fallback, reward_isolation=config.reward_isolation)
     metrics = evaluate(greedy_sampler, p, tokenizer, eval_columns, pass_k=config.eval.pass_k,
                        pass_k_sampler=pass_k_sampler, **kwargs)
     if step in (0, config.num_steps):
@@ -341,7 +341,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
         group_size=g.group_size, reward_fns=reward_fns, max_prompt_length=s.max_prompt_length,
         advantage=g.advantage, std_ddof=g.std_ddof, advantage_eps=g.advantage_eps,
         mask_truncated=g.mask_truncated_completions, reward_timeout_s=config.reward_timeout_s,
-        reward_fallback=config.reward_fallback)
+        reward_fallback=config.reward_fallback, reward_isolation=config.reward_isolation)
     global_sampler = distributed.GlobalSampler(sampler, offset * g.group_size)
 
     nonfinite_steps = 0  # consecutive steps whose every update was skipped

@@ -59,9 +59,9 @@ def repeat_columns(columns: dict[str, list], times: int) -> dict[str, list]:
 
 
 def score(reward_fns: Sequence[RewardSpec], prompts: list[str], completions: list[str],
-          columns: dict[str, list], timeout_s: float, fallback: float):
+          columns: dict[str, list], timeout_s: float, fallback: float, isolation: str = "process"):
   return score_completions(list(reward_fns), prompts, completions, columns, timeout_s=timeout_s,
-                           fallback=fallback)
+                           fallback=fallback, isolation=isolation)
 
 
 class Rollout(NamedTuple):
@@ -87,7 +87,8 @@ class Scored(NamedTuple):
 
 def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
                      reward_fns: Sequence[RewardSpec], max_prompt_length: int, std_ddof: int,
-                     reward_timeout_s: float, reward_fallback: float) -> Scored:
+                     reward_timeout_s: float, reward_fallback: float,
+                     reward_isolation: str = "process") -> Scored:
   """Samples G completions for each of the R prompts in `columns["prompt"]` and scores them."""
   G = group_size
   texts = list(columns["prompt"])
@@ -104,7 +105,8 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, gr
   completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxN, out.completion_mask_BxN)]
   cols_B = repeat_columns({k: v for k, v in columns.items() if k != "prompt"}, G)
   cols_B["completion_length"] = out.lengths_B.tolist()
-  result = score(reward_fns, prompts_B, completions_B, cols_B, reward_timeout_s, reward_fallback)
+  result = score(reward_fns, prompts_B, completions_B, cols_B, reward_timeout_s, reward_fallback,
+                 reward_isolation)
   rewards_B = np.asarray(result.total, np.float32)
   stats = jax.device_get(_group_stats(rewards_B, G, std_ddof))
   return Scored(out, prompts_B, completions_B, rewards_B, {k: np.asarray(v) for k, v in result.per_fn.items()},
@@ -179,12 +181,13 @@ def build_rollout(scored: Scored, metrics: dict[str, Any], *, group_size: int, a
 def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
                     reward_fns: Sequence[RewardSpec], max_prompt_length: int, advantage: str, std_ddof: int,
                     advantage_eps: float, mask_truncated: bool, reward_timeout_s: float,
-                    reward_fallback: float) -> Rollout:
+                    reward_fallback: float, reward_isolation: str = "process") -> Rollout:
   """Samples G completions for each of the R prompts in `columns["prompt"]`, scores them, and builds the batch
   (metrics: `rollout_metrics`)."""
   scored = sample_and_score(sampler, params, tokenizer, columns, group_size=group_size, key=key,
                             reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
-                            reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback)
+                            reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback,
+                            reward_isolation=reward_isolation)
   return build_rollout(scored, rollout_metrics(scored), group_size=group_size, advantage=advantage,
                        std_ddof=std_ddof, advantage_eps=advantage_eps, mask_truncated=mask_truncated)
 
@@ -205,7 +208,8 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
                             max_rounds: int, all_done: Callable[[bool], bool] = lambda done: done,
                             group_size: int, key, reward_fns: Sequence[RewardSpec], max_prompt_length: int,
                             advantage: str, std_ddof: int, advantage_eps: float, mask_truncated: bool,
-                            reward_timeout_s: float, reward_fallback: float) -> Rollout:
+                            reward_timeout_s: float, reward_fallback: float,
+                            reward_isolation: str = "process") -> Rollout:
   """DAPO dynamic sampling (docs/algorithms.md): groups whose rewards are all equal are dropped, and further batches of
   prompts (`next_columns()`, which also advances the data position) are sampled at the same shapes, so nothing
   recompiles, until the batch holds as many groups with signal as one call gives, or after `max_rounds` calls.
@@ -226,7 +230,8 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
     round_key = key if not parts else jax.random.fold_in(key, len(parts))
     parts.append(sample_and_score(sampler, params, tokenizer, columns, group_size=group_size, key=round_key,
                                   reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
-                                  reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback))
+                                  reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback,
+                                  reward_isolation=reward_isolation))
     have = sum(int(np.sum(~p.zero_std_P)) for p in parts)
     if all_done(have >= num_groups or len(parts) >= max_rounds):
       break
