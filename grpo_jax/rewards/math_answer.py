@@ -8,8 +8,11 @@ else the whole field.
 Built-in equivalence: the normalized strings are equal, or both are numbers (integers, decimals, `a/b`,
 `\\frac{a}{b}`) with equal exact rational values. Normalization (after Hendrycks et al.'s MATH checker):
 drops `\\left`/`\\right`, spacing commands and spaces, `^\\circ`, `%`, `$`, trailing units in `\\text{}`,
-a trailing ".", a leading "x =" ; unwraps `\\text{}`/`\\mathrm{}`/`\\mathbf{}`; `\\dfrac`/`\\tfrac` ->
-`\\frac`; `\\frac12` -> `\\frac{1}{2}`; `\\sqrt2` -> `\\sqrt{2}`; `a/b` -> `\\frac{a}{b}`; "0.5" == ".5".
+a trailing ".", a leading "x =" ; unwraps `\\text{}`/`\\mathrm{}`/`\\mathbf{}`; `\\dfrac`/`\\tfrac`/`\\cfrac` ->
+`\\frac`; `\\frac12` -> `\\frac{1}{2}`; `\\sqrt2` -> `\\sqrt{2}`; `a/b` -> `\\frac{a}{b}`; "0.5" == ".5". From
+Minerva's normalizer (Lewkowycz et al. 2022): unit words after a value ("5 inches", "12 dollars"),
+`\\text{and}` -> ","; redundant braces (`x^{2}` -> `x^2`, `{5}` -> `5`); trailing decimal zeros ("2.50" -> "2.5",
+"3.0" -> "3", also inside tuples and expressions).
 
 The `math_verify` backend (Hugging Face's `math-verify`, `pip install 'grpo_jax[math]'`) additionally asks
 `verify(parse(gold), parse(prediction))` (gold first) when the built-in check says "not equal", which accepts
@@ -32,6 +35,12 @@ logger = logging.getLogger(__name__)
 MATH_VERIFY_TIMEOUT_S = 5  # math-verify's own timeout per parse/verify, used on the main thread only
 
 _UNIT_TEXT_RE = re.compile(r"^(.+?)\s*\\(?:text|mbox|textrm|mathrm)\{\s*[A-Za-z][A-Za-z\s.^{}]*\}$")
+# Minerva's list of unit and noun words dropped after a value (separated by a space or inside \\text{}).
+_UNIT_WORDS = ("units", "unit", "square units", "inches", "inch", "feet", "foot", "ft", "cm", "km", "meters",
+               "mph", "hours", "hour", "minutes", "seconds", "degrees", "dollars", "cents", "pounds", "points",
+               "ways", "digits", "integers", "students", "edges", "sq units")
+_UNIT_WORD_RE = re.compile(r"^(.*?[\d}])\s+(?:%s)\.?$" % "|".join(re.escape(w) for w in
+                                                                   sorted(_UNIT_WORDS, key=len, reverse=True)))
 _WRAPPERS_RE = re.compile(r"\\(?:text|textbf|textrm|mbox|mathrm|mathbf|operatorname)\{([^{}]*)\}")
 
 
@@ -60,12 +69,16 @@ def normalize_math_answer(answer: str) -> str:
   s = re.sub(r"\^\s*\{?\\circ\}?", "", s).replace("°", "").replace("\\degree", "")
   s = s.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
   s = s.strip().rstrip(".").strip()
+  s = re.sub(r",?\s*\\text\{\s*and\s*\}\s*", ",", s)      # "1, \text{ and } 2" -> "1,2"
+  m = _UNIT_WORD_RE.match(s)  # "5 inches" -> "5"
+  if m:
+    s = m.group(1)
   m = _UNIT_TEXT_RE.match(s)  # "5\text{ cm}" -> "5": a unit after a value
   if m and re.search(r"[\d}]", m.group(1)):
     s = m.group(1)
   while _WRAPPERS_RE.search(s):
     s = _WRAPPERS_RE.sub(r"\1", s)
-  s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+  s = s.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\cfrac", "\\frac")
   s = s.replace("\u2212", "-")
   s = s.replace(" ", "")
   s = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", s)
@@ -73,6 +86,10 @@ def normalize_math_answer(answer: str) -> str:
   s = re.sub(r"\\frac(\d)\{", r"\\frac{\1}{", s)
   s = re.sub(r"\\sqrt(\d+|[a-zA-Z])", r"\\sqrt{\1}", s)
   s = s.replace("{,}", ",")
+  s = re.sub(r"([\^_])\{([A-Za-z0-9])\}", r"\1\2", s)   # x^{2} -> x^2, a_{1} -> a_1
+  s = _strip_outer_braces(s)
+  s = re.sub(r"(\d\.\d*?[1-9])0+(?!\d)", r"\1", s)       # 2.50 -> 2.5
+  s = re.sub(r"(\d)\.0+(?!\d)", r"\1", s)                 # 3.0 -> 3
   if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
     s = s.replace(",", "")
   m = re.fullmatch(r"[a-zA-Z]=(.+)", s)  # "x=5" -> "5" (a single variable on the left)
@@ -85,6 +102,18 @@ def normalize_math_answer(answer: str) -> str:
     s = "0" + s
   s = s.replace("-.", "-0.")
   return s.rstrip(".")
+
+
+def _strip_outer_braces(s: str) -> str:
+  """"{5}" -> "5", "{{x}}" -> "x"; "{1}{2}" is kept (its first brace closes before the end)."""
+  while len(s) >= 2 and s[0] == "{" and s[-1] == "}":
+    depth = 0
+    for i, ch in enumerate(s):
+      depth += (ch == "{") - (ch == "}")
+      if depth == 0 and i < len(s) - 1:
+        return s
+    s = s[1:-1]
+  return s
 
 
 def math_number(normalized: str) -> Fraction | None:

@@ -83,3 +83,50 @@ def test_math_normalization_examples():
   assert norm("y = 2x + 1") == "2x+1"
   assert norm("\\text{Monday}") == "Monday"
   assert norm("\\$ 1,000") == "1000"
+
+
+# One pair per normalization rule that only that rule makes equal, and a near miss it must keep apart.
+MATH_RULES = [
+    ("\\left/\\right", "\\left(1,2\\right)", "(1,2)", "(1,3)"),
+    ("\\dfrac", "\\dfrac{1}{3}", "\\frac{1}{3}", "\\frac{1}{4}"),
+    ("\\tfrac", "\\tfrac{1}{3}", "\\frac{1}{3}", "\\frac{2}{3}"),
+    ("\\cfrac", "\\cfrac{x}{3}", "\\frac{x}{3}", "\\frac{y}{3}"),
+    ("frac shorthand", "\\frac{x}2", "\\frac{x}{2}", "\\frac{x}{3}"),
+    ("sqrt shorthand", "3\\sqrt5", "3\\sqrt{5}", "3\\sqrt{6}"),
+    ("spacing commands", "a\\,b\\;c\\!d", "abcd", "abce"),
+    ("degrees", "30^{\\circ}", "30", "31"),
+    ("percent", "40\\%", "40", "41"),
+    ("dollars", "\\$7", "7", "8"),
+    ("unit in \\text", "6\\text{ cm}", "6", "7"),
+    ("unit word", "6 inches", "6", "9"),
+    ("unit word (dollars)", "12 dollars", "12", "21"),
+    ("\\text{and}", "1, \\text{ and } 2", "1,2", "1,3"),
+    ("\\text wrapper", "\\text{east}", "east", "west"),
+    ("\\mathbf wrapper", "\\mathbf{v}", "v", "w"),
+    ("braces in a superscript", "x^{2}+1", "x^2+1", "x^3+1"),
+    ("braces in a subscript", "a_{1}", "a_1", "a_2"),
+    ("outer braces", "{5}", "5", "6"),
+    ("trailing zeros", "2.50", "2.5", "2.05"),
+    ("trailing zeros in a tuple", "(2.50, 3.0)", "(2.5,3)", "(2.5,30)"),
+    ("thousands separators", "1{,}000", "1000", "100"),
+    ("variable on the left", "x = 4", "4", "5"),
+    ("leading zero", ".75", "0.75", "0.57"),
+    ("a/b", "3/4", "\\frac{3}{4}", "\\frac{4}{3}"),
+    ("equal values", "\\frac{2}{4}", "0.5", "0.25"),
+    ("unicode minus", "\u22122", "-2", "2"),
+    ("trailing period", "9.", "9", "0.9"),
+]
+
+
+@pytest.mark.parametrize("rule,form,canonical,near_miss", MATH_RULES, ids=[r[0] for r in MATH_RULES])
+def test_math_normalization_rule(rule, form, canonical, near_miss):
+  assert math_answer.math_answers_equal(form, canonical), rule
+  assert math_answer.math_answers_equal(canonical, form), rule
+  assert not math_answer.math_answers_equal(form, near_miss), rule
+  # Through the reward too: a boxed completion against a gold solution.
+  assert math_answer.math_equal(f"so \\boxed{{{form}}}.", f"hence $\\boxed{{{canonical}}}$")
+
+
+def test_outer_braces_of_two_groups_are_kept():
+  assert math_answer.normalize_math_answer("{1}{2}") == "{1}{2}"
+  assert not math_answer.math_answers_equal("2^{10}", "2^10")   # a multi-digit exponent keeps its braces
