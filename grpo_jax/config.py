@@ -142,6 +142,10 @@ def get_config() -> ml_collections.ConfigDict:
   g.mask_truncated_completions = False  # DAPO: completions that hit max_new_tokens get no loss.
   g.overlong_buffer = 0           # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
   g.overlong_penalty_factor = 1.0
+  g.length_buckets = 4            # the update runs on prompts and completions cut to the smallest of 4 widths
+                                  # (1/4, 2/4, 3/4, 4/4 of max_prompt_length / max_new_tokens, multiples of 8)
+                                  # that holds the batch's longest: short answers cost less (one compiled
+                                  # program per width used); 1: always the full widths (one program).
   g.dynamic_sampling = False      # DAPO dynamic sampling: drop groups whose rewards are all equal and sample
                                   # more prompts (same shapes, no recompile) until the batch has prompts_per_step
                                   # groups with signal ...
@@ -237,7 +241,7 @@ def validate(config) -> None:
               "sampling.max_new_tokens", "eval.size", "eval.batch_size", "checkpoint.every",
               "checkpoint.keep", "log.every", "log.samples_every", "warmstart.batch_size",
               "warmstart.max_steps", "warmstart.eval_every", "eval.every", "model.logprob_chunk_size",
-              "grpo.dynamic_sampling_max_rounds"):
+              "grpo.dynamic_sampling_max_rounds", "grpo.length_buckets"):
     _at_least(c, key, 1)
   for key in ("grpo.mini_batch_size", "grpo.micro_batch_size", "grpo.ref_reset_every", "grpo.overlong_buffer",
               "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip_norm", "grpo.beta",
@@ -358,7 +362,7 @@ def _validate_dataset_task(c) -> None:
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "eval.every", "eval.batch_size",
                      "mesh.", "distributed.", "model.offload_ref_params", "grpo.micro_batch_size",
-                     "reward_timeout_s", "reward_isolation")
+                     "grpo.length_buckets", "reward_timeout_s", "reward_isolation")
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

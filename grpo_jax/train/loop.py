@@ -42,7 +42,7 @@ from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
-from grpo_jax.train.rollout import collect_dynamic_rollout, collect_rollout
+from grpo_jax.train.rollout import collect_dynamic_rollout, collect_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
@@ -355,7 +355,8 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
       else:
         rollout = collect_rollout(global_sampler, params, tokenizer, next_columns(), key=step_key,
                                   **rollout_args)
-      batch = place(rollout.batch)
+      # One process: cut padding to a bucket width (multi-host processes would each cut differently).
+      batch = place(trim_padding(rollout.batch, g.length_buckets) if jax.process_count() == 1 else rollout.batch)
       if use_ref:
         batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))
       params, opt_state, step_metrics = train_step(params, opt_state, batch)
