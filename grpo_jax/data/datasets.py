@@ -41,8 +41,13 @@ class DatasetError(ValueError):
 
 # ------------------------------------------------------------------------------------------------ readers
 def _read_jsonl(path: str) -> Iterator[tuple[str, dict]]:
-  with open(path, encoding="utf-8") as f:
-    for line_no, line in enumerate(f, start=1):
+  with open(path, "rb") as f:   # bytes, so that a decoding error can name its line
+    for line_no, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise DatasetError(f"{path}, line {line_no}: not UTF-8 (byte {raw[e.start]:#04x} at column {e.start + 1}"
+                           f"); re-encode the file as UTF-8") from None
       if not line.strip():
         continue
       try:

@@ -128,6 +128,10 @@ def test_bad_files(tmp_path):
   path.write_text(json.dumps(GSM8K_RECORDS[0]) + "\n\n{not json\n")
   with pytest.raises(DatasetError, match=r"broken\.jsonl, line 3: not valid JSON"):
     load_rows(str(path))
+  # Latin-1 bytes on line 2 (a file saved in the wrong encoding): the error names the line and the byte.
+  path.write_bytes(json.dumps(GSM8K_RECORDS[0]).encode() + b'\n{"question": "caf\xe9", "answer": "#### 1"}\n')
+  with pytest.raises(DatasetError, match=r"broken\.jsonl, line 2: not UTF-8 \(byte 0xe9 at column 18\)"):
+    load_rows(str(path))
   path.write_text("[1, 2]\n")
   with pytest.raises(DatasetError, match="line 1: expected a JSON object"):
     load_rows(str(path))
