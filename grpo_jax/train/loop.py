@@ -295,6 +295,13 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
         opt_state, _ = init_opt_state(optimizer, params, mesh)
         if use_ref:
           ref_params = offloader.park(copy_params(params))
+      elif config.warmstart.enabled and _has_initial_state(os.path.join(workdir, WARMSTART_DIR)):
+        # Killed after the warm start was saved and before checkpoint 0: its result is here, bit for bit.
+        params, data_position, initial_eval = _load_initial_state(os.path.join(workdir, WARMSTART_DIR), params,
+                                                                   workdir, main, log_console)
+        opt_state, _ = init_opt_state(optimizer, params, mesh)
+        if use_ref:
+          ref_params = offloader.park(copy_params(params))
       elif config.warmstart.enabled:
         params, info = run_warmstart(
             config.warmstart, task=task, tokenizer=tokenizer, graphdef=graphdef, params=params,
@@ -312,7 +319,8 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
           ref_params = offloader.park(copy_params(params))
       else:
         initial_eval = run_eval(params, 0)
-      if config.warmstart.enabled or config.warmstart.init_checkpoint:
+      if ((config.warmstart.enabled or config.warmstart.init_checkpoint)
+          and not _has_initial_state(os.path.join(workdir, WARMSTART_DIR))):
         # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
         save_initial_state(os.path.join(workdir, WARMSTART_DIR), params,
                            {"data_position": int(data_position), "initial_eval": initial_eval,
@@ -490,6 +498,14 @@ def _initial_state_dir(source: str) -> tuple[str, int]:
   raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (expected "
                           f"{WARMSTART_DIR}/0 or {CHECKPOINT_DIR}/0 of a run's workdir, written after its warm "
                           "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
+
+
+def _has_initial_state(directory: str) -> bool:
+  try:
+    _initial_state_dir(directory)
+    return True
+  except FileNotFoundError:
+    return False
 
 
 def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:

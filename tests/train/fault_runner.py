@@ -1,0 +1,103 @@
+"""Runs the default experiment's test preset in a subprocess and SIGKILLs itself at a chosen point.
+
+  python -m tests.train.fault_runner WORKDIR [POINT N]
+
+POINT (the N-th time it is reached; see KILL_POINTS) is found by wrapping the function that marks it, so the
+package carries no test hooks. Without POINT the run goes to the end (an uninterrupted run, or a resume).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+NUM_STEPS = 6
+
+
+def config():
+  from tests.train.conftest import load_experiment
+  c = load_experiment("default")("test")
+  c.num_steps = NUM_STEPS
+  c.checkpoint.every = 2
+  c.checkpoint.keep = 2
+  c.eval.every = 3
+  c.warmstart.max_steps = 3          # three warm-start steps, so a kill can fall between two of them
+  c.log.progress_bar = False
+  return c
+
+
+def _kill():
+  sys.stdout.flush()
+  os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _kill_on_call(owner, name, nth, after=False):
+  """Wraps owner.name: the nth call SIGKILLs the process (before the call, or right after it returns)."""
+  original = getattr(owner, name)
+  calls = [0]
+
+  def wrapped(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == nth and not after:
+      _kill()
+    out = original(*args, **kwargs)
+    if calls[0] == nth and after:
+      _kill()
+    return out
+
+  setattr(owner, name, wrapped)
+
+
+def _kill_in_warmstart_step(nth):
+  """The nth warm-start update: killed while it computes."""
+  from grpo_jax.train import warmstart
+  make = warmstart.make_sft_step
+
+  def make_killing(*args, **kwargs):
+    step = make(*args, **kwargs)
+    calls = [0]
+
+    def killing(*a, **k):
+      calls[0] += 1
+      if calls[0] == nth:
+        _kill()
+      return step(*a, **k)
+    return killing
+
+  warmstart.make_sft_step = make_killing
+
+
+def arm(point: str, nth: int) -> None:
+  import orbax.checkpoint as ocp
+
+  from grpo_jax.train import checkpoint, loop
+  if point == "warmstart_step":
+    _kill_in_warmstart_step(nth)
+  elif point == "after_warmstart_save":           # the warm start is saved, checkpoint 0 is not
+    _kill_on_call(loop, "save_initial_state", nth, after=True)
+  elif point == "mid_checkpoint_save":            # the state item written, its metadata not, nothing committed
+    _kill_on_call(ocp.JsonCheckpointHandler, "async_save", nth)
+  elif point == "after_checkpoint_save":          # a checkpoint committed, the next step's metrics not written
+    _kill_on_call(checkpoint.Checkpointer, "save", nth, after=True)
+  elif point == "during_eval":                    # in the middle of a held-out evaluation
+    _kill_on_call(loop, "evaluate", nth)
+  else:
+    raise ValueError(f"unknown kill point {point!r}")
+
+
+# (point, n): the n-th time. Evaluations: warm-start evals come first (eval_every 1, 3 steps), then GRPO's.
+KILL_POINTS = [("warmstart_step", 2), ("after_warmstart_save", 1), ("mid_checkpoint_save", 1),
+               ("mid_checkpoint_save", 3), ("after_checkpoint_save", 1), ("after_checkpoint_save", 2),
+               ("during_eval", 2), ("during_eval", 5)]
+
+
+def main(argv):
+  workdir = argv[0]
+  if len(argv) > 1:
+    arm(argv[1], int(argv[2]))
+  from grpo_jax.train import loop
+  loop.train(config(), workdir)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

@@ -1,0 +1,68 @@
+"""SIGKILL at many points of a run, then resume: the run ends bitwise identical to an uninterrupted one
+(final parameters and optimizer state by checksum, every logged metric but the timings).
+
+Two kill points run in the default suite; all of tests/train/fault_runner.py's KILL_POINTS with
+`pytest -m faults tests/train/test_faults.py` (about 40 s per point on 2 cores)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from grpo_jax.train.metrics import read_jsonl
+from tests.train.conftest import ROOT
+from tests.train.fault_runner import KILL_POINTS
+
+TIMING = {"step_time", "tokens_per_s"}
+IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3)}
+
+
+def _run(workdir, cache_dir, *point) -> subprocess.CompletedProcess:
+  env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  return subprocess.run([sys.executable, "-m", "tests.train.fault_runner", str(workdir), *map(str, point)],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _outcome(workdir) -> tuple:
+  """(final step, its state checksum, data position, metrics without timings, warm-start log)."""
+  directory = os.path.join(workdir, "checkpoints")
+  step = max(int(d) for d in os.listdir(directory) if d.isdigit())
+  with open(os.path.join(directory, str(step), "meta", "metadata")) as f:
+    meta = json.load(f)
+  metrics = [{k: v for k, v in r.items() if k not in TIMING} for r in read_jsonl(os.path.join(workdir,
+                                                                                            "metrics.jsonl"))]
+  return step, meta["state_sha256"], meta["data_position"], metrics, read_jsonl(os.path.join(workdir,
+                                                                                           "warmstart.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+  return tmp_path_factory.mktemp("xla_cache")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, cache_dir):
+  workdir = tmp_path_factory.mktemp("uninterrupted")
+  result = _run(workdir, cache_dir)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return _outcome(workdir)
+
+
+@pytest.mark.parametrize("point,nth", [
+    pytest.param(p, n, marks=() if (p, n) in IN_DEFAULT_SUITE else pytest.mark.faults) for p, n in KILL_POINTS],
+    ids=[f"{p}-{n}" for p, n in KILL_POINTS])
+def test_a_killed_run_resumes_bitwise_identical(point, nth, uninterrupted, cache_dir, tmp_path):
+  killed = _run(tmp_path, cache_dir, point, nth)
+  assert killed.returncode == -signal.SIGKILL, f"the kill point was not reached:\n{killed.stderr[-3000:]}"
+  resumed = _run(tmp_path, cache_dir)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  step, checksum, position, metrics, warmstart_log = _outcome(tmp_path)
+  assert (step, position) == uninterrupted[:1] + uninterrupted[2:3]
+  assert checksum == uninterrupted[1]
+  assert metrics == uninterrupted[3]
+  assert warmstart_log == uninterrupted[4]
