@@ -14,7 +14,8 @@ per_device_train_batch_size = micro_batch_size with gradient_accumulation_steps 
 micro-batches (so one generation batch feeds exactly one update, as in grpo_jax); max_new_tokens ->
 max_completion_length; temperature; beta; epsilon_low / epsilon_high -> epsilon / epsilon_high; the aggregation "seq_mean_token_mean" ->
 loss_type "grpo"; std-scaled group advantages -> scale_rewards "group"; AdamW lr, betas, eps, weight decay,
-clip norm, constant schedule. Prompts are TRL's conversational form (one user message), which TRL renders
+clip norm, constant schedule; gradient checkpointing as `model.remat` (TRL's GRPOConfig turns it on by
+default, which would recompute every layer in the backward pass); float32 on the CPU. Prompts are TRL's conversational form (one user message), which TRL renders
 with the model's chat template; the text equals grpo_jax's "chat" template (checked at start-up). The reward
 is grpo_jax's own `gsm8k_accuracy`.
 
@@ -212,6 +213,8 @@ def main(argv=None):
   parser.add_argument("--eval-every", type=int, default=5)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--keep-snapshots", action="store_true")
+  parser.add_argument("--evaluate-only", action="store_true",
+                      help="evaluate the snapshots of an earlier --keep-snapshots run in --out (train_log.jsonl)")
   parser.add_argument("--plot", nargs="+", default=None, help="workdirs to draw (grpo_jax and TRL runs)")
   parser.add_argument("--labels", default="grpo_jax,TRL GRPOTrainer")
   parser.add_argument("--title", default="SmolLM2-135M-Instruct, sums in English (seed 0)")
@@ -219,6 +222,11 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.plot:
     plot(args)
+  elif args.evaluate_only:
+    config = load_experiment(args.config)
+    config.seed = args.seed
+    records = [json.loads(line) for line in open(os.path.join(args.out, "train_log.jsonl"))]
+    evaluate_snapshots(args, config, {r["step"]: r["wall_s"] for r in records})
   else:
     train_trl(args)
 
