@@ -100,6 +100,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Format gating: reward name -> format reward name; that reward scores only where the format reward is 1
   # (e.g. {"gsm8k_accuracy": "format_strict"}), a guard against rewarding unparseable answers.
   c.reward_gates = ml_collections.ConfigDict()
+  # More rewards by import path "package.module:function" (or registered name), as TRL's reward_funcs, since the
+  # keys of `rewards` cannot hold dots: --config.reward_funcs='("my_pkg.rewards:brevity",)'. Logged under the path.
+  c.reward_funcs = ()
+  c.reward_weights = ()           # one weight per reward_funcs entry; empty: 1.0 each.
   c.reward_timeout_s = 10.0       # a reward call slower than this scores `reward_fallback` (and is counted).
   c.reward_fallback = 0.0
   c.reward_isolation = "process"  # "process": rewards run in a worker process that a timeout kills (a spinning
@@ -308,17 +312,23 @@ def validate(config) -> None:
   if mini % micro:
     _fail("grpo.micro_batch_size", f"{micro} does not divide the mini-batch size {mini}")
 
-  if not len(c.rewards):
-    _fail("rewards", "needs at least one reward function (name -> weight)")
-  if c.eval.accuracy_reward not in c.rewards:
+  if c.reward_weights and len(c.reward_weights) != len(c.reward_funcs):
+    _fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs")
+  overlap = set(c.reward_funcs) & set(c.rewards)
+  if overlap or len(set(c.reward_funcs)) != len(c.reward_funcs):
+    _fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})")
+  weights = configured_rewards(c)
+  if not weights:
+    _fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
+  if c.eval.accuracy_reward not in weights:
     _fail("eval.accuracy_reward", f"{c.eval.accuracy_reward!r} is not one of the configured rewards "
-          f"{list(c.rewards)}")
+          f"{list(weights)}")
   from grpo_jax.rewards import registry as reward_registry
-  for name in c.rewards:
+  for name in weights:
     try:
       reward_registry.get_reward(name)
-    except (KeyError, ValueError) as e:
-      _fail(f"rewards.{name}", f"unknown reward function ({e})")
+    except (KeyError, ValueError, TypeError) as e:
+      _fail("reward_funcs" if name in c.reward_funcs else f"rewards.{name}", f"unknown reward function ({e})")
   for name, format_name in c.reward_gates.items():
     if name not in c.rewards:
       _fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}")
@@ -363,6 +373,13 @@ def _validate_dataset_task(c) -> None:
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "eval.every", "eval.batch_size",
                      "mesh.", "distributed.", "model.offload_ref_params", "grpo.micro_batch_size",
                      "grpo.length_buckets", "reward_timeout_s", "reward_isolation")
+
+
+def configured_rewards(c) -> dict[str, float]:
+  """Every reward of the run, name (registered name or import path) -> weight: `rewards`, then `reward_funcs`."""
+  weights = list(c.reward_weights) or [1.0] * len(c.reward_funcs)
+  return {**{name: float(w) for name, w in c.rewards.items()},
+          **{name: float(w) for name, w in zip(c.reward_funcs, weights)}}
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:

@@ -42,6 +42,10 @@ def test_default_experiment_and_presets_validate():
     ({"grpo.policy_loss": "no_such_loss"}, "grpo.policy_loss", "unknown policy loss"),
     ({"rewards": {"no_such_reward": 1.0}}, "eval.accuracy_reward", "not one of the configured rewards"),
     ({"rewards": {"exact_match": 1.0, "no_such_reward": 0.5}}, "rewards.no_such_reward", "unknown reward"),
+    ({"reward_funcs": ("no_such_package.rewards:f",)}, "reward_funcs", "unknown reward function .*cannot import"),
+    ({"reward_funcs": ("tests.rewards.isolation_rewards:pid",), "reward_weights": (1.0, 2.0)}, "reward_weights",
+     "2 weights for 1 reward_funcs"),
+    ({"reward_funcs": ("exact_match",)}, "reward_funcs", "names a reward twice"),
     ({"sampling.temperature": 0.0}, "sampling.temperature", "must be > 0"),
     ({"sampling.top_p": 1.5}, "sampling.top_p", "must be in"),
     ({"grpo.delta": 0.5}, "grpo.delta", "must be > 1"),
@@ -94,6 +98,7 @@ def test_every_experiment_file_starts_with_its_command():
     ("--config.grpo.betta=0", "betta"),
     ("--config.num_steps=many", "num_steps"),
     ("--config.grpo.mini_batch_size=5", "config.grpo.mini_batch_size: 5 does not divide"),
+    ("--config.reward_funcs=no_such_package.rewards:f", "config.reward_funcs: unknown reward function"),
 ])
 def test_launcher_stops_before_compiling(flag, message, tmp_path):
   workdir = tmp_path / "run"
@@ -103,3 +108,17 @@ def test_launcher_stops_before_compiling(flag, message, tmp_path):
   assert proc.returncode != 0
   assert message in proc.stderr, proc.stderr[-2000:]
   assert not (workdir / "checkpoints").exists()
+
+
+def test_rewards_by_import_path_with_dots():
+  """ml_collections refuses dots in the keys of `rewards`; `reward_funcs` takes import paths (and names)."""
+  from grpo_jax.train import loop
+  from tests.rewards import isolation_rewards
+  c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid", "gsm8k_accuracy"), reward_weights=(0.5, 2.0))
+  config_lib.validate(c)
+  fns = loop.build_reward_fns(c)
+  assert [(name, weight) for name, _, weight in fns] == [
+      ("exact_match", 1.0), ("tests.rewards.isolation_rewards:pid", 0.5), ("gsm8k_accuracy", 2.0)]
+  assert fns[1][1] is isolation_rewards.pid
+  c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid",))
+  assert config_lib.configured_rewards(c)["tests.rewards.isolation_rewards:pid"] == 1.0

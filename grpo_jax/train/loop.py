@@ -93,7 +93,7 @@ def build_model(config, tokenizer, mesh):
 def build_reward_fns(config):
   gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
   fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
-         for name, weight in config.rewards.items()]
+         for name, weight in config_lib.configured_rewards(config).items()]
   g = config.grpo
   if g.overlong_buffer > 0:
     fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
