@@ -62,7 +62,10 @@ def reference(fn: Callable) -> bytes | None:
 
 
 def send(stream, obj) -> None:
-  data = pickle.dumps(obj)
+  send_pickled(stream, pickle.dumps(obj))
+
+
+def send_pickled(stream, data: bytes) -> None:
   stream.write(_HEADER.pack(len(data)) + data)
   stream.flush()
 

@@ -51,11 +51,10 @@ def main() -> None:
       continue
     isolation.send(out, ("started", None))
     try:
-      reply = ("ok", loaded[ref](*args, **kwargs))
-      pickle.dumps(reply)
+      reply = pickle.dumps(("ok", loaded[ref](*args, **kwargs)))   # a result that cannot be pickled fails here
     except Exception as e:  # pylint: disable=broad-except  (reported to the trainer, which counts it)
-      reply = ("error", _portable(e))
-    isolation.send(out, reply)
+      reply = pickle.dumps(("error", _portable(e)))
+    isolation.send_pickled(out, reply)
 
 
 if __name__ == "__main__":

@@ -289,16 +289,11 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
       writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard) if main
                 else distributed.NullWriter())
       data_position = 0
-      if config.warmstart.init_checkpoint:
-        params, data_position, initial_eval = _load_initial_state(config.warmstart.init_checkpoint, params,
-                                                                   workdir, main, log_console)
-        opt_state, _ = init_opt_state(optimizer, params, mesh)
-        if use_ref:
-          ref_params = offloader.park(copy_params(params))
-      elif config.warmstart.enabled and _has_initial_state(os.path.join(workdir, WARMSTART_DIR)):
-        # Killed after the warm start was saved and before checkpoint 0: its result is here, bit for bit.
-        params, data_position, initial_eval = _load_initial_state(os.path.join(workdir, WARMSTART_DIR), params,
-                                                                   workdir, main, log_console)
+      own_start = os.path.join(workdir, WARMSTART_DIR)
+      start_saved = _has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
+      source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
+      if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
+        params, data_position, initial_eval = _load_initial_state(source, params, workdir, main, log_console)
         opt_state, _ = init_opt_state(optimizer, params, mesh)
         if use_ref:
           ref_params = offloader.park(copy_params(params))
@@ -319,10 +314,9 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
           ref_params = offloader.park(copy_params(params))
       else:
         initial_eval = run_eval(params, 0)
-      if ((config.warmstart.enabled or config.warmstart.init_checkpoint)
-          and not _has_initial_state(os.path.join(workdir, WARMSTART_DIR))):
+      if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
         # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
-        save_initial_state(os.path.join(workdir, WARMSTART_DIR), params,
+        save_initial_state(own_start, params,
                            {"data_position": int(data_position), "initial_eval": initial_eval,
                             "seed": int(config.seed), "config": json.loads(cfg_json)}, config.checkpoint.verify)
       writer.write(0, initial_eval)
@@ -509,7 +503,8 @@ def _has_initial_state(directory: str) -> bool:
 
 
 def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
-  """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`).
+  """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
+  or of this run's own warm start saved before a kill.
 
   The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
   exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
