@@ -64,10 +64,17 @@ def test_deterministic_mode_sets_the_xla_flag_before_the_backend_starts():
   assert out.stdout.strip() == "3.0"
 
 
-def test_deterministic_mode_after_a_cpu_backend_started_is_a_no_op(monkeypatch):
+def test_deterministic_mode_after_the_backend_started(monkeypatch):
+  """Too late for the flag: a no-op on the CPU (deterministic anyway), an error that names the fix on a GPU."""
   jax.devices()  # the backend is running
   monkeypatch.setenv("XLA_FLAGS", "")
   messages = []
-  precision.apply(_config(deterministic=True), log=messages.append)
+  if jax.default_backend() == "cpu":
+    precision.apply(_config(deterministic=True), log=messages.append)
+    assert messages == ["[precision] deterministic: the CPU backend is deterministic already"]
+  else:
+    with pytest.raises(ValueError, match=f"the {jax.default_backend()} backend started before the flag"):
+      precision.apply(_config(deterministic=True), log=messages.append)
   assert os.environ["XLA_FLAGS"] == ""
-  assert messages == ["[precision] deterministic: the CPU backend is deterministic already"]
+
+

@@ -52,7 +52,8 @@ def test_offloaded_or_absent_reference_and_replicated_kv_heads():
   assert est["params"] == (kv_weights + rest) * 4
 
 
-@pytest.mark.parametrize("name, count", [("qwen2.5-0.5b", 494_032_768), ("qwen2.5-7b", 7_615_616_512)])
+@pytest.mark.parametrize("name, count", [("qwen2.5-0.5b", 494_032_768), ("qwen2.5-1.5b", 1_543_714_304),
+                                         ("qwen2.5-3b", 3_085_938_688), ("qwen2.5-7b", 7_615_616_512)])
 def test_presets_have_the_published_parameter_counts(name, count):
   cfg = me.model_config(name, "bfloat16", "bfloat16")
   total, per_device = me.param_elements(cfg, me.Mesh(1, 8, 1))
@@ -70,3 +71,30 @@ def test_cli_prints_every_category(capsys, tmp_path):
     assert k in out
   with pytest.raises(SystemExit):
     me.main(["--model", "qwen2.5-7b", "--mesh", "2,x"])
+
+
+def _load_memory_fit():
+  spec = importlib.util.spec_from_file_location("memory_fit", os.path.join(ROOT, "benchmarks", "memory_fit.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_memory_fit_counts_the_update_state_and_runs_the_recipe_as_written():
+  """benchmarks/memory_fit.py on the Countdown recipe's :test preset: XLA's arguments are exactly the parameters,
+  AdamW state and batch, the donated parameters and AdamW state are updated in place, and a step runs."""
+  import jax
+
+  from grpo_jax.data import fixtures
+  mf = _load_memory_fit()
+  config = mf.recipe_config(os.path.join(ROOT, "experiments", "countdown.py:test"))
+  cfg = mf.model_config(fixtures.ensure_fixtures()["checkpoint"], config)
+  assert cfg.remat and cfg.dtype == "bfloat16" and config.model.offload_ref_params  # the recipe's structure
+  step, params, opt_state, graphdef, optimizer = mf.build_update(cfg, config)
+  xla = mf.compiled_update_bytes(step, params, opt_state, config)
+  nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+  assert xla["arguments"] == nbytes((params, opt_state, mf.abstract_batch(config)))
+  assert xla["aliased"] == nbytes((params, opt_state))
+  assert mf.the_estimate(cfg, config)["params"] == nbytes(params)
+  rows = mf.run_steps(cfg, config, 1, step, graphdef, optimizer, log=lambda *_: None)
+  assert [r["phase"].split(":")[0] for r in rows] == ["weights, AdamW, reference"] + ["step 1"] * 3

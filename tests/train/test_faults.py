@@ -22,8 +22,9 @@ IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3)}
 
 
 def _run(workdir, cache_dir, *point) -> subprocess.CompletedProcess:
+  # The default backend (a GPU where there is one), with tests/conftest.py's XLA_FLAGS (deterministic GPU ops).
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+             PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
   return subprocess.run([sys.executable, "-m", "tests.train.fault_runner", str(workdir), *map(str, point)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 

@@ -1,0 +1,244 @@
+#!/usr/bin/env python
+"""Does a recipe fit one accelerator? scripts/memory_estimate.py's figures against XLA's own accounting.
+
+  python benchmarks/memory_fit.py --recipe experiments/gsm8k.py --model qwen2.5-0.5b
+  python benchmarks/memory_fit.py --recipe experiments/countdown.py --model qwen2.5-3b --steps 2   # on a GPU
+
+The recipe is taken as written (dtypes, remat, the reference model with beta > 0, micro- and mini-batches,
+prompt and completion lengths, G x prompts per step); only the model is swapped for random weights of the
+named shape (scripts/memory_estimate.py's presets, from the public config.json files), so no checkpoint is
+needed. Printed, in GiB on one device:
+
+1. The estimate (`memory_estimate.estimate`) of the update: parameters, gradients, AdamW, activations of one
+   micro-batch (with the recipe's remat), and of the whole run (plus the reference and the sampler's KV cache).
+2. XLA's memory analysis of the compiled update (`jit(train_step).lower(...).compile().memory_analysis()`):
+   arguments + outputs - donated aliases + temporaries, i.e. what the program holds at its peak. It is computed
+   for the backend at hand without running anything, so the CPU gives it too (its buffer assignment differs
+   from a GPU's in the temporaries). The ratio estimate / XLA is the check.
+3. With --steps N: N GRPO steps as the trainer runs them (sample G completions per prompt of the fixture data
+   with the fixture tokenizer, score, reference log-probs, update), and the device's peak bytes in use after
+   each phase (`Device.memory_stats()`, GPUs and TPUs only). Random weights rarely emit a stop token, so the
+   completions run to the full length: the worst case. Held-out evaluation is left out (its batch,
+   eval.batch_size, is smaller than the rollout batch) and so are checkpoints (a 3B model's parameters, AdamW
+   state and reference are 48 GB a checkpoint).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as scripts/train.py sets it
+
+GIB = 1024 ** 3
+
+
+def recipe_config(spec: str):
+  """get_config(preset) of `experiments/<recipe>.py[:preset]`."""
+  from grpo_jax.ablation.spec import load_module
+  preset = spec.partition(":")[2]
+  return load_module(spec).get_config(preset or None)
+
+
+def shapes(config):
+  """(B rollout rows, P prompt length, N completion length, mini-batch, micro-batch) of one step."""
+  from grpo_jax import config as config_lib
+  s = config.sampling
+  return (config_lib.rollout_batch_size(config), s.max_prompt_length, s.max_new_tokens,
+          config_lib.mini_batch_size(config), config_lib.micro_batch_size(config))
+
+
+def model_config(name: str, config):
+  import memory_estimate as me
+  m = config.model
+  cfg = me.model_config(name, m.param_dtype, m.dtype)
+  return cfg.replace(remat=m.remat, max_position_embeddings=max(cfg.max_position_embeddings,
+                                                                config.sampling.max_prompt_length
+                                                                + config.sampling.max_new_tokens))
+
+
+def the_estimate(cfg, config) -> dict:
+  import memory_estimate as me
+  B, P, N, _, micro = shapes(config)
+  w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=N, micro_batch=micro,
+                  logprob_chunk=config.model.logprob_chunk_size, use_ref=config.grpo.beta > 0,
+                  offload_ref=config.model.offload_ref_params)
+  est = me.estimate(cfg, me.Mesh(1, 1, 1), w)
+  act = est["activations_remat"] if cfg.remat else est["activations"]
+  est["update"] = est["params"] + est["grads"] + est["optimizer"] + act
+  est["run"] = est["total_remat"] if cfg.remat else est["total"]
+  return est
+
+
+def build_update(cfg, config):
+  """(train_step jitted with params and AdamW state donated, abstract params, abstract AdamW state, graphdef)."""
+  import jax
+  from flax import nnx
+
+  from grpo_jax.model import Transformer
+  from grpo_jax.train.loop import loss_config
+  from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
+  from grpo_jax.train.step import make_train_step
+  B, _, _, mini, micro = shapes(config)
+  g = config.grpo
+  updates_per_step = g.num_iterations * (B // mini)
+  optimizer = make_optimizer(config.optim, learning_rate_schedule(config.optim, config.num_steps, updates_per_step))
+  graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+  abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+  step = jax.jit(make_train_step(graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations,
+                                 mini_batch_size=mini, micro_batch_size=micro,
+                                 temperature=config.sampling.temperature,
+                                 chunk_size=config.model.logprob_chunk_size), donate_argnums=(0, 1))
+  return step, abstract_params, abstract_opt, graphdef, optimizer
+
+
+def abstract_batch(config):
+  import jax
+  import jax.numpy as jnp
+
+  from grpo_jax.train.step import RolloutBatch
+  B, P, N, _, _ = shapes(config)
+  i32, f32 = (lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)), (lambda *s: jax.ShapeDtypeStruct(s, jnp.float32))
+  return RolloutBatch(prompt_BxP=i32(B, P), prompt_mask_BxP=i32(B, P), completion_BxN=i32(B, N),
+                      completion_mask_BxN=i32(B, N), advantages_B=f32(B), sampler_logp_BxN=f32(B, N),
+                      ref_logp_BxN=f32(B, N) if config.grpo.beta > 0 else None)
+
+
+def compiled_update_bytes(step, abstract_params, abstract_opt, config) -> dict:
+  t0 = time.time()
+  compiled = step.lower(abstract_params, abstract_opt, abstract_batch(config)).compile()
+  m = compiled.memory_analysis()
+  peak = m.argument_size_in_bytes + m.output_size_in_bytes - m.alias_size_in_bytes + m.temp_size_in_bytes
+  return {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+          "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes, "peak": peak,
+          "compile_s": time.time() - t0}
+
+
+def device_memory(key: str) -> int | None:
+  """A field of the first device's `memory_stats()` ('peak_bytes_in_use', 'bytes_limit'); None on a CPU."""
+  import jax
+  stats = jax.devices()[0].memory_stats()
+  return None if not stats or key not in stats else int(stats[key])
+
+
+def peak_in_use() -> int | None:
+  return device_memory("peak_bytes_in_use")
+
+
+def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print) -> list[dict]:
+  """`num_steps` GRPO steps on random weights of `cfg`'s shape; peak device bytes after each phase."""
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
+  from grpo_jax.data import fixtures
+  from grpo_jax.model import Transformer
+  from grpo_jax.model import sharding as sharding_lib
+  from grpo_jax.train import distributed
+  from grpo_jax.train.loop import build_reward_fns, build_tokenizer_and_task, make_samplers
+  from grpo_jax.train.offload import RefOffloader
+  from grpo_jax.train.rollout import collect_rollout, trim_padding
+  from grpo_jax.train.state import init_opt_state
+  from grpo_jax.train.step import make_logprob_fn
+  paths = fixtures.ensure_fixtures()
+  config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
+  config.task.train_path = paths["countdown" if config.task.template == "r1_zero" else "gsm8k"]
+  config.task.heldout_path = ""
+  config.task.holdout_fraction = 0.25
+  tokenizer, task = build_tokenizer_and_task(config, log=log)
+  g, s = config.grpo, config.sampling
+  B, _, _, _, micro = shapes(config)
+
+  mesh = sharding_lib.make_mesh(data=1, fsdp=1, tensor=1)
+  _, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+  shardings = sharding_lib.param_shardings(abstract, mesh)
+  init = jax.jit(lambda key: nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=key)))[1], out_shardings=shardings)
+  params = init(jax.random.key(config.seed))
+  opt_state, _ = init_opt_state(optimizer, params, mesh)
+  offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
+  copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings)
+  ref_params = offloader.park(copy(params)) if g.beta > 0 else None
+  ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
+                                         chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
+  sampler = distributed.GlobalSampler(make_samplers(graphdef, config, tokenizer)[0], 0)
+  reward_fns = build_reward_fns(config)
+  jax.block_until_ready((params, opt_state, ref_params))
+  rows = [{"phase": "weights, AdamW, reference", "peak": peak_in_use(), "s": 0.0}]
+  log(f"[memory_fit] state on the device: peak {_gib(rows[-1]['peak'])} GiB")
+  for i in range(1, num_steps + 1):
+    t0 = time.time()
+    columns = task.train_rows((i - 1) * g.prompts_per_step, g.prompts_per_step)
+    rollout = collect_rollout(sampler, params, tokenizer, columns, group_size=g.group_size,
+                              key=jax.random.key(i), reward_fns=reward_fns, max_prompt_length=s.max_prompt_length,
+                              advantage=g.advantage, std_ddof=g.std_ddof, advantage_eps=g.advantage_eps,
+                              mask_truncated=g.mask_truncated_completions,
+                              reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback,
+                              reward_isolation=config.reward_isolation)
+    t1 = time.time()
+    rows.append({"phase": f"step {i}: sample {B} x {s.max_new_tokens} tokens", "peak": peak_in_use(), "s": t1 - t0})
+    batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))
+    if ref_params is not None:
+      batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))
+      jax.block_until_ready(batch.ref_logp_BxN)
+    t2 = time.time()
+    rows.append({"phase": f"step {i}: reference log-probs", "peak": peak_in_use(), "s": t2 - t1})
+    params, opt_state, metrics = step(params, opt_state, batch)
+    jax.block_until_ready((params, opt_state))
+    rows.append({"phase": f"step {i}: update (completions {batch.completion_BxN.shape[1]} wide)",
+                 "peak": peak_in_use(), "s": time.time() - t2})
+    log(f"[memory_fit] step {i}: loss {float(metrics['loss']):.4g}, {time.time() - t0:.1f} s, peak "
+        f"{_gib(rows[-1]['peak'])} GiB")
+  return rows
+
+
+def _gib(n) -> str:
+  return "n/a" if n is None else f"{n / GIB:.2f}"
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--recipe", required=True, help="experiments/<recipe>.py[:preset], taken as written")
+  p.add_argument("--model", required=True, help="a preset of scripts/memory_estimate.py (qwen2.5-0.5b, ...)")
+  p.add_argument("--steps", type=int, default=0, help="also run this many GRPO steps and read peak memory")
+  args = p.parse_args(argv)
+
+  import jax
+  config = recipe_config(args.recipe)
+  cfg = model_config(args.model, config)
+  B, P, N, mini, micro = shapes(config)
+  print(f"{args.recipe} at {args.model} shape ({cfg.num_layers} layers, D {cfg.hidden_size}, V {cfg.vocab_size}), "
+        f"params {cfg.param_dtype}, compute {cfg.dtype}, remat {cfg.remat}, beta {config.grpo.beta}: rollout "
+        f"{B} rows x ({P} prompt + {N} completion), mini-batch {mini}, micro-batch {micro}; "
+        f"{jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
+  est = the_estimate(cfg, config)
+  step, abstract_params, abstract_opt, graphdef, optimizer = build_update(cfg, config)
+  xla = compiled_update_bytes(step, abstract_params, abstract_opt, config)
+  act = "activations_remat" if cfg.remat else "activations"
+  print(f"estimate, update: params {_gib(est['params'])} + grads {_gib(est['grads'])} + AdamW "
+        f"{_gib(est['optimizer'])} + activations {_gib(est[act])} = {_gib(est['update'])} GiB")
+  print(f"XLA, compiled update ({xla['compile_s']:.0f} s to compile): arguments {_gib(xla['arguments'])} + outputs "
+        f"{_gib(xla['outputs'])} - aliased {_gib(xla['aliased'])} + temporaries {_gib(xla['temporaries'])} = "
+        f"{_gib(xla['peak'])} GiB")
+  print(f"estimate / XLA = {est['update'] / xla['peak']:.3f}")
+  limit = device_memory("bytes_limit")
+  if limit is not None:  # what XLA's allocator may use: XLA_PYTHON_CLIENT_MEM_FRACTION of the device's memory
+    verdict = "fits" if xla["peak"] < limit else "does NOT fit (raise XLA_PYTHON_CLIENT_MEM_FRACTION)"
+    print(f"device limit {_gib(limit)} GiB (XLA_PYTHON_CLIENT_MEM_FRACTION="
+          f"{os.environ['XLA_PYTHON_CLIENT_MEM_FRACTION']}): the update {verdict}")
+  print(f"estimate, whole run (+ reference {_gib(est['ref_params'])} + KV cache {_gib(est['kv_cache'])}): "
+        f"{_gib(est['run'])} GiB (an upper bound: the KV cache and the update's activations are never live together)")
+  if args.steps:
+    rows = run_steps(cfg, config, args.steps, step, graphdef, optimizer)
+    print("| phase | peak bytes in use (GiB) | seconds |\n|---|---|---|")
+    for r in rows:
+      print(f"| {r['phase']} | {_gib(r['peak'])} | {r['s']:.1f} |")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
