@@ -118,8 +118,9 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
   assert _final_meta(workdir)[1]["data_position"] == warmstart_rows + sum(rounds) * _config().grpo.prompts_per_step
   # One trace of the update and of the reference log-probs for the whole run; one program per sampler.
   assert traces == {"train_step": 1, "logprobs": 1}
+  assert len(samplers) == 3  # training, greedy evaluation, pass@k
   for s in samplers:
-    assert all(count <= 1 for count in s.trace_counts.values()), s.trace_counts
+    assert s.trace_counts["prefill"] == s.trace_counts["decode"] == 1, s.trace_counts
 
 
 def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
