@@ -149,7 +149,7 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
   config.task.train_path = paths["countdown" if config.task.template == "r1_zero" else "gsm8k"]
   config.task.heldout_path = ""
-  config.task.holdout_fraction = 0.25
+  config.task.heldout_fraction = 0.25
   tokenizer, task = build_tokenizer_and_task(config, log=log)
   g, s = config.grpo, config.sampling
   B, _, _, _, micro = shapes(config)

@@ -84,7 +84,7 @@ def train_trl(args) -> None:
   config.seed = args.seed
   model_dir = config.model.hf_path
   tokenizer = AutoTokenizer.from_pretrained(model_dir)
-  train_rows, _ = word_arithmetic.split(config.task.num_digits, config.task.holdout_fraction)
+  train_rows, _ = word_arithmetic.split(config.task.num_digits, config.task.heldout_fraction)
   conversation = [{"role": "user", "content": train_rows[0]["prompt"]}]
   ours = templates.render_prompt(train_rows[0]["prompt"], "chat", tokenizer, config.task.system_prompt or None)
   theirs = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)

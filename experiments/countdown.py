@@ -40,8 +40,8 @@ def get_config(preset: str | None = None):
 
   c.task.name = "dataset"
   c.task.train_path = ""          # required: Countdown rows (nums, target).
-  c.task.heldout_path = ""        # "": hold out task.holdout_fraction of the train rows.
-  c.task.holdout_fraction = 0.01  # ~3k of Countdown-Tasks-3to4's 490k rows.
+  c.task.heldout_path = ""        # "": hold out task.heldout_fraction of the train rows.
+  c.task.heldout_fraction = 0.01  # ~3k of Countdown-Tasks-3to4's 490k rows.
   c.task.template = "r1_zero"
   c.task.prefill_think = True
 

@@ -41,8 +41,8 @@ def get_config(preset: str | None = None):
 
   c.task.name = "dataset"
   c.task.train_path = ""          # required: GSM8K train split (JSONL / Parquet / save_to_disk).
-  c.task.heldout_path = ""        # GSM8K test split; "": hold out task.holdout_fraction of the train rows.
-  c.task.holdout_fraction = 0.05
+  c.task.heldout_path = ""        # GSM8K test split; "": hold out task.heldout_fraction of the train rows.
+  c.task.heldout_fraction = 0.05
   c.task.template = "chat"
   c.task.system_prompt = R1_SYSTEM_PROMPT
 

@@ -35,7 +35,7 @@ def get_config(preset: str | None = None):
 
   c.task.name = "word_arithmetic"
   c.task.num_digits = 2
-  c.task.holdout_fraction = 0.05
+  c.task.heldout_fraction = 0.05
   c.task.template = "chat"
   c.task.system_prompt = ""       # the model's own default system prompt.
   c.task.transfer = "three_digit,reworded"

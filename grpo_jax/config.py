@@ -11,6 +11,7 @@ updates over it). An "update" is one optimizer step. Batch sizes count completio
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 import ml_collections
 from ml_collections import config_dict
@@ -59,6 +60,9 @@ def get_config() -> ml_collections.ConfigDict:
                                   # "high", "highest" (full float32 everywhere).
   c.precision.deterministic = False  # XLA's deterministic GPU ops (bitwise-exact resume on GPUs; slower).
 
+  # Compiled programs saved for later processes (a resume, a rerun, a sweep's other seeds): grpo_jax/compile_cache.py.
+  c.compile_cache_dir = "auto"    # "auto": ~/.cache/grpo_jax/xla on GPUs/TPUs, off on CPUs; a path; "": off.
+
   # --- Devices -----------------------------------------------------------------------------------------
   c.mesh = ml_collections.ConfigDict()
   c.mesh.data = -1                # data-parallel axis size; -1: all devices not used by fsdp * tensor.
@@ -77,13 +81,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.task = t = ml_collections.ConfigDict()
   t.name = "addition"             # one of TASKS (grpo_jax/data/tasks.py): "addition" or "dataset".
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
-  t.holdout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
+  t.heldout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
                                   # heldout_path) reserved for evaluation, never trained on.
+  t.holdout_fraction = config_dict.placeholder(float)  # the old name of heldout_fraction (RENAMED): still read.
   # dataset (grpo_jax/data/datasets.py): local JSONL / Parquet / .arrow / save_to_disk; GSM8K, MATH and
   # Countdown layouts are recognized, other columns need field_map. Needs model.hf_path (its tokenizer).
   t.train_path = ""
   t.train_split = "train"         # the split of a DatasetDict directory.
-  t.heldout_path = ""             # "": hold out holdout_fraction of the train rows.
+  t.heldout_path = ""             # "": hold out heldout_fraction of the train rows.
   t.heldout_split = "test"
   t.field_map = ml_collections.ConfigDict()  # canonical field -> column, e.g. {"prompt": "q", "answer": "a"}.
   t.max_rows = 0                  # read at most this many rows of each file; 0: all.
@@ -193,6 +198,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint = k = ml_collections.ConfigDict()
   k.every = 100                   # steps; a checkpoint is also written at the end.
   k.keep = 2                      # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
+  k.export_hf = False             # at the end, also write the policy as a Hugging Face model in WORKDIR/hf_model
+                                  # (grpo_jax/train/export.py; scripts/export.py does it for any checkpoint).
   k.verify = True                 # store a checksum of the parameters and check it on restore.
 
   c.log = lg = ml_collections.ConfigDict()
@@ -216,7 +223,7 @@ def _choice(c, key, choices):
 
 
 def _get(c, key):
-  for part in key.split("."):
+  for part in filter(None, key.split(".")):
     c = c[part]
   return c
 
@@ -238,9 +245,13 @@ def micro_batch_size(config) -> int:
   return config.grpo.micro_batch_size or mini_batch_size(config)
 
 
-def validate(config) -> None:
-  """Checks values and their consistency; raises ValueError naming the key. Runs before any compile."""
+def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence[str] = ()) -> None:
+  """Checks values and their consistency; raises ValueError naming the key. Runs before any compile. Values
+  set under an old field name are moved to the new one first (`apply_renamed`). What a notebook passes to
+  `train` besides the config (grpo_jax/train/inputs.py): `in_memory_dataset`, the dataset task's rows come from
+  `train_dataset` rather than task.train_path; `reward_callables`, the names of its reward callables."""
   c = config
+  apply_renamed(c)
   for key in ("num_steps", "grpo.prompts_per_step", "grpo.num_iterations", "sampling.max_prompt_length",
               "sampling.max_new_tokens", "eval.size", "eval.batch_size", "checkpoint.every",
               "checkpoint.keep", "log.every", "log.samples_every", "warmstart.batch_size",
@@ -266,7 +277,7 @@ def validate(config) -> None:
   _choice(c, "precision.matmul", MATMUL_PRECISIONS)
   _choice(c, "task.name", TASKS)
   if c.task.name == "dataset":
-    _validate_dataset_task(c)
+    _validate_dataset_task(c, in_memory_dataset)
   if c.task.name == "word_arithmetic":
     if not c.model.hf_path:
       _fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
@@ -295,8 +306,8 @@ def validate(config) -> None:
     _fail("grpo.top_entropy_quantile", f"must be in (0, 1] or None, got {q}")
   if not 0 <= c.optim.min_lr_ratio <= 1:
     _fail("optim.min_lr_ratio", f"must be in [0, 1], got {c.optim.min_lr_ratio}")
-  if not 0 < c.task.holdout_fraction < 1:
-    _fail("task.holdout_fraction", f"must be in (0, 1), got {c.task.holdout_fraction}")
+  if not 0 < c.task.heldout_fraction < 1:
+    _fail("task.heldout_fraction", f"must be in (0, 1), got {c.task.heldout_fraction}")
   if c.warmstart.init_checkpoint and not os.path.isdir(c.warmstart.init_checkpoint):
     _fail("warmstart.init_checkpoint", f"{c.warmstart.init_checkpoint!r} is not a directory (another run's workdir)")
   if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
@@ -318,11 +329,11 @@ def validate(config) -> None:
   if overlap or len(set(c.reward_funcs)) != len(c.reward_funcs):
     _fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})")
   weights = configured_rewards(c)
-  if not weights:
+  if not weights and not reward_callables:
     _fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
-  if c.eval.accuracy_reward not in weights:
+  if c.eval.accuracy_reward not in list(weights) + list(reward_callables):
     _fail("eval.accuracy_reward", f"{c.eval.accuracy_reward!r} is not one of the configured rewards "
-          f"{list(weights)}")
+          f"{list(weights) + list(reward_callables)}")
   from grpo_jax.rewards import registry as reward_registry
   for name in weights:
     try:
@@ -349,9 +360,9 @@ def validate(config) -> None:
     check_context(c, context, "model.max_position_embeddings")
 
 
-def _validate_dataset_task(c) -> None:
+def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
   t = c.task
-  if not t.train_path:
+  if not t.train_path and not in_memory_dataset:
     _fail("task.train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or "
           "a save_to_disk directory)")
   for key in ("task.train_path", "task.heldout_path"):
@@ -372,7 +383,8 @@ def _validate_dataset_task(c) -> None:
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "eval.every", "eval.batch_size",
                      "mesh.", "distributed.", "model.offload_ref_params", "grpo.micro_batch_size",
-                     "grpo.length_buckets", "reward_timeout_s", "reward_isolation")
+                     "grpo.length_buckets", "reward_timeout_s", "reward_isolation", "compile_cache_dir",
+                     "checkpoint.export_hf")
 
 
 def configured_rewards(c) -> dict[str, float]:
@@ -380,6 +392,47 @@ def configured_rewards(c) -> dict[str, float]:
   weights = list(c.reward_weights) or [1.0] * len(c.reward_funcs)
   return {**{name: float(w) for name, w in c.rewards.items()},
           **{name: float(w) for name, w in zip(c.reward_funcs, weights)}}
+
+
+# Old field name -> new one. A config that sets an old name still works: `validate` moves the value to the new
+# field with a DeprecationWarning, and a resume compares a saved config's old names as the new ones.
+RENAMED = {"task.holdout_fraction": "task.heldout_fraction"}
+
+
+def apply_renamed(config) -> None:
+  """Moves values set under an old name (RENAMED) to the new field, with a DeprecationWarning."""
+  import warnings
+  for old, new in RENAMED.items():
+    value = _get(config, old)
+    if value is None:
+      continue
+    warnings.warn(f"config.{old} is deprecated; use config.{new}", DeprecationWarning, stacklevel=3)
+    _set(config, new, value)
+    _set(config, old, None)
+
+
+def upgrade_saved(saved: dict) -> dict:
+  """A saved config.json (nested dicts) with its old field names (RENAMED) changed to the new ones."""
+  import copy
+  saved = copy.deepcopy(saved)
+  for old, new in RENAMED.items():
+    *path, leaf = old.split(".")
+    parent = saved
+    for part in path:
+      parent = parent.get(part, {})
+    value = parent.pop(leaf, None) if isinstance(parent, dict) else None
+    if value is not None:
+      *path, leaf = new.split(".")
+      parent = saved
+      for part in path:
+        parent = parent.setdefault(part, {})
+      parent.setdefault(leaf, value)
+  return saved
+
+
+def _set(c, key, value):
+  *path, leaf = key.split(".")
+  _get(c, ".".join(path))[leaf] = value
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -396,7 +449,9 @@ def resume_differences(saved: dict, config) -> tuple[list[str], list[str]]:
   """(conflicts, accepted): the fields where `config` differs from the `saved` config (a run's config.json), as
   "field: saved -> new" lines, split into those a resume may not change and those it may (RESUMABLE_CHANGES)."""
   import json
-  old, new = _flatten(saved), _flatten(json.loads(config.to_json_best_effort()))
+  old, new = _flatten(upgrade_saved(saved)), _flatten(json.loads(config.to_json_best_effort()))
+  for before in RENAMED:  # a run saved under an old name compares as the new one
+    new.pop(before, None)
   conflicts, accepted = [], []
   for key in sorted(old.keys() & new.keys()):  # a field the saved run predates is not a difference
     if old[key] != new[key]:

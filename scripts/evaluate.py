@@ -5,7 +5,7 @@ write the checkpoint out as a Hugging Face model.
   python scripts/evaluate.py runs/smollm2_s0                    # the latest checkpoint, held-out prompts
   python scripts/evaluate.py runs/smollm2_s0 --base             # the model the run started from (hf_path)
   python scripts/evaluate.py runs/smollm2_s0 --set three_digit  # a transfer set of the run's task
-  python scripts/evaluate.py runs/smollm2_s0 --export out/policy   # + config.json, safetensors, tokenizer
+  python scripts/evaluate.py runs/smollm2_s0 --export out/policy   # and write it out (as scripts/export.py)
 
 Besides accuracy it splits the completions into: finished (a stop token within max_new_tokens) or cut off, and
 correct or not, so a gain can be read as format / brevity (fewer cut off) or arithmetic (more finished ones
@@ -14,20 +14,10 @@ right). The run's own config (WORKDIR/config.json) gives the task, model, prompt
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def load_run_config(workdir: str):
-  import ml_collections
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} does not exist (is {workdir} a training workdir?)")
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
 
 
 def main(argv=None):
@@ -42,12 +32,11 @@ def main(argv=None):
   args = parser.parse_args(argv)
 
   import jax
-  import numpy as np
 
   from grpo_jax.model import sharding as sharding_lib
   from grpo_jax.train import loop
-  from grpo_jax.train.checkpoint import Checkpointer, restore_params
   from grpo_jax.train.evaluation import evaluate
+  from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 
   config = load_run_config(args.workdir)
   size = args.size or config.eval.size
@@ -56,15 +45,7 @@ def main(argv=None):
   graphdef, params = loop.build_model(config, tokenizer, mesh)
   source = "base model"
   if not args.base:
-    directory = os.path.join(args.workdir, loop.CHECKPOINT_DIR)
-    checkpointer = Checkpointer(directory, keep=config.checkpoint.keep, verify=False)
-    steps = checkpointer.all_steps()
-    checkpointer.close()
-    step = args.step if args.step is not None else (steps[-1] if steps else None)
-    if step is None:
-      raise FileNotFoundError(f"{directory} holds no checkpoint; use --base for the starting model")
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)
-    params, _ = restore_params(directory, step, abstract)
+    params, step = restore_run_params(args.workdir, params, args.step)
     source = f"checkpoint {step}"
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
   _, greedy, _ = loop.make_samplers(graphdef, config, tokenizer)
@@ -84,11 +65,7 @@ def main(argv=None):
     question = columns.get("prompt")[i]
     print(f"  [{'right' if correct[i] else 'wrong'}] ...{question[-40:]!r} -> {completions[i]!r}")
   if args.export:
-    from flax import nnx
-
-    from grpo_jax.model import hf_io
-    hf_io.save_pretrained(nnx.merge(graphdef, params), args.export, source=config.model.hf_path or None)
-    print(f"wrote {args.export}")
+    write_hf_model(graphdef, params, config, tokenizer, args.export)
 
 
 if __name__ == "__main__":

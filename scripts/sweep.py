@@ -33,7 +33,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _parse_set(text: str):
   if "=" not in text:
-    raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. train.num_steps=50")
+    raise argparse.ArgumentTypeError(f"--set {text!r}: expected KEY=VALUE, e.g. num_steps=50")
   key, value = text.split("=", 1)
   try:
     parsed = ast.literal_eval(value)

@@ -2,6 +2,6 @@
 # Runs the whole test suite (sets up ./.venv on first use). Extra arguments go to pytest.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$root/scripts/setup_env.sh"
+bash "$root/scripts/setup_env.sh" test
 cd "$root"
 exec "$root/.venv/bin/python" -m pytest -q -n 2 --dist loadfile "$@"

@@ -122,3 +122,20 @@ def test_rewards_by_import_path_with_dots():
   assert fns[1][1] is isolation_rewards.pid
   c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid",))
   assert config_lib.configured_rewards(c)["tests.rewards.isolation_rewards:pid"] == 1.0
+
+
+def test_an_old_field_name_still_works_with_a_warning_and_resumes_as_the_new_one():
+  import json
+  c = _config(**{"task.holdout_fraction": 0.3})
+  with pytest.warns(DeprecationWarning, match=r"config.task.holdout_fraction is deprecated; use "
+                                              r"config.task.heldout_fraction"):
+    config_lib.validate(c)
+  assert c.task.heldout_fraction == 0.3 and c.task.holdout_fraction is None
+  # A run saved before the rename (its config.json has only the old name) resumes under the new one.
+  saved = json.loads(_config().to_json_best_effort())
+  del saved["task"]["heldout_fraction"], saved["task"]["holdout_fraction"]
+  saved["task"]["holdout_fraction"] = 0.3
+  assert config_lib.upgrade_saved(saved)["task"]["heldout_fraction"] == 0.3
+  assert config_lib.resume_differences(saved, c) == ([], [])
+  conflicts, _ = config_lib.resume_differences(saved, _config(**{"task.heldout_fraction": 0.2}))
+  assert conflicts == ["task.heldout_fraction: 0.3 -> 0.2"]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from grpo_jax.rewards.registry import same_definition
+
 _LOSSES: dict[str, Callable] = {}
 
 
@@ -38,10 +40,7 @@ def register_loss(name: str, *, overwrite: bool = False):
     if not callable(fn):
       raise TypeError(f"register_loss({name!r}) expects a function, got {type(fn).__name__}")
     old = _LOSSES.get(name)
-    same_definition = old is not None and (
-        getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == (
-        getattr(fn, "__module__", None), getattr(fn, "__qualname__", None))
-    if old is not None and old is not fn and not (overwrite or same_definition):
+    if old is not None and old is not fn and not (overwrite or same_definition(old, fn)):
       raise ValueError(f"a policy loss named {name!r} is already registered ({old!r}); "
                        "pass overwrite=True to replace it")
     _LOSSES[name] = fn

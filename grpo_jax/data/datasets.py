@@ -1,7 +1,9 @@
 """Question/answer datasets from local files: JSONL, Parquet, or a Hugging Face `save_to_disk` directory.
 
 Every loaded row is a dict with the canonical fields
-  prompt: str   the question text, before any prompt template;
+  prompt:       the question text, before any prompt template; or, in TRL's conversational form, a list of
+                chat messages {"role": "system" | "user" | "assistant", "content": str}, which the "chat"
+                template renders with the tokenizer's chat template as they are;
   answer:       the gold answer the reward functions compare against (column `answer` of the rewards);
 plus every other column of the file, unchanged, so reward functions can read them (e.g. `numbers`, `target`).
 
@@ -156,9 +158,27 @@ def detect_layout(columns: Sequence[str]) -> str:
                      "MATH problem/solution, Countdown nums/target); give a field_map")
 
 
+MESSAGE_ROLES = ("system", "user", "assistant")
+
+
+def _check_messages(messages: list, where: str) -> None:
+  """TRL's conversational form: [{"role": "system" | "user" | "assistant", "content": str}, ...]."""
+  if not messages:
+    raise DatasetError(f"{where}: field 'prompt' is an empty list of messages")
+  for i, m in enumerate(messages):
+    if not isinstance(m, dict) or not isinstance(m.get("content"), str) or m.get("role") not in MESSAGE_ROLES:
+      raise DatasetError(f"{where}: message {i} of 'prompt' must be {{'role': one of {list(MESSAGE_ROLES)}, "
+                         f"'content': a string}}, got {m!r:.80}")
+
+
 def _check_prompt_and_answer(row: Row, where: str) -> Row:
-  if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-    raise DatasetError(f"{where}: field 'prompt' must be a non-empty string, got {row.get('prompt')!r:.80}")
+  prompt = row.get("prompt")
+  if isinstance(prompt, (list, tuple)):
+    _check_messages(list(prompt), where)
+    row["prompt"] = [{"role": m["role"], "content": m["content"]} for m in prompt]
+  elif not isinstance(prompt, str) or not prompt.strip():
+    raise DatasetError(f"{where}: field 'prompt' must be a non-empty string or a list of chat messages, got "
+                       f"{prompt!r:.80}")
   if "answer" in row:
     answer = row["answer"]
     if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
@@ -224,6 +244,21 @@ def load_rows(path: str, field_map: Mapping[str, str] | None = None, split: str 
     raise DatasetError(f"{path}: no rows")
   layout = None if field_map else detect_layout(records[0][1])
   return [canonical_row(record, f"{path}, {label}", field_map, layout) for label, record in records]
+
+
+def rows_in_memory(dataset, name: str, field_map: Mapping[str, str] | None = None) -> list[Row]:
+  """Canonical rows of a dataset held in memory: a list of dicts, a `datasets.Dataset`, or any iterable of
+  dict rows; errors name it `name` and the row (1-based), as for files."""
+  if isinstance(dataset, (str, bytes, dict)) or not hasattr(dataset, "__iter__"):
+    raise DatasetError(f"{name}: expected a list of row dicts or a datasets.Dataset, got {type(dataset).__name__}")
+  records = list(dataset)
+  if not records:
+    raise DatasetError(f"{name}: no rows")
+  for i, record in enumerate(records):
+    if not isinstance(record, Mapping):
+      raise DatasetError(f"{name}, row {i + 1}: a row must be a dict, got {type(record).__name__}")
+  layout = None if field_map else detect_layout(records[0])  # the first row's layout, as for files
+  return [canonical_row(dict(r), f"{name}, row {i + 1}", field_map, layout) for i, r in enumerate(records)]
 
 
 # ------------------------------------------------------------------------------------------------ splits

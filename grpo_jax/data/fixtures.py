@@ -181,7 +181,7 @@ def apply_test_preset(c, dataset: str | None):
   if dataset is not None:
     c.task.train_path = paths[dataset]
     c.task.heldout_path = ""
-    c.task.holdout_fraction = 0.25
+    c.task.heldout_fraction = 0.25
   c.num_steps = 2
   c.sampling.max_prompt_length = 192
   c.sampling.max_new_tokens = 8

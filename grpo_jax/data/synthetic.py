@@ -37,13 +37,13 @@ class AdditionTask:
   name = "addition"
   _TRAIN, _EVAL, _SPLIT = 1, 2, 3  # hash stream ids.
 
-  def __init__(self, num_digits: int = 2, holdout_fraction: float = 0.1, seed: int = 0):
+  def __init__(self, num_digits: int = 2, heldout_fraction: float = 0.1, seed: int = 0):
     if num_digits < 1:
       raise ValueError(f"AdditionTask: num_digits must be >= 1, got {num_digits}")
-    if not 0 < holdout_fraction < 1:
-      raise ValueError(f"AdditionTask: holdout_fraction must be in (0, 1), got {holdout_fraction}")
+    if not 0 < heldout_fraction < 1:
+      raise ValueError(f"AdditionTask: heldout_fraction must be in (0, 1), got {heldout_fraction}")
     self.num_digits = num_digits
-    self.holdout_fraction = holdout_fraction
+    self.heldout_fraction = heldout_fraction
     self.seed = seed
     self.tokenizer = CharTokenizer("0123456789+=")
     self._n = 10 ** num_digits
@@ -58,7 +58,7 @@ class AdditionTask:
 
   def is_heldout(self, a, b) -> np.ndarray:
     u = _hash(self._SPLIT, a, b).astype(np.float64) / 2.0 ** 64
-    return u < self.holdout_fraction
+    return u < self.heldout_fraction
 
   def _pairs(self, stream: int, seed: int, idx: np.ndarray, attempt: int):
     a = (_hash(stream, seed, idx, attempt, 0) % np.uint64(self._n)).astype(np.int64)
@@ -92,7 +92,7 @@ class AdditionTask:
       heldout_total = int(keep.sum())
       if n > heldout_total:
         raise ValueError(f"AdditionTask: eval size {n} exceeds the {heldout_total} held-out problems "
-                         f"(num_digits={self.num_digits}, holdout_fraction={self.holdout_fraction})")
+                         f"(num_digits={self.num_digits}, heldout_fraction={self.heldout_fraction})")
       a, b = a[keep], b[keep]
       order = np.argsort(_hash(self._EVAL, a, b), kind="stable")[:n]
       return self._columns(a[order].tolist(), b[order].tolist())
@@ -112,5 +112,5 @@ class AdditionTask:
 def make_task(task_config, seed: int):
   """The task named by `config.task`."""
   if task_config.name == "addition":
-    return AdditionTask(task_config.num_digits, task_config.holdout_fraction, seed)
+    return AdditionTask(task_config.num_digits, task_config.heldout_fraction, seed)
   raise ValueError(f"config.task.name: unknown task {task_config.name!r} (known: addition)")

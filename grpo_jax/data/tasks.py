@@ -26,13 +26,13 @@ was learned carries over.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from grpo_jax.data import word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
-from grpo_jax.data.datasets import load_train_heldout
+from grpo_jax.data.datasets import load_train_heldout, rows_in_memory, split_rows
 from grpo_jax.data.synthetic import AdditionTask
 from grpo_jax.data.templates import tokenize_prompts
 
@@ -98,7 +98,7 @@ class DatasetTask:
     if not self._heldout:
       raise ValueError(f"{source}: no held-out prompts ({len(heldout)} held-out rows, {dropped_heldout} of them "
                        f"longer than config.sampling.max_prompt_length={max_prompt_tokens} tokens); set "
-                       "config.task.heldout_path or config.task.holdout_fraction")
+                       "config.task.heldout_path or config.task.heldout_fraction")
     if template != "chat":  # the loop encodes prompt texts without special tokens: write the BOS into the text.
       bos = _bos_prefix(tokenizer)
       for row in self._train + self._heldout + [r for rows in self._transfer.values() for r in rows]:
@@ -148,12 +148,19 @@ class DatasetTask:
     return self._as_columns(self._transfer[name][:n])
 
 
-def make_task(config, log: Callable[[str], None] = print):
-  """The task named by `config.task.name`, its tokenizer from `config.model.hf_path` when that is set."""
+def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[dict] | None = None,
+              heldout_rows: Iterable[dict] | None = None):
+  """The task named by `config.task.name`, its tokenizer from `config.model.hf_path` when that is set.
+
+  `train_rows` / `heldout_rows`: the dataset task's rows in memory (a list of dicts or a `datasets.Dataset`),
+  instead of task.train_path / task.heldout_path; without `heldout_rows`, task.heldout_fraction of the train
+  rows are held out."""
   t = config.task
+  if train_rows is not None and t.name != "dataset":
+    raise ValueError(f"a train_dataset needs config.task.name = 'dataset', not {t.name!r}")
   tokenizer = load_hf_tokenizer(config.model.hf_path) if config.model.hf_path else None
   if t.name == "addition":
-    task = AdditionTask(t.num_digits, t.holdout_fraction, config.seed)
+    task = AdditionTask(t.num_digits, t.heldout_fraction, config.seed)
     if tokenizer is not None:
       task.tokenizer = tokenizer
     return task
@@ -161,15 +168,25 @@ def make_task(config, log: Callable[[str], None] = print):
     if tokenizer is None:
       raise ValueError("config.model.hf_path: the dataset task needs a checkpoint directory (its tokenizer "
                        "encodes the prompts)")
-    train, heldout = load_train_heldout(
-        t.train_path, t.heldout_path or None, field_map=_plain_dict(t.field_map) or None,
-        heldout_fraction=0.0 if t.heldout_path else t.holdout_fraction, seed=config.seed,
-        train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
+    field_map = _plain_dict(t.field_map) or None
+    if train_rows is not None:
+      source = "train_dataset"
+      train = rows_in_memory(train_rows, source, field_map)
+      if heldout_rows is not None:
+        heldout = rows_in_memory(heldout_rows, "eval_dataset", field_map)
+      else:
+        train, heldout = split_rows(train, t.heldout_fraction, config.seed)
+    else:
+      source = t.train_path
+      train, heldout = load_train_heldout(
+          t.train_path, t.heldout_path or None, field_map=field_map,
+          heldout_fraction=0.0 if t.heldout_path else t.heldout_fraction, seed=config.seed,
+          train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
     task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
                        template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                       seed=config.seed, source=t.train_path)
+                       seed=config.seed, source=source)
     dropped = task.num_dropped
-    log(f"[data] {t.train_path}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
+    log(f"[data] {source}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
         f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
         f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
     return task
@@ -177,8 +194,8 @@ def make_task(config, log: Callable[[str], None] = print):
     if tokenizer is None:
       raise ValueError("config.model.hf_path: the word_arithmetic task needs a checkpoint directory (its tokenizer "
                        "and chat template)")
-    train, heldout = word_arithmetic.split(t.num_digits, t.holdout_fraction)
-    transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.holdout_fraction, config.eval.size)
+    train, heldout = word_arithmetic.split(t.num_digits, t.heldout_fraction)
+    transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size)
                 for name in transfer_names(config)}
     task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
                        template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,

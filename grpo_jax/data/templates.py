@@ -30,9 +30,17 @@ R1_SYSTEM_PROMPT = (
 TEMPLATES = ("plain", "r1_zero", "chat")
 
 
-def render_prompt(question: str, template: str = "plain", tokenizer: Any = None,
+def render_prompt(question: str | list[dict], template: str = "plain", tokenizer: Any = None,
                   system_prompt: str | None = None, prefill_think: bool = False) -> str:
-  """The text fed to the model for one question (templates in the module docstring)."""
+  """The text fed to the model for one question (templates in the module docstring).
+
+  `question` may be a list of chat messages (TRL's conversational form): the "chat" template renders them as
+  they are, after `system_prompt` unless they hold a system message of their own.
+  """
+  conversational = isinstance(question, (list, tuple))
+  if conversational and template != "chat":
+    raise ValueError(f"a prompt given as chat messages needs the 'chat' template (config.task.template), not "
+                     f"{template!r}")
   if template == "plain":
     return question
   if template == "r1_zero":
@@ -44,8 +52,13 @@ def render_prompt(question: str, template: str = "plain", tokenizer: Any = None,
     if not getattr(tokenizer, "chat_template", None):
       raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat_template; use template='plain' or "
                        "'r1_zero', or set tokenizer.chat_template")
-    messages = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
-    messages.append({"role": "user", "content": question})
+    if conversational:
+      has_system = any(m["role"] == "system" for m in question)
+      messages = ([{"role": "system", "content": system_prompt}] if system_prompt and not has_system else [])
+      messages += list(question)
+    else:
+      messages = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
+      messages.append({"role": "user", "content": question})
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return text + "<think>" if prefill_think else text
   raise ValueError(f"unknown template {template!r}; expected one of {TEMPLATES}")

@@ -5,7 +5,7 @@ them with the chat template and `gsm8k_accuracy` scores them (the number in <ans
 else the last number of the completion).
 
 Training and held-out problems: ordered pairs (a, b) of `num_digits`-digit numbers (10..99 for 2 digits,
-8,100 pairs). A fixed hash of the pair, the same for every seed, puts `holdout_fraction` of the pairs in the
+8,100 pairs). A fixed hash of the pair, the same for every seed, puts `heldout_fraction` of the pairs in the
 held-out set; the training rows are the other pairs, so no held-out problem is ever trained on (nor its
 mirror image b + a, which is kept on the same side of the split). Held-out problems are listed in a fixed,
 shuffled order.
@@ -46,29 +46,29 @@ def _pairs(num_digits: int) -> tuple[np.ndarray, np.ndarray]:
   return a.ravel(), b.ravel()
 
 
-def split(num_digits: int, holdout_fraction: float) -> tuple[list[dict], list[dict]]:
+def split(num_digits: int, heldout_fraction: float) -> tuple[list[dict], list[dict]]:
   """(train rows, held-out rows) of all `num_digits`-digit pairs, in a fixed order (module docstring)."""
   if num_digits < 1:
     raise ValueError(f"word_arithmetic: num_digits must be >= 1, got {num_digits}")
-  if not 0 < holdout_fraction < 1:
-    raise ValueError(f"word_arithmetic: holdout_fraction must be in (0, 1), got {holdout_fraction}")
+  if not 0 < heldout_fraction < 1:
+    raise ValueError(f"word_arithmetic: heldout_fraction must be in (0, 1), got {heldout_fraction}")
   a, b = _pairs(num_digits)
   # The unordered pair decides the side, so a + b and b + a are never split across it.
   u = _hash(_SPLIT, np.minimum(a, b), np.maximum(a, b)).astype(np.float64) / 2.0 ** 64
   order = np.argsort(_hash(_ORDER, a, b), kind="stable")
-  heldout = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] < holdout_fraction]
-  train = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] >= holdout_fraction]
+  heldout = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] < heldout_fraction]
+  train = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] >= heldout_fraction]
   return train, heldout
 
 
-def transfer_rows(name: str, num_digits: int, holdout_fraction: float, n: int) -> list[dict]:
+def transfer_rows(name: str, num_digits: int, heldout_fraction: float, n: int) -> list[dict]:
   """The first `n` rows of the transfer set `name` (one of TRANSFER_SETS)."""
   if name == "three_digit":
     a, b = _pairs(num_digits + 1)
     order = np.argsort(_hash(_ORDER, a, b), kind="stable")[:n]
     return [_row(a[i], b[i], question(a[i], b[i])) for i in order]
   if name == "reworded":
-    _, heldout = split(num_digits, holdout_fraction)
+    _, heldout = split(num_digits, heldout_fraction)
     rows = []
     for row in heldout[:n]:
       k = int(_hash(_PHRASE, row["a"], row["b"]) % np.uint64(len(_REWORDED)))

@@ -68,6 +68,17 @@ class ModelConfig:
 # HF model_type -> architecture class name.
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 SUPPORTED_ARCHITECTURES = tuple(FAMILIES.values())
+# Families users ask for, with what their layers do that the Llama-style decoder here does not.
+NOT_YET_SUPPORTED = {
+    "gemma3_text": "Gemma 3 scales RMSNorm by (1 + weight), multiplies embeddings by sqrt(hidden_size), scales "
+                   "queries by query_pre_attn_scalar, normalizes before and after both attention and MLP (four "
+                   "norms per layer), uses GeGLU (gelu_pytorch_tanh), and alternates sliding-window layers (with "
+                   "their own RoPE base) with global ones",
+    "gemma2": "Gemma 2 has Gemma 3's differences (without q/k norms) plus logit soft-capping in attention and at "
+              "the output",
+    "mistral": "Mistral's sliding-window attention",
+}
+NOT_YET_SUPPORTED["gemma3"] = NOT_YET_SUPPORTED["gemma3_text"]
 
 
 def _unsupported(msg: str):
@@ -83,6 +94,9 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
   """
   archs = list(hf.get("architectures") or [])
   model_type = hf.get("model_type")
+  if model_type in NOT_YET_SUPPORTED:
+    _unsupported(f"model_type={model_type!r} ({', '.join(archs)}) is not supported yet: "
+                 f"{NOT_YET_SUPPORTED[model_type]}. Supported: {', '.join(FAMILIES)}")
   if model_type not in FAMILIES:
     _unsupported(f"model_type={model_type!r} is not supported (supported: {', '.join(FAMILIES)}; "
                  f"architectures={archs})")

@@ -15,6 +15,7 @@ callable itself.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Callable
 
 RewardFn = Callable[..., list]
@@ -22,26 +23,38 @@ RewardFn = Callable[..., list]
 _REWARDS: dict[str, RewardFn] = {}
 
 
-def register_reward(name: str, *, override: bool = False):
+def register_reward(name: str, *, overwrite: bool = False, override: bool | None = None):
   """Decorator: `@register_reward("gsm8k_accuracy")` makes the function available to `get_reward`.
 
-  Registering a different function under a taken name is an error unless `override=True` (re-registering
-  the same object is a no-op, so reloading a module is harmless).
+  Registering a different function under a taken name is an error unless `overwrite=True` (the keyword of
+  `register_loss` too). Re-registering the same object, or a function with the same module and qualified name
+  (a reloaded module, a re-run notebook cell), replaces it silently. `override=` is the old spelling: accepted,
+  with a DeprecationWarning.
   """
   if not isinstance(name, str) or not name:
     raise ValueError(f"reward name must be a non-empty string, got {name!r}")
+  if override is not None:
+    warnings.warn("register_reward(override=...) is deprecated; use overwrite=...", DeprecationWarning,
+                  stacklevel=2)
+    overwrite = overwrite or override
 
   def decorator(fn: RewardFn) -> RewardFn:
     if not callable(fn):
       raise TypeError(f"register_reward({name!r}) got a non-callable {fn!r}")
     existing = _REWARDS.get(name)
-    if existing is not None and existing is not fn and not override:
+    if existing is not None and existing is not fn and not (overwrite or same_definition(existing, fn)):
       raise ValueError(f"a reward named {name!r} is already registered ({existing!r}); "
-                       "pass override=True to replace it")
+                       "pass overwrite=True to replace it")
     _REWARDS[name] = fn
     return fn
 
   return decorator
+
+
+def same_definition(a: Callable, b: Callable) -> bool:
+  """True for two functions defined by the same code: same module and qualified name."""
+  key = lambda f: (getattr(f, "__module__", None), getattr(f, "__qualname__", None))
+  return key(a) == key(b) and key(a) != (None, None)
 
 
 def get_reward(name_or_callable: str | RewardFn) -> RewardFn:

@@ -26,6 +26,8 @@ from jax.experimental import multihost_utils
 
 logger = logging.getLogger(__name__)
 
+CHECKPOINT_DIR = "checkpoints"  # WORKDIR/checkpoints/STEP
+
 
 class Restored(NamedTuple):
   step: int

@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
+from grpo_jax import compile_cache
 from grpo_jax import config as config_lib
 from grpo_jax import precision
 from grpo_jax.algo.objective import LossConfig
@@ -38,8 +39,11 @@ from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train import distributed
 from grpo_jax.train import metrics as metrics_lib
-from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state
+from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_params, save_initial_state
 from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train import inputs as inputs_lib
+from grpo_jax.train.export import EXPORT_DIR, write_hf_model
+from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.rollout import collect_dynamic_rollout, collect_rollout, trim_padding
@@ -49,7 +53,6 @@ from grpo_jax.train.warmstart import run_warmstart
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoints"
 WARMSTART_DIR = "warmstart"  # the parameters GRPO started from (after the warm start); never garbage-collected
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
@@ -58,9 +61,10 @@ MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates tha
 
 # ---- building blocks ------------------------------------------------------------------------------------
 
-def build_tokenizer_and_task(config, log=print):
+def build_tokenizer_and_task(config, log=print, inputs: RunInputs = RunInputs()):
   """log: where the task's one-line data report goes (the main process's console on multi-host runs)."""
-  task = make_task(config, log=log)  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's with hf_path.
+  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's with hf_path.
+  task = make_task(config, log=log, train_rows=inputs.train_dataset, heldout_rows=inputs.eval_dataset)
   return task.tokenizer, task
 
 
@@ -90,10 +94,14 @@ def build_model(config, tokenizer, mesh):
   return graphdef, init(jax.random.fold_in(jax.random.key(config.seed), 0))
 
 
-def build_reward_fns(config):
+def build_reward_fns(config, inputs: RunInputs = RunInputs()):
   gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
   fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
          for name, weight in config_lib.configured_rewards(config).items()]
+  clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
+  if clash:
+    raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
+  fns += inputs.reward_specs()
   g = config.grpo
   if g.overlong_buffer > 0:
     fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
@@ -170,22 +178,31 @@ class Summary:
             f"({delta:+.1f} points) after {self.steps} GRPO steps in {self.wall_s:.0f}s; curves: {plot}")
 
 
-def train(config, workdir: str) -> Summary:
-  """Runs (or resumes) the experiment `config` in `workdir`. Returns the summary also printed at the end."""
+def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
+          reward_weights: Sequence[float] | None = None, train_dataset=None, eval_dataset=None,
+          callbacks: Sequence[Callable] = ()) -> Summary:
+  """Runs (or resumes) the experiment `config` in `workdir`. Returns the summary also printed at the end.
+
+  The keyword arguments are for notebooks: reward callables, datasets in memory and step callbacks
+  (grpo_jax/train/inputs.py); the launcher passes none.
+  """
   t_start = time.time()
-  config_lib.validate(config)
+  inputs = RunInputs(tuple(reward_funcs), reward_weights, train_dataset, eval_dataset, tuple(callbacks))
+  config_lib.validate(config, in_memory_dataset=train_dataset is not None,
+                      reward_callables=[name for name, _, _ in inputs.reward_specs()])
   precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
   distributed.initialize(config)  # multi-host: before anything touches the devices
+  compile_cache.enable(config.compile_cache_dir)
   main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
   log_console = print if main else (lambda *args, **kwargs: None)
   if main:  # the lock file is the only thing written before the settings are checked
     with WorkdirLock(workdir):
       _check_resumable(config, workdir, log_console)
-      return _train(config, workdir, t_start, main, log_console)
-  return _train(config, workdir, t_start, main, log_console)
+      return _train(config, workdir, t_start, main, log_console, inputs)
+  return _train(config, workdir, t_start, main, log_console, inputs)
 
 
-def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Summary:
+def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs: RunInputs) -> Summary:
   os.makedirs(workdir, exist_ok=True)
   # The summary marks a finished run; this one is not yet.
   if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
@@ -195,7 +212,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(cfg_json)
 
-  tokenizer, task = build_tokenizer_and_task(config, log=log_console)
+  tokenizer, task = build_tokenizer_and_task(config, log=log_console, inputs=inputs)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
   graphdef, params = build_model(config, tokenizer, mesh)
   place = _BatchPlacer(mesh)
@@ -223,7 +240,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
   ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
                                          chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
   sampler, greedy_sampler, pass_k_sampler = make_samplers(graphdef, config, tokenizer)
-  reward_fns = build_reward_fns(config)
+  reward_fns = build_reward_fns(config, inputs)
   eval_columns = task.eval_rows(config.eval.size)
   base_key = jax.random.key(config.seed)
 
@@ -261,6 +278,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
       restored = checkpointer.restore_latest(abstract)
     if restored is None:
       _refuse_to_overwrite_history(workdir)
+    inputs_lib.check_or_record(workdir, inputs, resuming=restored is not None, main=main)
     if restored is not None:
       params, opt_state = restored.state["params"], restored.state["opt_state"]
       if use_ref:
@@ -347,6 +365,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
     global_sampler = distributed.GlobalSampler(sampler, offset * g.group_size)
 
     nonfinite_steps = 0  # consecutive steps whose every update was skipped
+    last_step = start_step
     for step in range(start_step + 1, config.num_steps + 1):
       t0 = time.time()
       step_key = jax.random.fold_in(base_key, step)
@@ -393,10 +412,17 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
         writer.write_samples(step, samples)
         bar.write(metrics_lib.format_samples(step, samples))
       bar.update(metrics)
-      if step % config.checkpoint.every == 0 or step == config.num_steps:
+      stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
+      if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
         writer.flush()
         checkpointer.save(step, state_tree(), _meta(config, step, data_position, initial_eval,
                                                     wall_before + time.time() - t_start, cfg_json, run_id))
+      last_step = step
+      if stop:
+        log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
+        break
+    if config.checkpoint.export_hf:
+      write_hf_model(graphdef, params, config, tokenizer, os.path.join(workdir, EXPORT_DIR), log=log_console)
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
     if bar is not None:
       bar.close()
@@ -410,7 +436,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console) -> Sum
     plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
   this_process = time.time() - t_start
   summary = Summary(accuracy_before=initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
-                    steps=config.num_steps, wall_s=wall_before + this_process, plot_path=plot_path,
+                    steps=last_step, wall_s=wall_before + this_process, plot_path=plot_path,
                     workdir=workdir, wall_s_this_process=this_process, wall_s_total=wall_before + this_process)
   if main:
     with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:

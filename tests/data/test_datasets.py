@@ -25,6 +25,31 @@ def test_gsm8k_layout_in_every_format(tmp_path, fmt):
   assert gsm8k_accuracy([r["prompt"] for r in rows], completions, answer=[r["answer"] for r in rows]) == [1.0] * 4
 
 
+CONVERSATIONS = [
+    {"prompt": [{"role": "system", "content": "Answer with a number."},
+                {"role": "user", "content": "What is 2 + 2?"}], "answer": "4"},
+    {"prompt": [{"role": "user", "content": "What is 3 + 5?"}, {"role": "assistant", "content": "8"},
+                {"role": "user", "content": "And 8 + 1?"}], "answer": "9"},
+]
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_conversational_prompts_in_every_format(tmp_path, fmt):
+  """TRL's conversational datasets: a list of chat messages as the prompt, rendered by the chat template."""
+  from grpo_jax.data import fixtures
+  from grpo_jax.data.templates import tokenize_prompts
+  write, name = WRITERS[fmt]
+  rows = load_rows(write(tmp_path / name, CONVERSATIONS))
+  assert [r["prompt"] for r in rows] == [r["prompt"] for r in CONVERSATIONS]
+  tokenizer = fixtures.build_tokenizer()
+  kept, dropped = tokenize_prompts(rows, tokenizer, 512, template="chat", system_prompt="Be brief.")
+  assert dropped == 0
+  # The row's own system message stands; a conversation without one gets the configured system prompt.
+  want = [CONVERSATIONS[0]["prompt"], [{"role": "system", "content": "Be brief."}] + CONVERSATIONS[1]["prompt"]]
+  assert [r["prompt_text"] for r in kept] == [
+      tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in want]
+
+
 @pytest.mark.parametrize("fmt", WRITERS)
 def test_math_layout_takes_the_last_box(tmp_path, fmt):
   write, name = WRITERS[fmt]
@@ -102,6 +127,9 @@ def test_max_rows(gsm8k_jsonl):
     ([{"problem": ["p"], "solution": "\\boxed{1}"}], r"line 1: field 'problem' must be a string"),
     ([{"prompt": "p", "answer": "1"}, {"prompt": 5, "answer": "1"}], r"line 2: field 'prompt' must be"),
     ([{"prompt": "p", "answer": "1"}, {"prompt": "p", "answer": [1]}], r"line 2: field 'answer' must be"),
+    ([{"prompt": [], "answer": "1"}], r"line 1: field 'prompt' is an empty list of messages"),
+    ([{"prompt": [{"role": "user", "content": "q"}, {"role": "bot", "content": "x"}], "answer": "1"}],
+     r"line 1: message 1 of 'prompt' must be"),
     ([{"nums": [1, "2"], "target": 3}], r"line 1: Countdown numbers"),
     ([{"nums": [1, 2], "target": "3"}], r"line 1: Countdown target"),
 ])

@@ -44,6 +44,22 @@ def test_chat_template_with_system_prompt(tokenizer):
   assert R1_SYSTEM_PROMPT in render_prompt("q", "chat", tokenizer, system_prompt=R1_SYSTEM_PROMPT)
 
 
+def test_conversational_prompts_render_as_given(tokenizer):
+  """TRL's conversational form: the messages go to the chat template unchanged; the configured system prompt
+  comes first unless the conversation has its own."""
+  turns = [{"role": "user", "content": "what is 2 + 2 ?"}, {"role": "assistant", "content": "4 ."},
+           {"role": "user", "content": "a question ?"}]
+  text = render_prompt(turns, "chat", tokenizer, system_prompt="be brief .")
+  assert text == ("<|im_start|>system\nbe brief .<|im_end|>\n<|im_start|>user\nwhat is 2 + 2 ?<|im_end|>\n"
+                  "<|im_start|>assistant\n4 .<|im_end|>\n<|im_start|>user\na question ?<|im_end|>\n"
+                  "<|im_start|>assistant\n")
+  own = [{"role": "system", "content": "be brief ."}, {"role": "user", "content": "what is 2 + 2 ?"}]
+  assert render_prompt(own, "chat", tokenizer, system_prompt="a long question") == render_prompt(
+      "what is 2 + 2 ?", "chat", tokenizer, system_prompt="be brief .")
+  with pytest.raises(ValueError, match="needs the 'chat' template .config.task.template., not 'r1_zero'"):
+    render_prompt(own, "r1_zero")
+
+
 def test_template_errors(tokenizer):
   with pytest.raises(ValueError, match="unknown template 'alpaca'"):
     render_prompt("q", "alpaca")

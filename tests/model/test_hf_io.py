@@ -213,6 +213,18 @@ def test_unsupported_configs_are_errors(qwen2_copy, change, message):
     hf_io.from_pretrained(path)
 
 
+def test_gemma3_config_names_what_is_not_implemented():
+  """Gemma 3 text checkpoints (transformers' own config of the architecture) fail with what differs."""
+  from transformers import Gemma3TextConfig
+
+  from grpo_jax.model.config import from_hf_config
+  hf = Gemma3TextConfig(num_hidden_layers=2).to_dict()
+  hf["architectures"] = ["Gemma3ForCausalLM"]
+  with pytest.raises(ValueError, match=r"'gemma3_text' \(Gemma3ForCausalLM\) is not supported yet: .*\(1 \+ "
+                                       r"weight\).*sliding-window"):
+    from_hf_config(hf)
+
+
 def test_llama_attention_bias_is_unsupported():
   from grpo_jax.model import from_hf_config
   hf = dict(model_type="llama", vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,

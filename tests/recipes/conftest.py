@@ -9,7 +9,7 @@ from grpo_jax.rewards import register_reward
 from tests.train.conftest import compile_cache, load_experiment  # noqa: F401  (re-exported fixtures/helpers)
 
 
-@register_reward("recipes_test_digit_fraction", override=True)
+@register_reward("recipes_test_digit_fraction", overwrite=True)
 def digit_fraction(prompts, completions, **unused_columns):
   """Fraction of digit characters: varies between random completions, so the tiny runs' updates are not 0."""
   del prompts, unused_columns

@@ -23,7 +23,7 @@ RECIPES = {
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
 SIZE_FIELDS = {
     "num_steps", "model.hf_path", "model.logprob_chunk_size", "task.train_path", "task.heldout_path",
-    "task.holdout_fraction", "task.max_rows", "sampling.max_prompt_length", "sampling.max_new_tokens",
+    "task.heldout_fraction", "task.max_rows", "sampling.max_prompt_length", "sampling.max_new_tokens",
     "grpo.group_size", "grpo.prompts_per_step", "grpo.mini_batch_size", "grpo.micro_batch_size",
     "optim.learning_rate", "optim.warmup_steps", "eval.every", "eval.size", "eval.batch_size",
     "checkpoint.every", "model.hidden_size", "model.intermediate_size", "model.num_layers", "model.num_heads",

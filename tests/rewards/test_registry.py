@@ -27,8 +27,22 @@ def test_register_and_duplicate_names(monkeypatch):
   with pytest.raises(ValueError, match="already registered"):
     register_reward("my_len")(lambda p, c, **k: [])
   other = lambda p, c, **k: []
-  register_reward("my_len", override=True)(other)
+  register_reward("my_len", overwrite=True)(other)
   assert get_reward("my_len") is other
+  # The old keyword still works, with a warning that names the new one.
+  with pytest.warns(DeprecationWarning, match="use overwrite="):
+    register_reward("my_len", override=True)(my_len)
+  assert get_reward("my_len") is my_len
+
+  # A re-run notebook cell defines a new function object with the same name: it replaces the old one.
+  def make():
+    def my_len(prompts, completions, **cols):
+      return [0.0] * len(completions)
+    return my_len
+  first, again = make(), make()
+  register_reward("cell_reward")(first)
+  register_reward("cell_reward")(again)
+  assert get_reward("cell_reward") is again
 
 
 def test_unknown_names_are_clear_errors():

@@ -13,13 +13,16 @@ from tests.train.conftest import ROOT
 def test_two_device_data_parallel_run(tmp_path):
   workdir = tmp_path / "dp"
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the config's directory (one set in the environment would win)
+  cache = tmp_path / "xla_cache"
   proc = subprocess.run(
       [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config",
        os.path.join(ROOT, "experiments", "default.py:test"), "--config.mesh.data=2", "--config.num_steps=2",
        "--config.warmstart.enabled=False", "--config.log.plot=False", "--config.log.tensorboard=False",
-       "--config.grpo.micro_batch_size=8", "--workdir", str(workdir)],
+       "--config.grpo.micro_batch_size=8", f"--config.compile_cache_dir={cache}", "--workdir", str(workdir)],
       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  assert list(cache.iterdir()), "the launcher wrote no compiled program to config.compile_cache_dir"
   records = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
   assert [r["step"] for r in records] == [0, 1, 2]
   for r in records[1:]:

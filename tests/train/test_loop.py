@@ -223,7 +223,7 @@ def test_plot_script_draws_several_runs(reference_run, tmp_path):
 
 @pytest.mark.parametrize("main", [True, False])
 def test_data_report_is_printed_by_the_main_process_only(main, tmp_path, capsys):
-  def fake_make_task(config, log=print):
+  def fake_make_task(config, log=print, **in_memory_rows):
     log("[data] a report line")
     raise RuntimeError("stop after the task")
 
@@ -267,7 +267,7 @@ def test_a_second_launch_on_a_workdir_in_use_refuses_before_touching_it(tmp_path
     pass
 
 
-@register_reward("test_loop_length", override=True)
+@register_reward("test_loop_length", overwrite=True)
 def _length_reward(prompts, completions, **unused_columns):
   del prompts, unused_columns
   return [len(c) / 4 for c in completions]

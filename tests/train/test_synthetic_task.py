@@ -31,7 +31,7 @@ def test_addition_rows_are_correct_deterministic_and_resumable():
 
 
 def test_held_out_problems_never_appear_in_training_and_do_not_depend_on_the_seed():
-  task = AdditionTask(num_digits=2, holdout_fraction=0.1, seed=0)
+  task = AdditionTask(num_digits=2, heldout_fraction=0.1, seed=0)
   held = task.eval_rows(256)
   assert len(set(held["prompt"])) == 256
   assert held == AdditionTask(2, 0.1, seed=7).eval_rows(256)

@@ -1,0 +1,81 @@
+"""A run's policy as a Hugging Face model directory (scripts/export.py, and `checkpoint.export_hf` at the end of a
+run).
+
+The directory holds config.json and safetensors (in the parameter dtype), the tokenizer files and chat template
+of `model.hf_path`, and generation_config.json with `eos_token_id` set to the run's stop tokens (the tokenizer's
+eos and the end-of-turn tokens the sampler stops at: `tasks.stop_ids`), so that transformers' `generate` stops
+where the run's sampler stopped. A run without a checkpoint (a fresh model on the character tokenizer of the
+synthetic task) has no Hugging Face tokenizer: its weights and config are written alone, and a message says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import ml_collections
+from flax import nnx
+
+from grpo_jax import config as config_lib
+from grpo_jax.data.char_tokenizer import CharTokenizer
+from grpo_jax.data.tasks import stop_ids
+from grpo_jax.model import hf_io
+from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_params
+
+EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
+GENERATION_CONFIG = "generation_config.json"
+
+
+def load_run_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a run saved in WORKDIR/config.json."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} does not exist (is {workdir} a training workdir?)")
+  with open(path) as f:
+    return ml_collections.ConfigDict(config_lib.upgrade_saved(json.load(f)))
+
+
+def restore_run_params(workdir: str, params, step: int | None = None):
+  """(parameters of checkpoint `step` of the run in `workdir`, or of its latest; that step). `params`: a tree of
+  the same structure (the freshly built model's), whose shapes, dtypes and shardings the restore takes."""
+  directory = os.path.join(workdir, CHECKPOINT_DIR)
+  checkpointer = Checkpointer(directory, keep=1, verify=False)
+  steps = checkpointer.all_steps()
+  checkpointer.close()
+  if step is None:
+    if not steps:
+      raise FileNotFoundError(f"{directory} holds no checkpoint")
+    step = steps[-1]
+  elif step not in steps:
+    raise FileNotFoundError(f"{directory} has no checkpoint {step}; it has {steps}")
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)
+  restored, _ = restore_params(directory, step, abstract)
+  return restored, step
+
+
+def write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> str:
+  """Writes the policy `nnx.merge(graphdef, params)` to `out` (module docstring); returns `out`.
+
+  Call it on every process of a multi-host run (the parameters are gathered); process 0 writes.
+  """
+  source = config.model.hf_path or None
+  hf_io.save_pretrained(nnx.merge(graphdef, params), out, source=source)
+  if jax.process_index() != 0:
+    return out
+  if isinstance(tokenizer, CharTokenizer):
+    log(f"[export] {out}: weights and config only; this run's character tokenizer has no Hugging Face form")
+    return out
+  path = os.path.join(out, GENERATION_CONFIG)
+  generation = {}
+  if os.path.exists(path):  # the starting checkpoint's, carried over by save_pretrained
+    with open(path) as f:
+      generation = json.load(f)
+  ids = list(stop_ids(tokenizer))
+  generation.update(eos_token_id=ids if len(ids) > 1 else ids[0], pad_token_id=int(tokenizer.pad_token_id))
+  if tokenizer.bos_token_id is not None:
+    generation.setdefault("bos_token_id", int(tokenizer.bos_token_id))
+  with open(path, "w") as f:
+    json.dump(generation, f, indent=2, sort_keys=True)
+    f.write("\n")
+  log(f"[export] wrote {out}")
+  return out
