@@ -46,7 +46,7 @@ def recipe_config(spec: str):
 
 
 def shapes(config):
-  """(B rollout rows, P prompt length, N completion length, mini-batch, micro-batch) of one step."""
+  """(B rollout rows, P prompt length, C completion length, mini-batch, micro-batch) of one step."""
   from grpo_jax import config as config_lib
   s = config.sampling
   return (config_lib.rollout_batch_size(config), s.max_prompt_length, s.max_new_tokens,
@@ -64,8 +64,8 @@ def model_config(name: str, config):
 
 def the_estimate(cfg, config) -> dict:
   import memory_estimate as me
-  B, P, N, _, micro = shapes(config)
-  w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=N, micro_batch=micro,
+  B, P, C, _, micro = shapes(config)
+  w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
                   logprob_chunk=config.model.logprob_chunk_size, use_ref=config.grpo.beta > 0,
                   offload_ref=config.model.offload_ref_params)
   est = me.estimate(cfg, me.Mesh(1, 1, 1), w)
@@ -102,11 +102,11 @@ def abstract_batch(config):
   import jax.numpy as jnp
 
   from grpo_jax.train.step import RolloutBatch
-  B, P, N, _, _ = shapes(config)
+  B, P, C, _, _ = shapes(config)
   i32, f32 = (lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)), (lambda *s: jax.ShapeDtypeStruct(s, jnp.float32))
-  return RolloutBatch(prompt_BxP=i32(B, P), prompt_mask_BxP=i32(B, P), completion_BxN=i32(B, N),
-                      completion_mask_BxN=i32(B, N), advantages_B=f32(B), sampler_logp_BxN=f32(B, N),
-                      ref_logp_BxN=f32(B, N) if config.grpo.beta > 0 else None)
+  return RolloutBatch(prompt_BxP=i32(B, P), prompt_mask_BxP=i32(B, P), completion_BxC=i32(B, C),
+                      completion_mask_BxC=i32(B, C), advantages_B=f32(B), sampler_logp_BxC=f32(B, C),
+                      ref_logp_BxC=f32(B, C) if config.grpo.beta > 0 else None)
 
 
 def compiled_update_bytes(step, abstract_params, abstract_opt, config) -> dict:
@@ -183,13 +183,13 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
     rows.append({"phase": f"step {i}: sample {B} x {s.max_new_tokens} tokens", "peak": peak_in_use(), "s": t1 - t0})
     batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))
     if ref_params is not None:
-      batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))
-      jax.block_until_ready(batch.ref_logp_BxN)
+      batch = batch._replace(ref_logp_BxC=ref_logprobs(offloader.fetch(ref_params), batch))
+      jax.block_until_ready(batch.ref_logp_BxC)
     t2 = time.time()
     rows.append({"phase": f"step {i}: reference log-probs", "peak": peak_in_use(), "s": t2 - t1})
     params, opt_state, metrics = step(params, opt_state, batch)
     jax.block_until_ready((params, opt_state))
-    rows.append({"phase": f"step {i}: update (completions {batch.completion_BxN.shape[1]} wide)",
+    rows.append({"phase": f"step {i}: update (completions {batch.completion_BxC.shape[1]} wide)",
                  "peak": peak_in_use(), "s": time.time() - t2})
     log(f"[memory_fit] step {i}: loss {float(metrics['loss']):.4g}, {time.time() - t0:.1f} s, peak "
         f"{_gib(rows[-1]['peak'])} GiB")
@@ -210,10 +210,10 @@ def main(argv=None):
   import jax
   config = recipe_config(args.recipe)
   cfg = model_config(args.model, config)
-  B, P, N, mini, micro = shapes(config)
+  B, P, C, mini, micro = shapes(config)
   print(f"{args.recipe} at {args.model} shape ({cfg.num_layers} layers, D {cfg.hidden_size}, V {cfg.vocab_size}), "
         f"params {cfg.param_dtype}, compute {cfg.dtype}, remat {cfg.remat}, beta {config.grpo.beta}: rollout "
-        f"{B} rows x ({P} prompt + {N} completion), mini-batch {mini}, micro-batch {micro}; "
+        f"{B} rows x ({P} prompt + {C} completion), mini-batch {mini}, micro-batch {micro}; "
         f"{jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
   est = the_estimate(cfg, config)
   step, abstract_params, abstract_opt, graphdef, optimizer = build_update(cfg, config)

@@ -87,7 +87,7 @@ def main():
   rng = np.random.default_rng(0)
   lengths = rng.integers(args.prompt_min, args.prompt_max + 1, args.batch)
   prompts = [rng.integers(1, args.vocab, n).tolist() for n in lengths]
-  B, N = args.batch, args.new_tokens
+  B, C = args.batch, args.new_tokens
 
   with tempfile.TemporaryDirectory() as ckpt:
     hf.save_pretrained(ckpt)
@@ -96,12 +96,12 @@ def main():
   mesh = sharding.make_mesh(devices=jax.devices()[:args.devices])
   state = sharding.shard_state(state, mesh)  # replicated on a 'data' mesh: the sampler splits the batch
   greedy = args.mode == "greedy"
-  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=N, temperature=1.0, greedy=greedy, pad_id=0))
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=C, temperature=1.0, greedy=greedy, pad_id=0))
   keys = iter(jax.random.split(jax.random.key(0), args.repeats + 1))
 
   def run_jax():
     res = sampler.generate(state, prompts, next(keys))
-    assert res.completion_mask_BxN.sum() == B * N, "the JAX sampler stopped early"
+    assert res.completion_mask_BxC.sum() == B * C, "the JAX sampler stopped early"
 
   P = int(lengths.max())
   ids = torch.zeros(B, P, dtype=torch.long)
@@ -109,7 +109,7 @@ def main():
   for i, p in enumerate(prompts):
     ids[i, P - len(p):] = torch.tensor(p)
     attn[i, P - len(p):] = 1
-  gen_kw = dict(max_new_tokens=N, min_new_tokens=N, do_sample=not greedy, use_cache=True, pad_token_id=0,
+  gen_kw = dict(max_new_tokens=C, min_new_tokens=C, do_sample=not greedy, use_cache=True, pad_token_id=0,
                 eos_token_id=None)
   if not greedy:
     gen_kw.update(temperature=1.0, top_k=0, top_p=1.0)
@@ -117,15 +117,15 @@ def main():
   def run_torch():
     with torch.inference_mode():
       out = hf.generate(ids, attention_mask=attn, **gen_kw)
-    assert out.shape == (B, P + N), out.shape
+    assert out.shape == (B, P + C), out.shape
 
   times_jax, times_torch = interleaved_times(run_jax, run_torch, args.repeats)
   t_jax, t_torch = statistics.median(times_jax), statistics.median(times_torch)
-  tps_jax, tps_torch = B * N / t_jax, B * N / t_torch
+  tps_jax, tps_torch = B * C / t_jax, B * C / t_torch
   pair_ratios = sorted(t / j for j, t in zip(times_jax, times_torch))
   print(f"model: Qwen2 {args.layers} layers, hidden {args.hidden}, heads {args.heads}/{args.kv_heads}, "
         f"mlp {args.mlp}, vocab {args.vocab} ({n_params / 1e6:.1f}M params, float32)")
-  print(f"batch {B} x {N} new tokens, prompts {args.prompt_min}-{args.prompt_max} tokens, mode {args.mode}, "
+  print(f"batch {B} x {C} new tokens, prompts {args.prompt_min}-{args.prompt_max} tokens, mode {args.mode}, "
         f"median of {args.repeats}; jax {jax.__version__} on {args.devices} {jax.devices()[0].platform} "
         f"device(s), "
         f"torch {torch.__version__} with {args.torch_threads} threads; "

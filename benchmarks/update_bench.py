@@ -42,7 +42,7 @@ def main(argv=None):
   from grpo_jax.train.rollout import trim_padding
   from grpo_jax.train.step import RolloutBatch, make_train_step
 
-  P = N = 48
+  P = C = 48
   if os.path.isdir(args.model):
     model, name = hf_io.from_pretrained(args.model), os.path.basename(args.model)
   else:
@@ -55,14 +55,14 @@ def main(argv=None):
   B = args.rows
   prompt_mask = np.zeros((B, P), np.int32)
   prompt_mask[:, P - args.prompt_tokens:] = 1
-  comp_mask = np.zeros((B, N), np.int32)
+  comp_mask = np.zeros((B, C), np.int32)
   comp_mask[:, :args.answer_tokens] = 1
   batch = RolloutBatch(rng.integers(1, vocab, (B, P)).astype(np.int32) * prompt_mask, prompt_mask,
-                       rng.integers(1, vocab, (B, N)).astype(np.int32), comp_mask,
-                       rng.normal(size=B).astype(np.float32), np.zeros((B, N), np.float32), None)
+                       rng.integers(1, vocab, (B, C)).astype(np.int32), comp_mask,
+                       rng.normal(size=B).astype(np.float32), np.zeros((B, C), np.float32), None)
   cut = trim_padding(batch, buckets=4)
   optimizer = optax.adamw(1e-5)
-  step = jax.jit(make_train_step(graphdef, optimizer, LossConfig(beta=0.0, max_completion_length=N),
+  step = jax.jit(make_train_step(graphdef, optimizer, LossConfig(beta=0.0, max_completion_length=C),
                                  num_iterations=1, mini_batch_size=B, micro_batch_size=args.micro,
                                  temperature=0.8, chunk_size=64))
   opt_state = optimizer.init(params)
@@ -80,8 +80,8 @@ def main(argv=None):
   f, t = statistics.median(full), statistics.median(trimmed)
   print(f"{name}: update of {B} rows, {args.prompt_tokens}-token prompts, {args.answer_tokens}-token answers; "
         f"load average {os.getloadavg()[0]:.2f}")
-  print(f"  full width   {P} + {N} columns: {f:.2f} s (first call with compilation {compile_full:.1f} s)")
-  print(f"  length bucket {cut.prompt_BxP.shape[1]} + {cut.completion_BxN.shape[1]} columns: {t:.2f} s "
+  print(f"  full width   {P} + {C} columns: {f:.2f} s (first call with compilation {compile_full:.1f} s)")
+  print(f"  length bucket {cut.prompt_BxP.shape[1]} + {cut.completion_BxC.shape[1]} columns: {t:.2f} s "
         f"(first call {compile_cut:.1f} s)")
   print(f"  ratio full / bucket: {f / t:.2f}x")
 

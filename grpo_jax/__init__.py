@@ -1,0 +1,16 @@
+"""grpo_jax: GRPO for language models in JAX, Flax NNX and Optax.
+
+Shape letters. Array names end in their shape (`completion_mask_BxC`, `q_DxNxH`), and every module uses these
+letters with these meanings only:
+
+  B  rows of a batch: completions (a rollout batch is R x G of them, groups contiguous)
+  R  prompts of a rollout          G  completions per prompt (the group)
+  P  prompt length (tokens, left padded)      C  completion length (tokens; at most max_new_tokens)
+  T  the token axis a function works along: P + C in the model, the completion's C in the losses
+  S  KV-cache slots (P + C)
+  M  mini-batches per rollout      U  micro-batches per mini-batch     b  rows of a micro-batch
+  D  hidden size    F  MLP hidden size    V  vocabulary    L  layers
+  N  query heads    K  key/value heads    H  head dimension    Hh  half of it (rotary tables)
+
+A letter stands for one size; `x` joins them (`BxT` is [B, T]); a trailing `_B` names a per-row vector.
+"""

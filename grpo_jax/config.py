@@ -16,14 +16,18 @@ from typing import Sequence
 import ml_collections
 from ml_collections import config_dict
 
-ADVANTAGE_METHODS = ("grpo", "dr_grpo", "rloo", "batch")
-IMPORTANCE_LEVELS = ("token", "sequence")
-KL_ESTIMATORS = ("k1", "k2", "k3")
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
-SCHEDULES = ("constant", "cosine")
 DTYPES = ("float32", "bfloat16", "float16")
-TASKS = ("addition", "dataset", "word_arithmetic")
-TEMPLATES = ("plain", "r1_zero", "chat")
+
+
+def named_choices() -> dict[str, tuple[str, ...]]:
+  """Config field -> its allowed names, asked of the modules that implement them (the single source)."""
+  from grpo_jax.algo import advantages, aggregation, kl, objective
+  from grpo_jax.data import tasks, templates
+  from grpo_jax.train import optim
+  return {"grpo.advantage": tuple(advantages.METHODS), "grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS),
+          "grpo.kl_estimator": tuple(kl.KL_ESTIMATORS), "grpo.aggregation": tuple(aggregation.AGGREGATIONS),
+          "optim.schedule": tuple(optim.SCHEDULES), "task.name": tuple(tasks.TASKS),
+          "task.template": tuple(templates.TEMPLATES)}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -79,7 +83,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
-  t.name = "addition"             # one of TASKS (grpo_jax/data/tasks.py): "addition" or "dataset".
+  t.name = "addition"             # one of grpo_jax/data/tasks.py's TASKS: addition, dataset, word_arithmetic.
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
   t.heldout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
                                   # heldout_path) reserved for evaluation, never trained on.
@@ -92,7 +96,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.heldout_split = "test"
   t.field_map = ml_collections.ConfigDict()  # canonical field -> column, e.g. {"prompt": "q", "answer": "a"}.
   t.max_rows = 0                  # read at most this many rows of each file; 0: all.
-  t.template = "plain"            # one of TEMPLATES (grpo_jax/data/templates.py); "chat": tokenizer's template.
+  t.template = "plain"            # grpo_jax/data/templates.py's TEMPLATES; "chat": the tokenizer's template.
   t.system_prompt = ""            # chat template: the system message ("": none).
   t.prefill_think = False         # end the prompt with "<think>" (score with the format_*_prefilled rewards).
   # word_arithmetic (grpo_jax/data/word_arithmetic.py): sums asked in English, chat template, needs hf_path.
@@ -131,7 +135,7 @@ def get_config() -> ml_collections.ConfigDict:
   g.num_iterations = 1            # mu: passes over each rollout batch.
   g.mini_batch_size = 0           # completions per optimizer update; 0: the whole rollout batch.
   g.micro_batch_size = 0          # completions per forward/backward (gradient accumulation); 0: mini-batch.
-  g.advantage = "grpo"            # one of ADVANTAGE_METHODS.
+  g.advantage = "grpo"            # grpo_jax/algo/advantages.py's METHODS: grpo, dr_grpo, rloo, batch.
   g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; population std: 0).
   g.advantage_eps = 1e-4          # added to the std before dividing.
   g.policy_loss = "clipped"       # a name in grpo_jax.algo.registry (clipped, cispo, ...).
@@ -140,11 +144,11 @@ def get_config() -> ml_collections.ConfigDict:
   g.delta = config_dict.placeholder(float)          # dual-clip cap on the ratio for negative advantages.
   g.importance_level = "token"    # "sequence": GSPO (use small epsilons, e.g. 3e-4 / 4e-4).
   g.cispo_epsilon_high = 5.0      # CISPO's upper truncation of the importance weight.
-  g.kl_estimator = "k3"           # one of KL_ESTIMATORS.
+  g.kl_estimator = "k3"           # grpo_jax/algo/kl.py's KL_ESTIMATORS: k1, k2, k3.
   g.beta = 0.04                   # KL weight (DeepSeekMath 0.04); 0 skips the reference model entirely.
   g.entropy_coef = 0.0            # adds -entropy_coef * H per token.
   g.top_entropy_quantile = config_dict.placeholder(float)  # e.g. 0.2: gradient only on the top 20% entropy.
-  g.aggregation = "seq_mean_token_mean"             # one of AGGREGATIONS.
+  g.aggregation = "seq_mean_token_mean"             # grpo_jax/algo/aggregation.py's AGGREGATIONS.
   g.tis_cap = 0.0                 # truncated importance sampling: weight each token's policy term by
                                   # min(pi_old / pi_sampler, tis_cap) (TRL's default cap: 2); 0: off.
   g.ref_reset_every = 0           # reset the reference policy to the current one every N steps; 0: never.
@@ -265,17 +269,15 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     _at_least(c, key, 0)
   if c.grpo.group_size < 2:
     _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
-  _choice(c, "grpo.advantage", ADVANTAGE_METHODS)
-  _choice(c, "grpo.importance_level", IMPORTANCE_LEVELS)
-  _choice(c, "grpo.kl_estimator", KL_ESTIMATORS)
-  _choice(c, "grpo.aggregation", AGGREGATIONS)
-  _choice(c, "optim.schedule", SCHEDULES)
+  choices = named_choices()
+  for key in ("grpo.advantage", "grpo.importance_level", "grpo.kl_estimator", "grpo.aggregation",
+              "optim.schedule", "task.name"):
+    _choice(c, key, choices[key])
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
   _choice(c, "distributed.enabled", ("auto", "yes", "no"))
   from grpo_jax.precision import MATMUL_PRECISIONS
   _choice(c, "precision.matmul", MATMUL_PRECISIONS)
-  _choice(c, "task.name", TASKS)
   if c.task.name == "dataset":
     _validate_dataset_task(c, in_memory_dataset)
   if c.task.name == "word_arithmetic":
@@ -371,7 +373,7 @@ def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
   if not c.model.hf_path:
     _fail("model.hf_path", "the dataset task needs a Hugging Face checkpoint directory (its tokenizer encodes "
           "the prompts)")
-  _choice(c, "task.template", TEMPLATES)
+  _choice(c, "task.template", named_choices()["task.template"])
   if t.prefill_think and t.template == "plain":
     _fail("task.prefill_think", "needs the r1_zero or chat template (the plain template asks for no <think>)")
   if t.system_prompt and t.template != "chat":

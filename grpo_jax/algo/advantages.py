@@ -33,7 +33,7 @@ import jax.numpy as jnp
 METHODS = ("grpo", "dr_grpo", "rloo", "batch")
 
 
-def _groups_PxG(rewards, group_size) -> jax.Array:
+def _groups_RxG(rewards, group_size) -> jax.Array:
   """Rewards as [num_prompts, G] float32, with clear errors for shapes that do not form groups."""
   if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
     raise ValueError(f"group_size must be a positive int, got {group_size!r}")
@@ -64,23 +64,23 @@ def _std(centered: jax.Array, ddof: int, axis) -> jax.Array:
 
 class GroupStats(NamedTuple):
   """Per-group reward statistics, [num_prompts] each."""
-  mean_P: jax.Array
-  std_P: jax.Array
-  zero_std_P: jax.Array  # bool: every reward of the group is equal (its advantages are all 0)
+  mean_R: jax.Array
+  std_R: jax.Array
+  zero_std_R: jax.Array  # bool: every reward of the group is equal (its advantages are all 0)
 
 
 def group_stats(rewards, group_size: int, std_ddof: int = 1) -> GroupStats:
   """Mean, std (with `std_ddof`) and the all-equal flag of each group."""
   _check_ddof(std_ddof)
-  r_PxG = _groups_PxG(rewards, group_size)
-  mean_P = jnp.mean(r_PxG, axis=1)
-  std_P = _std(r_PxG - mean_P[:, None], std_ddof, axis=1)
-  return GroupStats(mean_P, std_P, jnp.max(r_PxG, axis=1) == jnp.min(r_PxG, axis=1))
+  r_RxG = _groups_RxG(rewards, group_size)
+  mean_R = jnp.mean(r_RxG, axis=1)
+  std_R = _std(r_RxG - mean_R[:, None], std_ddof, axis=1)
+  return GroupStats(mean_R, std_R, jnp.max(r_RxG, axis=1) == jnp.min(r_RxG, axis=1))
 
 
 def frac_reward_zero_std(rewards, group_size: int) -> jax.Array:
   """Fraction of groups whose rewards are all equal (scalar float32): the groups that give no gradient."""
-  return jnp.mean(group_stats(rewards, group_size).zero_std_P.astype(jnp.float32))
+  return jnp.mean(group_stats(rewards, group_size).zero_std_R.astype(jnp.float32))
 
 
 def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof: int = 1,
@@ -98,22 +98,22 @@ def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof:
   if method == "rloo" and isinstance(group_size, int) and group_size < 2:
     raise ValueError(f"rloo needs group_size >= 2 (the baseline is the mean of the other G-1 rewards), "
                      f"got group_size={group_size}")
-  r_PxG = _groups_PxG(rewards, group_size)
+  r_RxG = _groups_RxG(rewards, group_size)
   G = group_size
-  centered_PxG = r_PxG - jnp.mean(r_PxG, axis=1, keepdims=True)
-  all_equal_Px1 = (jnp.max(r_PxG, axis=1) == jnp.min(r_PxG, axis=1))[:, None]
+  centered_RxG = r_RxG - jnp.mean(r_RxG, axis=1, keepdims=True)
+  all_equal_Rx1 = (jnp.max(r_RxG, axis=1) == jnp.min(r_RxG, axis=1))[:, None]
 
   if method == "grpo":
-    scale_Px1 = _std(centered_PxG, std_ddof, axis=1)[:, None] + eps
+    scale_Rx1 = _std(centered_RxG, std_ddof, axis=1)[:, None] + eps
   elif method == "dr_grpo":
-    scale_Px1 = jnp.ones_like(all_equal_Px1, jnp.float32)
+    scale_Rx1 = jnp.ones_like(all_equal_Rx1, jnp.float32)
   elif method == "rloo":
     # R_i − mean_{j≠i} R_j = (G R_i − Σ_j R_j)/(G−1) = G/(G−1) · (R_i − R̄).
-    scale_Px1 = jnp.full_like(all_equal_Px1, (G - 1) / G, jnp.float32)
+    scale_Rx1 = jnp.full_like(all_equal_Rx1, (G - 1) / G, jnp.float32)
   else:  # batch
-    scale_Px1 = jnp.broadcast_to(_std(centered_PxG, std_ddof, axis=None) + eps, all_equal_Px1.shape)
+    scale_Rx1 = jnp.broadcast_to(_std(centered_RxG, std_ddof, axis=None) + eps, all_equal_Rx1.shape)
 
   # The select keeps equal groups at exactly 0 and the division free of 0/0 (eps may be 0).
-  safe_scale_Px1 = jnp.where(all_equal_Px1 | (scale_Px1 == 0), 1.0, scale_Px1)
-  adv_PxG = jnp.where(all_equal_Px1, 0.0, centered_PxG / safe_scale_Px1)
-  return adv_PxG.reshape(-1).astype(jnp.float32)
+  safe_scale_Rx1 = jnp.where(all_equal_Rx1 | (scale_Rx1 == 0), 1.0, scale_Rx1)
+  adv_RxG = jnp.where(all_equal_Rx1, 0.0, centered_RxG / safe_scale_Rx1)
+  return adv_RxG.reshape(-1).astype(jnp.float32)

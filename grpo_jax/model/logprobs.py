@@ -56,21 +56,21 @@ def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0,
   return logp, (ent if with_entropy else None)
 
 
-def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxN, completion_mask_BxN,
+def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
                         temperature: float = 1.0, chunk_size: int = 128, with_entropy: bool = False):
   """Log-probs of completion tokens given left-padded prompts, as the sampler produced them.
 
-  Returns (logp_BxN, entropy_BxN or None); values at masked completion positions are meaningless (mask them).
+  Returns (logp_BxC, entropy_BxC or None); values at masked completion positions are meaningless (mask them).
   """
-  tokens = jnp.concatenate([prompt_BxP, completion_BxN], axis=1)
-  mask = jnp.concatenate([prompt_mask_BxP, completion_mask_BxN], axis=1).astype(bool)
+  tokens = jnp.concatenate([prompt_BxP, completion_BxC], axis=1)
+  mask = jnp.concatenate([prompt_mask_BxP, completion_mask_BxC], axis=1).astype(bool)
   # Completion positions after the stop token are masked out but still need valid (causal) attention rows;
   # treat them as real tokens for the forward pass: only left padding of the prompt is excluded.
-  fwd_mask = jnp.concatenate([prompt_mask_BxP.astype(bool), jnp.ones_like(completion_mask_BxN, bool)], axis=1)
+  fwd_mask = jnp.concatenate([prompt_mask_BxP.astype(bool), jnp.ones_like(completion_mask_BxC, bool)], axis=1)
   del mask
   positions = positions_from_mask(fwd_mask)
   hidden, _ = model(tokens, positions, causal_attention_mask(fwd_mask))
   P = prompt_BxP.shape[1]
-  N = completion_BxN.shape[1]
-  h = hidden[:, P - 1:P - 1 + N]  # the state before each completion token predicts it
-  return token_logprobs(h, model.output_matrix_DxV(), completion_BxN, temperature, chunk_size, with_entropy)
+  C = completion_BxC.shape[1]
+  h = hidden[:, P - 1:P - 1 + C]  # the state before each completion token predicts it
+  return token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy)

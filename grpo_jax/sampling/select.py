@@ -102,15 +102,15 @@ def sample_inverse_cdf(u_B: jax.Array, w_BxV: jax.Array) -> jax.Array:
   B, V = w_BxV.shape
   blk = _block_size(V)
   nb = -(-V // blk)
-  w_BxNbxBlk = jnp.pad(w_BxV, ((0, 0), (0, nb * blk - V))).reshape(B, nb, blk)
-  block_w_BxNb = jnp.sum(w_BxNbxBlk, axis=-1)
-  block_cdf_BxNb = jnp.cumsum(block_w_BxNb, axis=-1)
-  target_B = u_B * block_cdf_BxNb[:, -1]
-  last_block_B = jnp.max(jnp.where(block_w_BxNb > 0, jnp.arange(nb, dtype=jnp.int32), 0), axis=-1)
-  block_B = jnp.minimum(jnp.sum(block_cdf_BxNb <= target_B[:, None], axis=-1, dtype=jnp.int32), last_block_B)
-  before_B = jnp.take_along_axis(block_cdf_BxNb, block_B[:, None], axis=-1)[:, 0] - jnp.take_along_axis(
-      block_w_BxNb, block_B[:, None], axis=-1)[:, 0]
-  inner_w_BxBlk = jnp.take_along_axis(w_BxNbxBlk, block_B[:, None, None], axis=1)[:, 0]
+  w_BxCbxBlk = jnp.pad(w_BxV, ((0, 0), (0, nb * blk - V))).reshape(B, nb, blk)
+  block_w_BxCb = jnp.sum(w_BxCbxBlk, axis=-1)
+  block_cdf_BxCb = jnp.cumsum(block_w_BxCb, axis=-1)
+  target_B = u_B * block_cdf_BxCb[:, -1]
+  last_block_B = jnp.max(jnp.where(block_w_BxCb > 0, jnp.arange(nb, dtype=jnp.int32), 0), axis=-1)
+  block_B = jnp.minimum(jnp.sum(block_cdf_BxCb <= target_B[:, None], axis=-1, dtype=jnp.int32), last_block_B)
+  before_B = jnp.take_along_axis(block_cdf_BxCb, block_B[:, None], axis=-1)[:, 0] - jnp.take_along_axis(
+      block_w_BxCb, block_B[:, None], axis=-1)[:, 0]
+  inner_w_BxBlk = jnp.take_along_axis(w_BxCbxBlk, block_B[:, None, None], axis=1)[:, 0]
   inner_cdf_BxBlk = jnp.cumsum(inner_w_BxBlk, axis=-1)
   last_inner_B = jnp.max(jnp.where(inner_w_BxBlk > 0, jnp.arange(blk, dtype=jnp.int32), 0), axis=-1)
   inner_B = jnp.minimum(jnp.sum(inner_cdf_BxBlk <= (target_B - before_B)[:, None], axis=-1, dtype=jnp.int32),

@@ -129,7 +129,7 @@ def put_batch(tree, mesh):
   """Global arrays, split along ('data', 'fsdp'), from each process's rows (numpy; None passes through)."""
   sharding = batch_sharding(mesh)
 
-  # None leaves (e.g. ref_logp_BxN before the reference pass) are empty subtrees: kept as they are.
+  # None leaves (e.g. ref_logp_BxC before the reference pass) are empty subtrees: kept as they are.
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
 

@@ -379,7 +379,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       # One process: cut padding to a bucket width (multi-host processes would each cut differently).
       batch = place(trim_padding(rollout.batch, g.length_buckets) if jax.process_count() == 1 else rollout.batch)
       if use_ref:
-        batch = batch._replace(ref_logp_BxN=ref_logprobs(offloader.fetch(ref_params), batch))
+        batch = batch._replace(ref_logp_BxC=ref_logprobs(offloader.fetch(ref_params), batch))
       params, opt_state, step_metrics = train_step(params, opt_state, batch)
       step_metrics = jax.device_get(step_metrics)
       nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == updates_per_step else 0

@@ -8,6 +8,9 @@ from __future__ import annotations
 import optax
 
 
+SCHEDULES = ("constant", "cosine")
+
+
 def learning_rate_schedule(optim_config, num_steps: int, updates_per_step: int = 1) -> optax.Schedule:
   """Linear warmup from 0 to the peak over `warmup_steps` steps, then constant or cosine decay."""
   peak = optim_config.learning_rate

@@ -1,7 +1,7 @@
 """One rollout: prompts -> sampler (G per prompt) -> decoded completions -> weighted rewards -> advantages.
 
 Everything here runs on the host between jitted programs (the sampler and the update), on numpy arrays.
-Shapes: R prompts, G completions per prompt, B = R * G (groups contiguous), P prompt length, N completion
+Shapes: R prompts, G completions per prompt, B = R * G (groups contiguous), P prompt length, C completion
 length (= max_new_tokens).
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def score(reward_fns: Sequence[RewardSpec], prompts: list[str], completions: lis
 
 
 class Rollout(NamedTuple):
-  batch: RolloutBatch     # numpy arrays, ready for the update (ref_logp_BxN still None)
+  batch: RolloutBatch     # numpy arrays, ready for the update (ref_logp_BxC still None)
   metrics: dict[str, float]
   prompts: list[str]      # [B]
   completions: list[str]  # [B]
@@ -81,8 +81,8 @@ class Scored(NamedTuple):
   rewards_B: np.ndarray     # float32 weighted total
   per_fn: dict[str, np.ndarray]
   failures: dict[str, int]
-  std_P: np.ndarray         # the within-group std of each group's rewards (with std_ddof)
-  zero_std_P: np.ndarray    # bool: every reward of the group is equal (no policy gradient)
+  std_R: np.ndarray         # the within-group std of each group's rewards (with std_ddof)
+  zero_std_R: np.ndarray    # bool: every reward of the group is equal (no policy gradient)
 
 
 def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
@@ -95,14 +95,14 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, gr
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   prompt_ids_B = [ids for ids in prompt_ids for _ in range(G)]
   out = sampler.generate(params, prompt_ids_B, key)
-  if not np.all(np.isfinite(out.logp_BxN[out.completion_mask_BxN > 0])):
+  if not np.all(np.isfinite(out.logp_BxC[out.completion_mask_BxC > 0])):
     # NaN/inf logits: the sampled ids are meaningless (possibly outside the vocabulary). Name the cause.
     raise FloatingPointError("the policy's log-probs of its own samples are not finite: its parameters overflow "
                              "(a learning rate too high, float16 overflow, or non-finite rewards earlier); the "
                              "last checkpoint holds the parameters before it diverged")
 
   prompts_B = [t for t in texts for _ in range(G)]
-  completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxN, out.completion_mask_BxN)]
+  completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxC, out.completion_mask_BxC)]
   cols_B = repeat_columns({k: v for k, v in columns.items() if k != "prompt"}, G)
   cols_B["completion_length"] = out.lengths_B.tolist()
   result = score(reward_fns, prompts_B, completions_B, cols_B, reward_timeout_s, reward_fallback,
@@ -110,7 +110,7 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, gr
   rewards_B = np.asarray(result.total, np.float32)
   stats = jax.device_get(_group_stats(rewards_B, G, std_ddof))
   return Scored(out, prompts_B, completions_B, rewards_B, {k: np.asarray(v) for k, v in result.per_fn.items()},
-                dict(result.failures), np.asarray(stats.std_P), np.asarray(stats.zero_std_P))
+                dict(result.failures), np.asarray(stats.std_R), np.asarray(stats.zero_std_R))
 
 
 def concat_scored(parts: Sequence[Scored]) -> Scored:
@@ -125,7 +125,7 @@ def concat_scored(parts: Sequence[Scored]) -> Scored:
       rewards_B=cat(p.rewards_B for p in parts),
       per_fn={k: cat(p.per_fn[k] for p in parts) for k in first.per_fn},
       failures={k: sum(p.failures.get(k, 0) for p in parts) for k in {k for p in parts for k in p.failures}},
-      std_P=cat(p.std_P for p in parts), zero_std_P=cat(p.zero_std_P for p in parts))
+      std_R=cat(p.std_R for p in parts), zero_std_R=cat(p.zero_std_R for p in parts))
 
 
 def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored:
@@ -135,7 +135,7 @@ def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored
       sample=type(scored.sample)(*[x[rows] for x in scored.sample]),
       prompts=[scored.prompts[i] for i in rows], completions=[scored.completions[i] for i in rows],
       rewards_B=scored.rewards_B[rows], per_fn={k: v[rows] for k, v in scored.per_fn.items()},
-      failures=scored.failures, std_P=scored.std_P[groups_K], zero_std_P=scored.zero_std_P[groups_K])
+      failures=scored.failures, std_R=scored.std_R[groups_K], zero_std_R=scored.zero_std_R[groups_K])
 
 
 def rollout_metrics(scored: Scored) -> dict[str, Any]:
@@ -145,8 +145,8 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
   lengths = scored.sample.lengths_B.astype(np.float64)
   metrics: dict[str, Any] = {
       "reward": float(scored.rewards_B.mean()),
-      "reward_std": float(np.mean(scored.std_P)),
-      "frac_reward_zero_std": float(np.mean(scored.zero_std_P)),
+      "reward_std": float(np.mean(scored.std_R)),
+      "frac_reward_zero_std": float(np.mean(scored.zero_std_R)),
       "completions/mean_length": float(lengths.mean()),
       "completions/min_length": float(lengths.min()),
       "completions/max_length": float(lengths.max()),
@@ -165,16 +165,16 @@ def build_rollout(scored: Scored, metrics: dict[str, Any], *, group_size: int, a
   """The update's batch from scored groups: advantages, and the loss mask (DAPO overlong filtering)."""
   out = scored.sample
   advantages_B = np.asarray(_advantages(scored.rewards_B, group_size, advantage, std_ddof, float(advantage_eps)))
-  loss_mask_BxN = out.completion_mask_BxN.astype(np.int32)
+  loss_mask_BxC = out.completion_mask_BxC.astype(np.int32)
   if mask_truncated:  # DAPO overlong filtering: truncated completions contribute no loss.
-    loss_mask_BxN = loss_mask_BxN * (~out.truncated_B)[:, None].astype(np.int32)
+    loss_mask_BxC = loss_mask_BxC * (~out.truncated_B)[:, None].astype(np.int32)
   batch = RolloutBatch(
       prompt_BxP=out.prompt_BxP.astype(np.int32), prompt_mask_BxP=out.prompt_mask_BxP.astype(np.int32),
-      completion_BxN=out.completion_BxN.astype(np.int32), completion_mask_BxN=loss_mask_BxN,
-      advantages_B=advantages_B.astype(np.float32), sampler_logp_BxN=out.logp_BxN.astype(np.float32),
-      ref_logp_BxN=None)
+      completion_BxC=out.completion_BxC.astype(np.int32), completion_mask_BxC=loss_mask_BxC,
+      advantages_B=advantages_B.astype(np.float32), sampler_logp_BxC=out.logp_BxC.astype(np.float32),
+      ref_logp_BxC=None)
   if num_tokens is None:
-    num_tokens = int(out.prompt_mask_BxP.sum() + out.completion_mask_BxN.sum())
+    num_tokens = int(out.prompt_mask_BxP.sum() + out.completion_mask_BxC.sum())
   return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens)
 
 
@@ -192,15 +192,15 @@ def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, gro
                        std_ddof=std_ddof, advantage_eps=advantage_eps, mask_truncated=mask_truncated)
 
 
-def select_signal_groups(zero_std_P: np.ndarray, num_groups: int) -> tuple[np.ndarray, int]:
+def select_signal_groups(zero_std_R: np.ndarray, num_groups: int) -> tuple[np.ndarray, int]:
   """(indices of `num_groups` groups, how many of them have signal): the first `num_groups` groups whose rewards
   differ, in sampling order; when fewer exist, the earliest zero-std groups fill the remaining slots (their
   advantages are 0 under every advantage method, so they add no policy gradient but keep the batch shape)."""
-  zero_std_P = np.asarray(zero_std_P, bool)
-  signal = np.flatnonzero(~zero_std_P)[:num_groups]
-  fill = np.flatnonzero(zero_std_P)[:num_groups - len(signal)]
+  zero_std_R = np.asarray(zero_std_R, bool)
+  signal = np.flatnonzero(~zero_std_R)[:num_groups]
+  fill = np.flatnonzero(zero_std_R)[:num_groups - len(signal)]
   if len(signal) + len(fill) < num_groups:
-    raise ValueError(f"{len(zero_std_P)} sampled groups cannot fill a batch of {num_groups} groups")
+    raise ValueError(f"{len(zero_std_R)} sampled groups cannot fill a batch of {num_groups} groups")
   return np.concatenate([signal, fill]).astype(np.int64), len(signal)
 
 
@@ -232,16 +232,16 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
                                   reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
                                   reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback,
                                   reward_isolation=reward_isolation))
-    have = sum(int(np.sum(~p.zero_std_P)) for p in parts)
+    have = sum(int(np.sum(~p.zero_std_R)) for p in parts)
     if all_done(have >= num_groups or len(parts) >= max_rounds):
       break
   scored = concat_scored(parts)
-  groups_K, kept = select_signal_groups(scored.zero_std_P, num_groups)
+  groups_K, kept = select_signal_groups(scored.zero_std_R, num_groups)
   metrics = rollout_metrics(scored)
   metrics["dynamic_sampling/rounds"] = len(parts)
   metrics["dynamic_sampling/kept_groups"] = kept
   metrics["dynamic_sampling/filled_groups"] = num_groups - kept
-  num_tokens = int(scored.sample.prompt_mask_BxP.sum() + scored.sample.completion_mask_BxN.sum())
+  num_tokens = int(scored.sample.prompt_mask_BxP.sum() + scored.sample.completion_mask_BxC.sum())
   return build_rollout(take_groups(scored, groups_K, group_size), metrics, group_size=group_size,
                        advantage=advantage, std_ddof=std_ddof, advantage_eps=advantage_eps,
                        mask_truncated=mask_truncated, num_tokens=num_tokens)
@@ -267,15 +267,15 @@ def trim_padding(batch: RolloutBatch, buckets: int) -> RolloutBatch:
   """
   if buckets <= 1:
     return batch
-  P, N = batch.prompt_BxP.shape[1], batch.completion_BxN.shape[1]
-  real_columns = np.flatnonzero(np.any(np.asarray(batch.completion_mask_BxN) > 0, axis=0))
-  n = bucket_width(int(real_columns[-1]) + 1 if real_columns.size else 1, N, buckets)
+  P, C = batch.prompt_BxP.shape[1], batch.completion_BxC.shape[1]
+  real_columns = np.flatnonzero(np.any(np.asarray(batch.completion_mask_BxC) > 0, axis=0))
+  n = bucket_width(int(real_columns[-1]) + 1 if real_columns.size else 1, C, buckets)
   prompt_columns = np.flatnonzero(np.any(np.asarray(batch.prompt_mask_BxP) > 0, axis=0))
   p = bucket_width(P - int(prompt_columns[0]) if prompt_columns.size else 1, P, buckets)
-  if (p, n) == (P, N):
+  if (p, n) == (P, C):
     return batch
   tail = lambda x: None if x is None else x[:, :n]   # noqa: E731
   return batch._replace(prompt_BxP=batch.prompt_BxP[:, P - p:], prompt_mask_BxP=batch.prompt_mask_BxP[:, P - p:],
-                        completion_BxN=tail(batch.completion_BxN),
-                        completion_mask_BxN=tail(batch.completion_mask_BxN),
-                        sampler_logp_BxN=tail(batch.sampler_logp_BxN), ref_logp_BxN=tail(batch.ref_logp_BxN))
+                        completion_BxC=tail(batch.completion_BxC),
+                        completion_mask_BxC=tail(batch.completion_mask_BxC),
+                        sampler_logp_BxC=tail(batch.sampler_logp_BxC), ref_logp_BxC=tail(batch.ref_logp_BxC))

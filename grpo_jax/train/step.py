@@ -14,7 +14,7 @@ update, only when the update is not exactly on-policy (mu > 1 or several mini-ba
 pi_old = stop_gradient(pi_theta) inside the objective. Reference log-probs come in with the batch (computed
 once per rollout by `make_logprob_fn`), or are None when beta = 0.
 
-Shapes: B rollout batch, P prompt length, N completion length, M mini-batches, U micro-batches per mini-batch,
+Shapes: B rollout batch, P prompt length, C completion length, M mini-batches, U micro-batches per mini-batch,
 b micro-batch size (B = M * U * b).
 """
 from __future__ import annotations
@@ -34,11 +34,11 @@ class RolloutBatch(NamedTuple):
   """One rollout batch as the update sees it (groups contiguous, G rows per prompt)."""
   prompt_BxP: jax.Array            # int32, left padded
   prompt_mask_BxP: jax.Array       # int32
-  completion_BxN: jax.Array        # int32
-  completion_mask_BxN: jax.Array   # int32 (0 on padding, and on completions masked out of the loss)
+  completion_BxC: jax.Array        # int32
+  completion_mask_BxC: jax.Array   # int32 (0 on padding, and on completions masked out of the loss)
   advantages_B: jax.Array          # float32
-  sampler_logp_BxN: jax.Array      # float32, log-probs the sampler reported (for the mismatch metric)
-  ref_logp_BxN: jax.Array | None   # float32 reference log-probs, None when beta = 0
+  sampler_logp_BxC: jax.Array      # float32, log-probs the sampler reported (for the mismatch metric)
+  ref_logp_BxC: jax.Array | None   # float32 reference log-probs, None when beta = 0
 
 
 def _split(x, *lead):
@@ -50,13 +50,13 @@ def _split(x, *lead):
 
 def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: int, micro_batch_size: int,
                     with_entropy: bool = False):
-  """A pure fn(params, batch) -> logp_BxN (and entropy_BxN), computed micro-batch by micro-batch.
+  """A pure fn(params, batch) -> logp_BxC (and entropy_BxC), computed micro-batch by micro-batch.
 
   Used for the reference policy (jit it separately) and, inside the update, for the old policy.
   """
 
   def logprobs(params, batch: RolloutBatch):
-    B = batch.completion_BxN.shape[0]
+    B = batch.completion_BxC.shape[0]
     if B % micro_batch_size:
       raise ValueError(f"batch of {B} rows is not a multiple of micro_batch_size={micro_batch_size}")
     U = B // micro_batch_size
@@ -66,7 +66,7 @@ def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: i
       p, pm, c, cm = args
       return completion_logprobs(model, p, pm, c, cm, temperature, chunk_size, with_entropy)
 
-    pieces = (batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxN, batch.completion_mask_BxN)
+    pieces = (batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxC, batch.completion_mask_BxC)
     logp, ent = jax.lax.map(one, tuple(_split(x, U) for x in pieces))
     logp = logp.reshape(B, -1)
     return logp if not with_entropy else (logp, ent.reshape(B, -1))
@@ -74,13 +74,13 @@ def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: i
   return logprobs
 
 
-def _masked_max_abs(a_BxN, b_BxN, mask_BxN):
-  return jnp.max(jnp.where(mask_BxN > 0, jnp.abs(a_BxN - b_BxN), 0.0))
+def _masked_max_abs(a_BxC, b_BxC, mask_BxC):
+  return jnp.max(jnp.where(mask_BxC > 0, jnp.abs(a_BxC - b_BxC), 0.0))
 
 
-def _masked_abs_sum_count(a_BxN, b_BxN, mask_BxN):
-  real = mask_BxN > 0
-  return jnp.sum(jnp.where(real, jnp.abs(a_BxN - b_BxN), 0.0)), jnp.sum(real).astype(jnp.float32)
+def _masked_abs_sum_count(a_BxC, b_BxC, mask_BxC):
+  real = mask_BxC > 0
+  return jnp.sum(jnp.where(real, jnp.abs(a_BxC - b_BxC), 0.0)), jnp.sum(real).astype(jnp.float32)
 
 
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
@@ -99,22 +99,22 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
 
   def loss_fn(params, micro: RolloutBatch, old_logp_bxN):
     model = nnx.merge(graphdef, params)
-    logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxN,
-                                        micro.completion_mask_BxN, temperature, chunk_size, with_entropy=True)
-    inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_bxN, ref_logp_BxT=micro.ref_logp_BxN,
-                        advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxN,
-                        entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxN)
+    logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC,
+                                        micro.completion_mask_BxC, temperature, chunk_size, with_entropy=True)
+    inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_bxN, ref_logp_BxT=micro.ref_logp_BxC,
+                        advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxC,
+                        entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxC)
     loss_sum, denom, metrics = grpo_objective(inputs, loss_cfg)
     logp_sg = jax.lax.stop_gradient(logp)
-    mismatch = _masked_max_abs(logp_sg, micro.sampler_logp_BxN, micro.completion_mask_BxN)
-    metrics = dict(metrics, logp_mismatch_mean=_masked_abs_sum_count(logp_sg, micro.sampler_logp_BxN,
-                                                                       micro.completion_mask_BxN))
+    mismatch = _masked_max_abs(logp_sg, micro.sampler_logp_BxC, micro.completion_mask_BxC)
+    metrics = dict(metrics, logp_mismatch_mean=_masked_abs_sum_count(logp_sg, micro.sampler_logp_BxC,
+                                                                       micro.completion_mask_BxC))
     return loss_sum, (denom, metrics, mismatch)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
   def train_step(params, opt_state, batch: RolloutBatch):
-    B = batch.completion_BxN.shape[0]
+    B = batch.completion_BxC.shape[0]
     if B % mini_batch_size:
       raise ValueError(f"rollout batch of {B} is not a multiple of mini_batch_size={mini_batch_size}")
     M = B // mini_batch_size
@@ -127,8 +127,8 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       old_fn = make_logprob_fn(graphdef, temperature=temperature, chunk_size=chunk_size,
                                micro_batch_size=micro_batch_size)
       old_logp = jax.lax.stop_gradient(old_fn(params, batch))
-      old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxN, batch.completion_mask_BxN)
-      old_mismatch_mean = _masked_abs_sum_count(old_logp, batch.sampler_logp_BxN, batch.completion_mask_BxN)
+      old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
+      old_mismatch_mean = _masked_abs_sum_count(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
     pieces = jax.tree.map(lambda x: _split(x, M, U), (batch, old_logp))
 
     # The metric dict's structure, to start the accumulators at zero.

@@ -24,30 +24,30 @@ from grpo_jax.train.state import init_opt_state
 
 
 def sft_batch(tokenizer, columns: dict[str, list], max_prompt_length: int, max_new_tokens: int):
-  """(prompt_BxP, prompt_mask_BxP, target_BxN, target_mask_BxN) int32 numpy arrays for teacher forcing."""
+  """(prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC) int32 numpy arrays for teacher forcing."""
   prompts = encode_prompts(tokenizer, columns["prompt"], max_prompt_length)
   prompt_BxP, prompt_mask_BxP = left_pad(prompts, max_prompt_length, len(prompts), tokenizer.pad_token_id)
-  target_BxN = np.full((len(prompts), max_new_tokens), tokenizer.pad_token_id, np.int32)
-  target_mask_BxN = np.zeros((len(prompts), max_new_tokens), np.int32)
+  target_BxC = np.full((len(prompts), max_new_tokens), tokenizer.pad_token_id, np.int32)
+  target_mask_BxC = np.zeros((len(prompts), max_new_tokens), np.int32)
   for i, answer in enumerate(columns["answer"]):
     ids = encode_text(tokenizer, str(answer)) + [tokenizer.eos_token_id]
     if len(ids) > max_new_tokens:
       raise ValueError(f"answer {answer!r} plus the stop token is {len(ids)} tokens, more than "
                        f"config.sampling.max_new_tokens={max_new_tokens}")
-    target_BxN[i, :len(ids)] = ids
-    target_mask_BxN[i, :len(ids)] = 1
-  return prompt_BxP, prompt_mask_BxP, target_BxN, target_mask_BxN
+    target_BxC[i, :len(ids)] = ids
+    target_mask_BxC[i, :len(ids)] = 1
+  return prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC
 
 
 def make_sft_step(graphdef, optimizer: optax.GradientTransformation, chunk_size: int, state_shardings=None):
   """jit(step(params, opt_state, prompt, prompt_mask, target, target_mask) -> (params, opt_state, loss))."""
 
-  def loss_fn(params, prompt_BxP, prompt_mask_BxP, target_BxN, target_mask_BxN):
+  def loss_fn(params, prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC):
     model = nnx.merge(graphdef, params)
-    logp_BxN, _ = completion_logprobs(model, prompt_BxP, prompt_mask_BxP, target_BxN, target_mask_BxN,
+    logp_BxC, _ = completion_logprobs(model, prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC,
                                       1.0, chunk_size)
-    mask = target_mask_BxN.astype(jnp.float32)
-    return -jnp.sum(logp_BxN * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    mask = target_mask_BxC.astype(jnp.float32)
+    return -jnp.sum(logp_BxC * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
   def step(params, opt_state, *batch):
     loss, grads = jax.value_and_grad(loss_fn)(params, *batch)

@@ -69,9 +69,9 @@ def test_batch_uses_batch_std_not_group_std():
 def test_group_stats_and_frac_zero_std():
   r = jnp.array([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [2.0, 2.0, 2.0], [0.0, 0.0, 3.0]])
   stats = group_stats(r, 3, std_ddof=1)
-  np.testing.assert_array_equal(stats.zero_std_P, [True, False, True, False])
-  np.testing.assert_allclose(stats.mean_P, [1.0, 2 / 3, 2.0, 1.0], rtol=1e-6)
-  np.testing.assert_allclose(stats.std_P, [0.0, np.std([0, 1, 1], ddof=1), 0.0, np.std([0, 0, 3], ddof=1)],
+  np.testing.assert_array_equal(stats.zero_std_R, [True, False, True, False])
+  np.testing.assert_allclose(stats.mean_R, [1.0, 2 / 3, 2.0, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(stats.std_R, [0.0, np.std([0, 1, 1], ddof=1), 0.0, np.std([0, 0, 3], ddof=1)],
                              rtol=1e-6)
   assert float(frac_reward_zero_std(r.reshape(-1), 3)) == 0.5
 

@@ -109,8 +109,8 @@ def main(tmp: str):
     # Rows of the sampler's KV cache on each device (the batch of 8 prompts split over data * fsdp).
     cache_rows = sampler.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1, CFG.head_dim))[0]
     batch = _BatchPlacer(mesh)(batch_np)
-    batch_layout = _layout(batch._replace(ref_logp_BxN=None))
-    batch = batch._replace(ref_logp_BxN=ref_fn(offloader.fetch(ref), batch))
+    batch_layout = _layout(batch._replace(ref_logp_BxC=None))
+    batch = batch._replace(ref_logp_BxC=ref_fn(offloader.fetch(ref), batch))
     layout = dict(params=_layout(params), opt_state=_layout(opt_state), ref_params=_layout(ref),
                   batch=batch_layout)
     params, opt_state, metrics = step(params, opt_state, batch)
@@ -124,9 +124,9 @@ def main(tmp: str):
     else:
       result["params_diff"] = _max_diff(values["params"], base["params"])
       result["opt_diff"] = _max_diff(values["opt"], base["opt"])
-      result["tokens_equal"] = bool(np.array_equal(tokens.completion_BxN, base["tokens"].completion_BxN) and
-                                    np.array_equal(tokens.completion_mask_BxN, base["tokens"].completion_mask_BxN))
-      result["sample_logp_diff"] = float(np.max(np.abs(tokens.logp_BxN - base["tokens"].logp_BxN)))
+      result["tokens_equal"] = bool(np.array_equal(tokens.completion_BxC, base["tokens"].completion_BxC) and
+                                    np.array_equal(tokens.completion_mask_BxC, base["tokens"].completion_mask_BxC))
+      result["sample_logp_diff"] = float(np.max(np.abs(tokens.logp_BxC - base["tokens"].logp_BxC)))
     out[str(shape)] = result
 
     if shape == (2, 2, 2):  # save on this mesh (reference in host memory) ...

@@ -53,10 +53,10 @@ def teacher_forced_logits(model: Transformer, res) -> np.ndarray:
   """float64 [B, N, V]: the logits from which each completion token of `res` (a SampleResult) was drawn,
   recomputed by one full forward pass without a cache (an independent path from the sampler's decode)."""
   from grpo_jax.model import causal_attention_mask, positions_from_mask
-  tokens = np.concatenate([res.prompt_BxP, res.completion_BxN], axis=1)
-  fwd_mask = np.concatenate([res.prompt_mask_BxP, np.ones_like(res.completion_mask_BxN)], axis=1).astype(bool)
+  tokens = np.concatenate([res.prompt_BxP, res.completion_BxC], axis=1)
+  fwd_mask = np.concatenate([res.prompt_mask_BxP, np.ones_like(res.completion_mask_BxC)], axis=1).astype(bool)
   hidden, _ = model(tokens, positions_from_mask(fwd_mask), causal_attention_mask(fwd_mask))
-  P, N = res.prompt_BxP.shape[1], res.completion_BxN.shape[1]
+  P, N = res.prompt_BxP.shape[1], res.completion_BxC.shape[1]
   return np.asarray(model.logits(hidden[:, P - 1:P - 1 + N]), np.float64)
 
 

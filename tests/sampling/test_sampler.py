@@ -44,9 +44,9 @@ def test_greedy_matches_transformers_generate_qwen2(qwen2_pair, greedy_qwen2):
   hf, _ = qwen2_pair
   prompts, res = greedy_qwen2
   ref = hf_greedy(hf, prompts, N_NEW)
-  assert res.completion_BxN.shape == (len(prompts), N_NEW)
-  np.testing.assert_array_equal(res.completion_BxN, ref)
-  assert res.completion_mask_BxN.all() and res.truncated_B.all()
+  assert res.completion_BxC.shape == (len(prompts), N_NEW)
+  np.testing.assert_array_equal(res.completion_BxC, ref)
+  assert res.completion_mask_BxC.all() and res.truncated_B.all()
   np.testing.assert_array_equal(res.lengths_B, N_NEW)
   # Not a degenerate model that repeats one token: the comparison has something to disagree about.
   assert len(np.unique(ref)) > 20
@@ -62,7 +62,7 @@ def test_greedy_matches_transformers_generate_llama_qwen3(kind, tmp_path):
   prompts = random_prompts(np.random.default_rng(1), [40, 3, 17, 26], model.cfg.vocab_size)
   res = Sampler(graphdef, SamplingConfig(max_new_tokens=N_NEW, greedy=True)).generate(
       state, prompts, jax.random.key(0))
-  np.testing.assert_array_equal(res.completion_BxN, hf_greedy(hf, prompts, N_NEW))
+  np.testing.assert_array_equal(res.completion_BxC, hf_greedy(hf, prompts, N_NEW))
 
 
 def test_tiny_temperature_equals_greedy(qwen2_pair, greedy_qwen2):
@@ -71,26 +71,26 @@ def test_tiny_temperature_equals_greedy(qwen2_pair, greedy_qwen2):
   graphdef, state = nnx.split(model)
   res = Sampler(graphdef, SamplingConfig(max_new_tokens=N_NEW, temperature=1e-4)).generate(
       state, prompts, jax.random.key(3))
-  np.testing.assert_array_equal(res.completion_BxN, greedy.completion_BxN)
+  np.testing.assert_array_equal(res.completion_BxC, greedy.completion_BxC)
 
 
 def test_sampled_logprobs_equal_training_path(qwen2_pair):
-  """logp_BxN equals completion_logprobs(temperature=T) recomputed by the training path (float32)."""
+  """logp_BxC equals completion_logprobs(temperature=T) recomputed by the training path (float32)."""
   _, model = qwen2_pair
   graphdef, state = nnx.split(model)
   T = 0.7
   cfg = SamplingConfig(max_new_tokens=24, temperature=T, stop_ids=(7, 11, 19, 23), pad_id=1)
   prompts = random_prompts(np.random.default_rng(2), [4, 11, 6, 9, 2, 15, 8, 5], model.cfg.vocab_size)
   res = Sampler(graphdef, cfg).generate(state, prompts, jax.random.key(4))
-  logp_ref, _ = completion_logprobs(model, res.prompt_BxP, res.prompt_mask_BxP, res.completion_BxN,
-                                    res.completion_mask_BxN, temperature=T)
-  m = res.completion_mask_BxN.astype(bool)
-  max_diff = float(np.max(np.abs(res.logp_BxN - np.asarray(logp_ref))[m]))
+  logp_ref, _ = completion_logprobs(model, res.prompt_BxP, res.prompt_mask_BxP, res.completion_BxC,
+                                    res.completion_mask_BxC, temperature=T)
+  m = res.completion_mask_BxC.astype(bool)
+  max_diff = float(np.max(np.abs(res.logp_BxC - np.asarray(logp_ref))[m]))
   print(f"max |sampler logp - completion_logprobs| at T={T}: {max_diff:.2e} over {m.sum()} tokens")
   # Each float32 side is ~1e-5 from a float64 reference here (|logp| up to ~9), so they may differ by ~2e-5;
   # a real mismatch (wrong temperature, position or mask) gives errors of 1e-2 or more.
   assert max_diff < 2e-5
-  assert np.all(res.logp_BxN[~m] == 0.0)
+  assert np.all(res.logp_BxC[~m] == 0.0)
   # The batch mixes stopped and truncated rows, so the masking after stops is exercised too.
   assert 0 < res.truncated_B.sum() < len(prompts), res.truncated_B
 
@@ -101,18 +101,18 @@ def test_stop_ids_end_each_row_and_the_loop(qwen2_pair, greedy_qwen2):
   graphdef, state = nnx.split(model)
   # One stop id from each row's greedy completion (row i's at column 2 + i), so every row stops early, some
   # at another row's stop id; rows then stop at their first occurrence of any of them.
-  stops = tuple(int(full.completion_BxN[i, 2 + i]) for i in range(len(prompts)))
+  stops = tuple(int(full.completion_BxC[i, 2 + i]) for i in range(len(prompts)))
   pad = 2
   cfg = SamplingConfig(max_new_tokens=N_NEW, greedy=True, stop_ids=stops, pad_id=pad)
   sampler = Sampler(graphdef, cfg, stop_check_every=1)
   res = sampler.generate(state, prompts, jax.random.key(0))
   for i in range(len(prompts)):
-    hits = np.flatnonzero(np.isin(full.completion_BxN[i], stops))
+    hits = np.flatnonzero(np.isin(full.completion_BxC[i], stops))
     length = hits[0] + 1 if len(hits) else N_NEW
     assert res.lengths_B[i] == length and res.truncated_B[i] == (len(hits) == 0)
-    np.testing.assert_array_equal(res.completion_BxN[i, :length], full.completion_BxN[i, :length])
-    np.testing.assert_array_equal(res.completion_BxN[i, length:], pad)
-    np.testing.assert_array_equal(res.completion_mask_BxN[i], np.arange(N_NEW) < length)
+    np.testing.assert_array_equal(res.completion_BxC[i, :length], full.completion_BxC[i, :length])
+    np.testing.assert_array_equal(res.completion_BxC[i, length:], pad)
+    np.testing.assert_array_equal(res.completion_mask_BxC[i], np.arange(N_NEW) < length)
   assert not res.truncated_B.any() and len(set(res.lengths_B)) > 2
   # Decoding stopped once the last row stopped, not after N steps.
   assert sampler.last_num_steps == res.lengths_B.max() < N_NEW
@@ -131,12 +131,12 @@ def test_top_k_never_leaves_the_top_k(qwen2_pair):
   prompts = random_prompts(np.random.default_rng(5), [3, 8, 12, 5, 9, 6, 10, 4], model.cfg.vocab_size)
   res = Sampler(graphdef, SamplingConfig(max_new_tokens=20, temperature=2.0, top_k=k)).generate(
       state, prompts, jax.random.key(6))
-  logits_BxNxV = teacher_forced_logits(model, res)
-  kth_BxN = -np.sort(-logits_BxNxV, axis=-1)[..., k - 1]
-  chosen_BxN = np.take_along_axis(logits_BxNxV, res.completion_BxN[..., None], axis=-1)[..., 0]
-  assert np.all(chosen_BxN >= kth_BxN - 1e-4)
+  logits_BxCxV = teacher_forced_logits(model, res)
+  kth_BxC = -np.sort(-logits_BxCxV, axis=-1)[..., k - 1]
+  chosen_BxC = np.take_along_axis(logits_BxCxV, res.completion_BxC[..., None], axis=-1)[..., 0]
+  assert np.all(chosen_BxC >= kth_BxC - 1e-4)
   # At T=2 many draws are not the argmax: the constraint is active, not satisfied by greedy decoding.
-  assert np.mean(res.completion_BxN != logits_BxNxV.argmax(-1)) > 0.3
+  assert np.mean(res.completion_BxC != logits_BxCxV.argmax(-1)) > 0.3
 
 
 def test_top_p_never_leaves_the_nucleus(qwen2_pair):
@@ -146,17 +146,17 @@ def test_top_p_never_leaves_the_nucleus(qwen2_pair):
   prompts = random_prompts(np.random.default_rng(7), [3, 8, 12, 5, 9, 6, 10, 4], model.cfg.vocab_size)
   res = Sampler(graphdef, SamplingConfig(max_new_tokens=20, temperature=T, top_p=top_p)).generate(
       state, prompts, jax.random.key(8))
-  logits_BxNxV = teacher_forced_logits(model, res) / T
-  probs = np.exp(logits_BxNxV - logits_BxNxV.max(-1, keepdims=True))
+  logits_BxCxV = teacher_forced_logits(model, res) / T
+  probs = np.exp(logits_BxCxV - logits_BxCxV.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
-  chosen = np.take_along_axis(probs, res.completion_BxN[..., None], axis=-1)
+  chosen = np.take_along_axis(probs, res.completion_BxC[..., None], axis=-1)
   mass_above_chosen = np.sum(np.where(probs > chosen, probs, 0.0), axis=-1)
   sorted_probs = -np.sort(-probs, axis=-1)
   nucleus_size = np.sum(np.cumsum(sorted_probs, axis=-1) - sorted_probs < top_p, axis=-1)
   assert np.all(mass_above_chosen < top_p + 1e-5)
   # The nucleus is a strict subset and the draws vary inside it.
   assert np.median(nucleus_size) > 2 and np.median(nucleus_size) < model.cfg.vocab_size / 4
-  assert np.mean(res.completion_BxN != logits_BxNxV.argmax(-1)) > 0.2
+  assert np.mean(res.completion_BxC != logits_BxCxV.argmax(-1)) > 0.2
 
 
 def test_compiles_once_per_bucket(qwen2_pair):
@@ -167,7 +167,7 @@ def test_compiles_once_per_bucket(qwen2_pair):
   # Prompt lengths 1..16 share the 16 bucket; 3 or 4 prompts share the batch bucket 4.
   for i, lengths in enumerate([[3, 16, 1], [1, 5, 7, 2], [16, 2, 9, 4], [11, 12, 13]]):
     res = sampler.generate(state, random_prompts(rng, lengths, model.cfg.vocab_size), jax.random.key(i))
-    assert res.prompt_BxP.shape == (len(lengths), 16) and res.completion_BxN.shape == (len(lengths), 3)
+    assert res.prompt_BxP.shape == (len(lengths), 16) and res.completion_BxC.shape == (len(lengths), 3)
   assert sampler.trace_counts == {"prefill": 1, "decode": 1, "prompt_rope": 1}
   assert sampler._prefill._cache_size() == 1 and sampler._decode._cache_size() == 1
   for i, lengths in enumerate([[17, 3, 30], [32, 20, 1, 1]]):

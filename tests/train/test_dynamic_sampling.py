@@ -30,16 +30,16 @@ class FakeSampler:
       prompt_BxP[i, P - len(ids):] = ids
       prompt_mask_BxP[i, P - len(ids):] = 1
     lengths_B = (np.arange(B) % G + 1).astype(np.int32)
-    completion_BxN = np.zeros((B, N + 1), np.int32)
-    mask_BxN = np.zeros((B, N + 1), np.int32)
+    completion_BxC = np.zeros((B, N + 1), np.int32)
+    mask_BxC = np.zeros((B, N + 1), np.int32)
     a = TOKENIZER.encode("a")[0]
     for i, n in enumerate(lengths_B):
-      completion_BxN[i, :n - 1] = a
-      completion_BxN[i, n - 1] = TOKENIZER.eos_token_id
-      mask_BxN[i, :n] = 1
+      completion_BxC[i, :n - 1] = a
+      completion_BxC[i, n - 1] = TOKENIZER.eos_token_id
+      mask_BxC[i, :n] = 1
     self.shapes.append((B, P))
     self.keys.append(np.asarray(jax.random.key_data(key)).tolist())
-    return SampleResult(prompt_BxP, prompt_mask_BxP, completion_BxN, mask_BxN, -0.5 * mask_BxN.astype(np.float32),
+    return SampleResult(prompt_BxP, prompt_mask_BxP, completion_BxC, mask_BxC, -0.5 * mask_BxC.astype(np.float32),
                         lengths_B, np.zeros(B, bool))
 
 
@@ -87,16 +87,16 @@ def test_zero_std_groups_are_replaced_by_groups_from_further_rounds():
   assert position[0] == 8  # two blocks of prompts consumed: the data position the checkpoint stores
   assert out.metrics["frac_reward_zero_std"] == pytest.approx(4 / 8)  # before filtering: 4 of 8 sampled groups
   assert out.prompts == [p for p in ("p1", "p4", "p6", "p7") for _ in range(G)]
-  rewards_PxG = out.rewards_B.reshape(-1, G)
-  assert np.all(rewards_PxG.max(1) > rewards_PxG.min(1))  # only groups with signal are trained on
+  rewards_RxG = out.rewards_B.reshape(-1, G)
+  assert np.all(rewards_RxG.max(1) > rewards_RxG.min(1))  # only groups with signal are trained on
   np.testing.assert_allclose(out.batch.advantages_B, _grpo_advantages(out.rewards_B), rtol=1e-5, atol=1e-6)
-  assert out.batch.prompt_BxP.shape == (4 * G, P) and out.batch.completion_BxN.shape == (4 * G, N + 1)
+  assert out.batch.prompt_BxP.shape == (4 * G, P) and out.batch.completion_BxC.shape == (4 * G, N + 1)
   # Same shapes every call (no new compilation); round r samples with fold_in(key, r), round 0 with the key.
   assert sampler.shapes == [(4 * G, P)] * 2
   expected_keys = [jax.random.key(7), jax.random.fold_in(jax.random.key(7), 1)]
   assert sampler.keys == [np.asarray(jax.random.key_data(k)).tolist() for k in expected_keys]
   # The batch rows are the sampled rows of those groups (prompt and completion stay paired).
-  lengths = out.batch.completion_BxN.shape[1] - (out.batch.completion_BxN == 0).sum(1)
+  lengths = out.batch.completion_BxC.shape[1] - (out.batch.completion_BxC == 0).sum(1)
   assert [len(c) for c in out.completions] == list(lengths - 1)
 
 
@@ -110,8 +110,8 @@ def test_a_batch_still_short_after_max_rounds_is_filled_with_zero_advantage_grou
   assert out.metrics["frac_reward_zero_std"] == pytest.approx(6 / 8)
   # Signal groups first (sampling order), then the earliest zero-std groups fill the static batch shape.
   assert out.prompts == [p for p in ("p1", "p6", "p0", "p2") for _ in range(G)]
-  adv_PxG = out.batch.advantages_B.reshape(-1, G)
-  assert np.all(adv_PxG[2:] == 0) and np.all(np.abs(adv_PxG[:2]).max(1) > 0.1)
+  adv_RxG = out.batch.advantages_B.reshape(-1, G)
+  assert np.all(adv_RxG[2:] == 0) and np.all(np.abs(adv_RxG[:2]).max(1) > 0.1)
 
 
 def test_selection_keeps_signal_groups_in_order_and_fills_with_the_earliest_zero_std_ones():

@@ -74,7 +74,7 @@ def test_transformers_greedy_completions_equal_grpo_jax_on_the_export(exported_r
     with torch.no_grad():
       want = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False)[0, len(ids):].tolist()
     res = sampler.generate(state, [list(ids)], jax.random.key(0))
-    got = res.completion_BxN[0, :res.lengths_B[0]].tolist()
+    got = res.completion_BxC[0, :res.lengths_B[0]].tolist()
     assert got == want, question
     # The random policy's greedy text is repetitive; the next-token distributions must agree too.
     mask = np.ones((1, len(ids)), np.int32)

@@ -47,7 +47,7 @@ def _batch(longest_prompt: int, longest_completion: int, seed=0) -> RolloutBatch
 def test_trimmed_update_equals_the_full_width_update(aggregation):
   batch = _batch(longest_prompt=10, longest_completion=13)
   trimmed = trim_padding(batch, buckets=4)
-  assert trimmed.prompt_BxP.shape == (B, 16) and trimmed.completion_BxN.shape == (B, 16)
+  assert trimmed.prompt_BxP.shape == (B, 16) and trimmed.completion_BxC.shape == (B, 16)
   assert trim_padding(batch, buckets=1) is batch
 
   graphdef, params = nnx.split(Transformer(CFG, rngs=nnx.Rngs(0)))
@@ -66,5 +66,5 @@ def test_trimmed_update_equals_the_full_width_update(aggregation):
 def test_nothing_to_cut_and_everything_masked():
   batch = _batch(longest_prompt=P, longest_completion=N)
   assert trim_padding(batch, buckets=4) is batch
-  empty = batch._replace(completion_mask_BxN=np.zeros_like(batch.completion_mask_BxN))
-  assert trim_padding(empty, buckets=4).completion_BxN.shape == (B, 8)
+  empty = batch._replace(completion_mask_BxC=np.zeros_like(batch.completion_mask_BxC))
+  assert trim_padding(empty, buckets=4).completion_BxC.shape == (B, 8)

@@ -44,8 +44,8 @@ def model_state():
 
 def _logp(graphdef, params, batch):
   model = nnx.merge(graphdef, params)
-  return completion_logprobs(model, batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxN,
-                             batch.completion_mask_BxN, TEMPERATURE, 128)[0]
+  return completion_logprobs(model, batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxC,
+                             batch.completion_mask_BxC, TEMPERATURE, 128)[0]
 
 
 def _copy(tree):
@@ -61,13 +61,13 @@ def test_on_policy_update_matches_hand_written_gradient_and_micro_batching_is_ex
   graphdef, params0 = model_state
   batch = _batch(0)
   logp_ref = jax.jit(_logp, static_argnums=0)(graphdef, params0, batch)
-  mask = batch.completion_mask_BxN.astype(bool)
+  mask = batch.completion_mask_BxC.astype(bool)
   # Sampler log-probs that disagree with the trainer by 0.25 on one real token and by 5 on a padding token.
   sampler_logp = np.array(logp_ref)
   sampler_logp[2, 0] += 0.25
   pad_row, pad_col = np.argwhere(~mask)[0]
   sampler_logp[pad_row, pad_col] += 5.0
-  batch = batch._replace(sampler_logp_BxN=sampler_logp)
+  batch = batch._replace(sampler_logp_BxC=sampler_logp)
 
   lr = 0.1
   optimizer = optax.sgd(lr)
@@ -115,7 +115,7 @@ def test_on_policy_update_matches_hand_written_gradient_and_micro_batching_is_ex
 
   # A second rollout with the same shapes reuses the compiled program.
   params = _copy(params0)
-  step_micro(params, optimizer.init(params), _batch(1)._replace(sampler_logp_BxN=sampler_logp))
+  step_micro(params, optimizer.init(params), _batch(1)._replace(sampler_logp_BxC=sampler_logp))
   assert sorted(traces) == [2, B]
 
 
@@ -140,7 +140,7 @@ def test_passes_and_mini_batches_match_a_python_loop(model_state):
     sl = slice(m * mini, (m + 1) * mini)
     sub = RolloutBatch(*[None if x is None else x[sl] for x in batch])
     logp = _logp(graphdef, p, sub)
-    s, d, _ = grpo_objective(LossInputs(logp, old[sl], None, sub.advantages_B, sub.completion_mask_BxN), loss_cfg)
+    s, d, _ = grpo_objective(LossInputs(logp, old[sl], None, sub.advantages_B, sub.completion_mask_BxC), loss_cfg)
     return s / d
 
   grad_fn = jax.jit(jax.grad(mini_loss), static_argnums=1)
@@ -154,7 +154,7 @@ def test_passes_and_mini_batches_match_a_python_loop(model_state):
       sub = RolloutBatch(*[None if x is None else x[sl] for x in batch])
       ratio = np.exp(np.asarray(logp_fn(graphdef, p, sub), np.float64) - np.asarray(old[sl], np.float64))
       adv = np.asarray(sub.advantages_B)[:, None]
-      real = np.asarray(sub.completion_mask_BxN) > 0
+      real = np.asarray(sub.completion_mask_BxC) > 0
       clipped += np.sum(real & (((ratio < 0.8) & (adv < 0)) | ((ratio > 1.28) & (adv > 0))))
       tokens += np.sum(real)
       g = grad_fn(p, m)
@@ -174,7 +174,7 @@ def test_logprob_fn_matches_direct_computation_in_micro_batches(model_state):
   fn = jax.jit(make_logprob_fn(graphdef, temperature=TEMPERATURE, chunk_size=128, micro_batch_size=2))
   got = np.asarray(fn(params, batch))
   want = np.asarray(jax.jit(_logp, static_argnums=0)(graphdef, params, batch))
-  mask = batch.completion_mask_BxN.astype(bool)
+  mask = batch.completion_mask_BxC.astype(bool)
   np.testing.assert_allclose(got[mask], want[mask], atol=1e-5)
   with pytest.raises(ValueError, match="micro_batch_size=3"):
     make_logprob_fn(graphdef, temperature=1.0, chunk_size=128, micro_batch_size=3)(params, batch)
