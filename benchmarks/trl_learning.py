@@ -174,7 +174,8 @@ def evaluate_snapshots(args, config, wall_by_step: dict) -> None:
 
 def curve(workdir: str) -> tuple[list[float], list[float]]:
   """(training wall-clock seconds, held-out accuracy) at each evaluation of a grpo_jax or a TRL run."""
-  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl")) if line.strip()]
+  from grpo_jax.train.metrics import read_jsonl
+  rows = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   if any("wall_s" in r for r in rows):          # this script's TRL record
     pts = [(r["wall_s"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
   else:                                          # grpo_jax: cumulative step_time; step 0's eval at 0 s
@@ -225,7 +226,8 @@ def main(argv=None):
   elif args.evaluate_only:
     config = load_experiment(args.config)
     config.seed = args.seed
-    records = [json.loads(line) for line in open(os.path.join(args.out, "train_log.jsonl"))]
+    from grpo_jax.train.metrics import read_jsonl
+    records = read_jsonl(os.path.join(args.out, "train_log.jsonl"))
     evaluate_snapshots(args, config, {r["step"]: r["wall_s"] for r in records})
   else:
     train_trl(args)

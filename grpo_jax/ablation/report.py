@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import re
@@ -28,6 +27,8 @@ import numpy as np
 
 from grpo_jax.ablation import runner
 from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.train.plotting import draw_panels
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
 
@@ -47,18 +48,12 @@ CURVES = [(REWARD, "reward (train)"), (EVAL_ACC, "held-out accuracy"), (KL, "KL 
 def read_metrics(path: str) -> dict[int, dict[str, Any]]:
   """step -> merged metrics. Unparseable lines (e.g. a line cut short by a kill) are skipped."""
   rows: dict[int, dict[str, Any]] = {}
-  try:
-    f = open(path)
-  except OSError:
-    return rows
-  with f:
-    for line in f:
-      try:
-        row = json.loads(line)
-        step = int(row["step"])
-      except (ValueError, KeyError, TypeError):
-        continue
-      rows.setdefault(step, {}).update(row)
+  for row in read_jsonl(path):
+    try:
+      step = int(row["step"])
+    except (ValueError, KeyError, TypeError):
+      continue
+    rows.setdefault(step, {}).update(row)
   return rows
 
 
@@ -376,36 +371,6 @@ def paired_band(members: Sequence[MemberRun], baseline: Sequence[MemberRun], key
   return _aggregate([d for d in diffs if d])
 
 
-def _draw(panels, path: str) -> None:
-  """panels: [(title, [(label, (steps, mean, std, count), marker)] per group)] -> one row of plots in a PNG.
-  Groups keep their color (and line style, past 10 groups) across panels."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  cmap = plt.get_cmap("tab10")
-  fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
-  legend = {}
-  for ax, (title, curves) in zip(axes[0], panels):
-    for i, (label, (steps, mean, std, _), marker) in enumerate(curves):
-      if not steps.size:
-        continue
-      color, style = cmap(i % 10), ("-", "--", ":")[(i // 10) % 3]
-      (line,) = ax.plot(steps, mean, color=color, ls=style, lw=1.4, marker=marker, ms=3)
-      legend.setdefault(label, line)
-      ok = np.isfinite(std)
-      ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.12, lw=0)
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("step")
-    ax.grid(alpha=0.3)
-  fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(4, max(1, len(legend))),
-             fontsize=8, frameon=False)
-  rows = -(-len(legend) // 4)
-  fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
-  fig.savefig(path, dpi=80)
-  plt.close(fig)
-
-
 def _plotted_groups(runs, include):
   grouped = {g: [m for m in ms if m.status in include] for g, ms in groups_in_order(runs).items()}
   return {g: ms for g, ms in grouped.items() if ms}
@@ -424,7 +389,7 @@ def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done"
     panels.append((_title(label, key, smooth),
                    [(f"{g} (n={len(ms)})", band(ms, key, window), "o" if key == EVAL_ACC else None)
                     for g, ms in grouped.items()]))
-  _draw(panels, path)
+  draw_panels(panels, path)
 
 
 def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int = 10,
@@ -440,7 +405,7 @@ def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int
     panels.append((_title(f"{label} − {baseline} (same seed)", key, smooth),
                    [(g, paired_band(ms, base, key, window), "o" if key == EVAL_ACC else None)
                     for g, ms in grouped.items() if g != baseline]))
-  _draw(panels, path)
+  draw_panels(panels, path)
 
 
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,

@@ -21,6 +21,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.train.metrics import read_jsonl
 
 DONE, FAILED, TRAINER_SUMMARY = "DONE", "FAILED", "summary.json"
 MEMBER_JSON, LOG, ATTEMPTS, SWEEP_JSON = "member.json", "train.log", "attempts.jsonl", "sweep.json"
@@ -77,15 +78,11 @@ def _tail(text: str, lines: int = ERROR_TAIL_LINES) -> str:
 def previous_wall_s(workdir: str) -> float:
   """Seconds spent in all earlier attempts of this member."""
   total = 0.0
-  try:
-    with open(os.path.join(workdir, ATTEMPTS)) as f:
-      for line in f:
-        try:
-          total += float(json.loads(line)["wall_s"])
-        except (ValueError, KeyError, TypeError):
-          continue
-  except OSError:
-    pass
+  for attempt in read_jsonl(os.path.join(workdir, ATTEMPTS)):
+    try:
+      total += float(attempt["wall_s"])
+    except (ValueError, KeyError, TypeError):
+      continue
   return total
 
 

@@ -1,9 +1,15 @@
-"""Training curves of one or more runs (their metrics.jsonl) on one figure: reward, held-out accuracy, KL,
-entropy and completion length against the step."""
+"""Figures of training curves, for one run or many: the one drawing routine of the repository.
+
+`plot_runs` draws runs (their metrics.jsonl) as lines: reward, held-out accuracy, KL, entropy and completion
+length against the step (the run's curves.png, scripts/plot.py). `draw_panels` draws any panels of curves with
+optional bands (mean ± std); the ablation report (grpo_jax/ablation/report.py) uses it for its group figures.
+"""
 from __future__ import annotations
 
 import os
 from typing import Sequence
+
+import numpy as np
 
 from grpo_jax.train.metrics import METRICS_FILE, read_jsonl
 
@@ -11,15 +17,50 @@ PANELS = (("reward", "reward"), ("eval/accuracy", "held-out accuracy"), ("kl", "
           ("entropy", "entropy"), ("completions/mean_length", "completion length"))
 
 
-def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | None = None) -> str:
-  """Writes a PNG with one panel per metric and one line per run; returns out_path.
+def draw_panels(panels, path: str, dpi: int = 80) -> str:
+  """panels: [(title, [(label, (steps, mean, std, count), marker)] per curve)] -> one row of plots in a PNG.
 
-  A metric a run never logged (e.g. `kl` with beta = 0) leaves that run out of the panel.
+  Each curve is a line with a band of ± std where std is finite (NaN: no band); a curve keeps its color (and
+  line style, past 10 curves) across panels; a panel without data says "not logged". Returns `path`.
   """
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  cmap = plt.get_cmap("tab10")
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
+  legend = {}
+  for ax, (title, curves) in zip(axes[0], panels):
+    drawn = False
+    for i, (label, (steps, mean, std, _), marker) in enumerate(curves):
+      if not steps.size:
+        continue
+      color, style = cmap(i % 10), ("-", "--", ":")[(i // 10) % 3]
+      (line,) = ax.plot(steps, mean, color=color, ls=style, lw=1.4, marker=marker, ms=3)
+      legend.setdefault(label, line)
+      ok = np.isfinite(std)
+      ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.12, lw=0)
+      drawn = True
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if not drawn:
+      ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+  fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(4, max(1, len(legend))),
+             fontsize=8, frameon=False)
+  rows = -(-len(legend) // 4)
+  fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=dpi)
+  plt.close(fig)
+  return path
+
+
+def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | None = None) -> str:
+  """Writes a PNG with one panel per metric of PANELS and one line per run; returns out_path.
+
+  A metric a run never logged (e.g. `kl` with beta = 0) leaves that run out of the panel.
+  """
   if not workdirs:
     raise ValueError("plot_runs: no workdirs given")
   labels = list(labels) if labels else [os.path.basename(os.path.normpath(w)) or w for w in workdirs]
@@ -29,24 +70,13 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
     if not os.path.exists(path):
       raise FileNotFoundError(f"{path} does not exist (is {w} a training workdir?)")
     runs.append(read_jsonl(path))
-  fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.4))
-  for ax, (key, title) in zip(axes, PANELS):
-    drawn = False
+  panels = []
+  for key, title in PANELS:
+    curves = []
     for records, label in zip(runs, labels):
       pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-      if pts:
-        steps, values = zip(*pts)
-        ax.plot(steps, values, marker="o" if key.startswith("eval/") else None, markersize=3, label=label)
-        drawn = True
-    ax.set_title(title)
-    ax.set_xlabel("step")
-    ax.grid(alpha=0.3)
-    if not drawn:
-      ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
-  if len(workdirs) > 1:
-    axes[0].legend(fontsize=8)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-  fig.savefig(out_path, dpi=100)
-  plt.close(fig)
-  return out_path
+      steps, values = (np.asarray(v, np.float64) for v in zip(*pts)) if pts else (np.zeros(0), np.zeros(0))
+      curves.append((label, (steps, values, np.full(values.shape, np.nan), np.ones(values.shape)),
+                     "o" if key.startswith("eval/") else None))
+    panels.append((title, curves))
+  return draw_panels(panels, out_path, dpi=100)
