@@ -211,6 +211,11 @@ def get_config() -> ml_collections.ConfigDict:
   lg.samples_every = 50           # sampled completions with rewards to samples.jsonl and the console.
   lg.num_samples = 4
   lg.tensorboard = True
+  lg.wandb = False                # also log to Weights & Biases (pip install 'grpo_jax[wandb]'): scalars and samples.
+  lg.wandb_project = "grpo_jax"
+  lg.wandb_entity = ""            # "": the account's default.
+  lg.wandb_name = ""              # "": the workdir's name. The W&B run id is the run's own (a resume continues it).
+  lg.wandb_mode = "online"        # "online", or "offline" (written under WORKDIR/wandb; `wandb sync` uploads it).
   lg.progress_bar = True
   lg.plot = True                  # write curves.png into the workdir at the end.
   return c
@@ -278,6 +283,7 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   _choice(c, "distributed.enabled", ("auto", "yes", "no"))
   from grpo_jax.precision import MATMUL_PRECISIONS
   _choice(c, "precision.matmul", MATMUL_PRECISIONS)
+  _choice(c, "log.wandb_mode", ("online", "offline"))
   if c.task.name == "dataset":
     _validate_dataset_task(c, in_memory_dataset)
   if c.task.name == "word_arithmetic":

@@ -298,13 +298,15 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
         raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
                          f"{config.seed}; use another workdir")
       log_console(f"[resume] restored step {start_step} from {checkpointer.directory}")
-      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step)
+      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step,
+                                          wandb=_wandb_init(config, workdir, run_id, cfg_json))
                 if main else distributed.NullWriter())
     else:
       start_step = 0
       wall_before = 0.0
       run_id = _new_run_id(workdir, main)
-      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard) if main
+      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard,
+                                          wandb=_wandb_init(config, workdir, run_id, cfg_json)) if main
                 else distributed.NullWriter())
       data_position = 0
       own_start = os.path.join(workdir, WARMSTART_DIR)
@@ -546,6 +548,16 @@ def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> t
 
 
 RUN_ID_FILE = "run_id"
+
+
+def _wandb_init(config, workdir: str, run_id: str, cfg_json: str) -> dict | None:
+  """`wandb.init` keyword arguments of the run (config.log.wandb*), or None when W&B logging is off."""
+  lg = config.log
+  if not lg.wandb:
+    return None
+  return dict(project=lg.wandb_project, entity=lg.wandb_entity or None, mode=lg.wandb_mode,
+              name=lg.wandb_name or os.path.basename(os.path.normpath(workdir)), id=run_id,
+              config=json.loads(cfg_json))
 
 
 def _read_run_id(workdir: str) -> str | None:

@@ -60,9 +60,16 @@ def _truncate_jsonl(path: str, last_step: int) -> None:
 
 
 class MetricsWriter:
-  """Appends step records to metrics.jsonl and TensorBoard; sample records to samples.jsonl."""
+  """Appends step records to metrics.jsonl, TensorBoard and Weights & Biases; samples to samples.jsonl (and
+  W&B tables).
 
-  def __init__(self, workdir: str, *, tensorboard: bool = True, resume_step: int | None = None):
+  `wandb`: keyword arguments of `wandb.init` (project, name, mode, id, config, ...), or None for no W&B. The run
+  id is the grpo_jax run's, so a resume continues the same W&B run; W&B keeps the values it first received for
+  steps that a resume redoes (metrics.jsonl holds the redone ones).
+  """
+
+  def __init__(self, workdir: str, *, tensorboard: bool = True, resume_step: int | None = None,
+               wandb: dict | None = None):
     self.workdir = workdir
     os.makedirs(workdir, exist_ok=True)
     self.metrics_path = os.path.join(workdir, METRICS_FILE)
@@ -79,6 +86,13 @@ class MetricsWriter:
       from tensorboardX import SummaryWriter
       purge = None if resume_step is None else resume_step + 1
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
+    self._wandb = None
+    if wandb is not None:
+      try:
+        import wandb as wandb_lib
+      except ImportError as e:
+        raise ImportError("config.log.wandb needs the wandb package: pip install 'grpo_jax[wandb]'") from e
+      self._wandb = wandb_lib.init(dir=workdir, resume="allow", **wandb)
 
   def write(self, step: int, metrics: dict[str, Any]) -> dict:
     record = {"step": int(step)}
@@ -89,6 +103,8 @@ class MetricsWriter:
       for k, v in record.items():
         if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
           self._tb.add_scalar(k, v, step)
+    if self._wandb is not None:
+      self._wandb.log({k: v for k, v in record.items() if k != "step"}, step=int(step))
     return record
 
   def write_samples(self, step: int, samples: list[dict]) -> None:
@@ -98,6 +114,12 @@ class MetricsWriter:
     if self._tb is not None and samples:
       text = "\n\n".join(f"`{s['prompt']}` → `{s['completion']}` (reward {s['reward']:.3g})" for s in samples)
       self._tb.add_text("samples", text, step)
+    if self._wandb is not None and samples:
+      import wandb as wandb_lib
+      table = wandb_lib.Table(columns=["step", "prompt", "completion", "reward"])
+      for s in samples:
+        table.add_data(int(step), s["prompt"], s["completion"], float(s["reward"]))
+      self._wandb.log({"samples": table}, step=int(step))
 
   def flush(self):
     if self._tb is not None:
@@ -107,6 +129,9 @@ class MetricsWriter:
     if self._tb is not None:
       self._tb.close()
       self._tb = None
+    if self._wandb is not None:
+      self._wandb.finish()
+      self._wandb = None
 
 
 def format_samples(step: int, samples: list[dict]) -> str:
