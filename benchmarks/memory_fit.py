@@ -142,7 +142,7 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   from grpo_jax.train import distributed
   from grpo_jax.train.loop import build_reward_fns, build_tokenizer_and_task, make_samplers
   from grpo_jax.train.offload import RefOffloader
-  from grpo_jax.train.rollout import collect_rollout, trim_padding
+  from grpo_jax.train.rollout import RolloutSettings, collect_rollout, trim_padding
   from grpo_jax.train.state import init_opt_state
   from grpo_jax.train.step import make_logprob_fn
   paths = fixtures.ensure_fixtures()
@@ -166,19 +166,14 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
                                          chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
   sampler = distributed.GlobalSampler(make_samplers(graphdef, config, tokenizer)[0], 0)
-  reward_fns = build_reward_fns(config)
+  settings = RolloutSettings.from_config(config, build_reward_fns(config))
   jax.block_until_ready((params, opt_state, ref_params))
   rows = [{"phase": "weights, AdamW, reference", "peak": peak_in_use(), "s": 0.0}]
   log(f"[memory_fit] state on the device: peak {_gib(rows[-1]['peak'])} GiB")
   for i in range(1, num_steps + 1):
     t0 = time.time()
     columns = task.train_rows((i - 1) * g.prompts_per_step, g.prompts_per_step)
-    rollout = collect_rollout(sampler, params, tokenizer, columns, group_size=g.group_size,
-                              key=jax.random.key(i), reward_fns=reward_fns, max_prompt_length=s.max_prompt_length,
-                              advantage=g.advantage, std_ddof=g.std_ddof, advantage_eps=g.advantage_eps,
-                              mask_truncated=g.mask_truncated_completions,
-                              reward_timeout_s=config.reward_timeout_s, reward_fallback=config.reward_fallback,
-                              reward_isolation=config.reward_isolation)
+    rollout = collect_rollout(sampler, params, tokenizer, columns, settings, jax.random.key(i))
     t1 = time.time()
     rows.append({"phase": f"step {i}: sample {B} x {s.max_new_tokens} tokens", "peak": peak_in_use(), "s": t1 - t0})
     batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))

@@ -144,6 +144,7 @@ def evaluate_snapshots(args, config, wall_by_step: dict) -> None:
   from grpo_jax.model import sharding as sharding_lib
   from grpo_jax.train import loop
   from grpo_jax.train.evaluation import evaluate
+  from grpo_jax.train.rollout import scoring_of
   from flax import nnx
 
   tokenizer, task = loop.build_tokenizer_and_task(config)
@@ -158,7 +159,7 @@ def evaluate_snapshots(args, config, wall_by_step: dict) -> None:
     path = config.model.hf_path if step == 0 else os.path.join(snapshots, str(step))
     model = hf_io.from_pretrained(path, dtype=config.model.dtype, param_dtype=config.model.param_dtype)
     _, params = nnx.split(model)
-    metrics = evaluate(greedy, params, tokenizer, columns, reward_fns=loop.build_reward_fns(config),
+    metrics = evaluate(greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
                        accuracy_reward=config.eval.accuracy_reward,
                        batch_size=min(config.eval.batch_size, len(columns["prompt"])),
                        max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0))

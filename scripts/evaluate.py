@@ -36,6 +36,7 @@ def main(argv=None):
   from grpo_jax.model import sharding as sharding_lib
   from grpo_jax.train import loop
   from grpo_jax.train.evaluation import evaluate
+  from grpo_jax.train.rollout import scoring_of
   from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 
   config = load_run_config(args.workdir)
@@ -50,7 +51,7 @@ def main(argv=None):
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
   _, greedy, _ = loop.make_samplers(graphdef, config, tokenizer)
   metrics, details = evaluate(
-      greedy, params, tokenizer, columns, reward_fns=loop.build_reward_fns(config),
+      greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
       accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size, len(columns["prompt"])),
       max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True)
   completions = details["completions"]

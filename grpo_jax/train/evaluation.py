@@ -7,12 +7,10 @@ compiles one sampler program however many prompts there are.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 import jax
 import numpy as np
 
-from grpo_jax.train.rollout import RewardSpec, decode_completion, encode_prompts, repeat_columns, score
+from grpo_jax.train.rollout import Scoring, decode_completion, encode_prompts, repeat_columns
 
 
 def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key):
@@ -30,10 +28,9 @@ def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int,
   return np.concatenate(comps), np.concatenate(masks), np.concatenate(lengths), np.concatenate(truncated)
 
 
-def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, reward_fns: Sequence[RewardSpec],
-             accuracy_reward: str, batch_size: int, max_prompt_length: int, key, reward_timeout_s: float = 10.0,
-             reward_fallback: float = 0.0, reward_isolation: str = "process", pass_k: int = 0, pass_k_sampler=None,
-             return_details: bool = False) -> dict:
+def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scoring: Scoring, *,
+             accuracy_reward: str, batch_size: int, max_prompt_length: int, key, pass_k: int = 0,
+             pass_k_sampler=None, return_details: bool = False) -> dict:
   """Metrics 'eval/accuracy', 'eval/reward', 'eval/mean_length' and, with pass_k > 0, 'eval/pass@k'.
 
   With `return_details`, (metrics, details): details["completions"] (the greedy texts), ["accuracy"] (each
@@ -44,7 +41,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, rew
   comps, masks, lengths, truncated = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
   completions = [decode_completion(tokenizer, c, m) for c, m in zip(comps, masks)]
   cols = dict(other, completion_length=lengths.tolist())
-  result = score(reward_fns, texts, completions, cols, reward_timeout_s, reward_fallback, reward_isolation)
+  result = scoring(texts, completions, cols)
   metrics = {"eval/accuracy": float(np.mean(result.per_fn[accuracy_reward])),
              "eval/reward": float(np.mean(result.total)),
              "eval/mean_length": float(np.mean(lengths))}
@@ -57,8 +54,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], *, rew
     texts_k = [t for t in texts for _ in range(pass_k)]
     completions_k = [decode_completion(tokenizer, c, m) for c, m in zip(comps_k, masks_k)]
     cols_k = dict(repeat_columns(other, pass_k), completion_length=lengths_k.tolist())
-    acc_k = score(reward_fns, texts_k, completions_k, cols_k, reward_timeout_s,
-                  reward_fallback, reward_isolation).per_fn[accuracy_reward].reshape(-1, pass_k)
+    acc_k = scoring(texts_k, completions_k, cols_k).per_fn[accuracy_reward].reshape(-1, pass_k)
     metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
   if return_details:
     return metrics, {"completions": completions, "accuracy": np.asarray(result.per_fn[accuracy_reward]),

@@ -46,7 +46,7 @@ from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
-from grpo_jax.train.rollout import collect_dynamic_rollout, collect_rollout, trim_padding
+from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
@@ -241,6 +241,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
                                          chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
   sampler, greedy_sampler, pass_k_sampler = make_samplers(graphdef, config, tokenizer)
   reward_fns = build_reward_fns(config, inputs)
+  settings = RolloutSettings.from_config(config, reward_fns)
   eval_columns = task.eval_rows(config.eval.size)
   base_key = jax.random.key(config.seed)
 
@@ -249,15 +250,14 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
 
   def run_eval(p, step):
     """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
-    kwargs = dict(reward_fns=reward_fns, accuracy_reward=config.eval.accuracy_reward,
-                  batch_size=min(config.eval.batch_size, config.eval.size), max_prompt_length=s.max_prompt_length,
-                  key=jax.random.fold_in(base_key, 10_000_000 + step), reward_timeout_s=config.reward_timeout_s,
-                  reward_fallback=config.reward_fallback, reward_isolation=config.reward_isolation)
-    metrics = evaluate(greedy_sampler, p, tokenizer, eval_columns, pass_k=config.eval.pass_k,
+    kwargs = dict(accuracy_reward=config.eval.accuracy_reward, max_prompt_length=s.max_prompt_length,
+                  batch_size=min(config.eval.batch_size, config.eval.size),
+                  key=jax.random.fold_in(base_key, 10_000_000 + step))
+    metrics = evaluate(greedy_sampler, p, tokenizer, eval_columns, settings.scoring, pass_k=config.eval.pass_k,
                        pass_k_sampler=pass_k_sampler, **kwargs)
     if step in (0, config.num_steps):
       for name, columns in transfer_columns.items():
-        transfer = evaluate(greedy_sampler, p, tokenizer, columns, **kwargs)
+        transfer = evaluate(greedy_sampler, p, tokenizer, columns, settings.scoring, **kwargs)
         metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
     return metrics
 
@@ -359,11 +359,6 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       data_position += g.prompts_per_step
       return columns
 
-    rollout_args = dict(
-        group_size=g.group_size, reward_fns=reward_fns, max_prompt_length=s.max_prompt_length,
-        advantage=g.advantage, std_ddof=g.std_ddof, advantage_eps=g.advantage_eps,
-        mask_truncated=g.mask_truncated_completions, reward_timeout_s=config.reward_timeout_s,
-        reward_fallback=config.reward_fallback, reward_isolation=config.reward_isolation)
     global_sampler = distributed.GlobalSampler(sampler, offset * g.group_size)
 
     nonfinite_steps = 0  # consecutive steps whose every update was skipped
@@ -372,12 +367,10 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       t0 = time.time()
       step_key = jax.random.fold_in(base_key, step)
       if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-        rollout = collect_dynamic_rollout(global_sampler, params, tokenizer, next_columns,
-                                          max_rounds=g.dynamic_sampling_max_rounds, all_done=distributed.all_true,
-                                          key=step_key, **rollout_args)
+        rollout = collect_dynamic_rollout(global_sampler, params, tokenizer, next_columns, settings, step_key,
+                                          max_rounds=g.dynamic_sampling_max_rounds, all_done=distributed.all_true)
       else:
-        rollout = collect_rollout(global_sampler, params, tokenizer, next_columns(), key=step_key,
-                                  **rollout_args)
+        rollout = collect_rollout(global_sampler, params, tokenizer, next_columns(), settings, step_key)
       # One process: cut padding to a bucket width (multi-host processes would each cut differently).
       batch = place(trim_padding(rollout.batch, g.length_buckets) if jax.process_count() == 1 else rollout.batch)
       if use_ref:

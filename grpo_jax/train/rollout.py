@@ -58,10 +58,39 @@ def repeat_columns(columns: dict[str, list], times: int) -> dict[str, list]:
   return {k: [v for v in vals for _ in range(times)] for k, vals in columns.items()}
 
 
-def score(reward_fns: Sequence[RewardSpec], prompts: list[str], completions: list[str],
-          columns: dict[str, list], timeout_s: float, fallback: float, isolation: str = "process"):
-  return score_completions(list(reward_fns), prompts, completions, columns, timeout_s=timeout_s,
-                           fallback=fallback, isolation=isolation)
+class Scoring(NamedTuple):
+  """How completions are scored: the (name, fn, weight) rewards, each call's timeout in seconds, the score of a
+  call that fails, and where the functions run ("process" or "thread": grpo_jax/rewards/isolation.py)."""
+  reward_fns: Sequence[RewardSpec]
+  timeout_s: float = 10.0
+  fallback: float = 0.0
+  isolation: str = "process"
+
+  def __call__(self, prompts: list[str], completions: list[str], columns: dict[str, list]):
+    return score_completions(list(self.reward_fns), prompts, completions, columns, timeout_s=self.timeout_s,
+                             fallback=self.fallback, isolation=self.isolation)
+
+
+class RolloutSettings(NamedTuple):
+  """What a rollout needs besides the sampler and the prompts: built once per run (`from_config`)."""
+  group_size: int                 # G
+  max_prompt_length: int
+  scoring: Scoring
+  advantage: str = "grpo"
+  std_ddof: int = 1
+  advantage_eps: float = 1e-4
+  mask_truncated: bool = False    # DAPO: completions that hit max_new_tokens get no loss
+
+  @classmethod
+  def from_config(cls, config, reward_fns: Sequence[RewardSpec]) -> "RolloutSettings":
+    g = config.grpo
+    return cls(group_size=g.group_size, max_prompt_length=config.sampling.max_prompt_length,
+               scoring=scoring_of(config, reward_fns), advantage=g.advantage, std_ddof=g.std_ddof,
+               advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions)
+
+
+def scoring_of(config, reward_fns: Sequence[RewardSpec]) -> Scoring:
+  return Scoring(reward_fns, config.reward_timeout_s, config.reward_fallback, config.reward_isolation)
 
 
 class Rollout(NamedTuple):
@@ -85,14 +114,12 @@ class Scored(NamedTuple):
   zero_std_R: np.ndarray    # bool: every reward of the group is equal (no policy gradient)
 
 
-def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
-                     reward_fns: Sequence[RewardSpec], max_prompt_length: int, std_ddof: int,
-                     reward_timeout_s: float, reward_fallback: float,
-                     reward_isolation: str = "process") -> Scored:
+def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSettings,
+                     key) -> Scored:
   """Samples G completions for each of the R prompts in `columns["prompt"]` and scores them."""
-  G = group_size
+  G = settings.group_size
   texts = list(columns["prompt"])
-  prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
+  prompt_ids = encode_prompts(tokenizer, texts, settings.max_prompt_length)
   prompt_ids_B = [ids for ids in prompt_ids for _ in range(G)]
   out = sampler.generate(params, prompt_ids_B, key)
   if not np.all(np.isfinite(out.logp_BxC[out.completion_mask_BxC > 0])):
@@ -105,10 +132,9 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], *, gr
   completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxC, out.completion_mask_BxC)]
   cols_B = repeat_columns({k: v for k, v in columns.items() if k != "prompt"}, G)
   cols_B["completion_length"] = out.lengths_B.tolist()
-  result = score(reward_fns, prompts_B, completions_B, cols_B, reward_timeout_s, reward_fallback,
-                 reward_isolation)
+  result = settings.scoring(prompts_B, completions_B, cols_B)
   rewards_B = np.asarray(result.total, np.float32)
-  stats = jax.device_get(_group_stats(rewards_B, G, std_ddof))
+  stats = jax.device_get(_group_stats(rewards_B, G, settings.std_ddof))
   return Scored(out, prompts_B, completions_B, rewards_B, {k: np.asarray(v) for k, v in result.per_fn.items()},
                 dict(result.failures), np.asarray(stats.std_R), np.asarray(stats.zero_std_R))
 
@@ -160,13 +186,14 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
   return metrics
 
 
-def build_rollout(scored: Scored, metrics: dict[str, Any], *, group_size: int, advantage: str, std_ddof: int,
-                  advantage_eps: float, mask_truncated: bool, num_tokens: int | None = None) -> Rollout:
+def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSettings,
+                  num_tokens: int | None = None) -> Rollout:
   """The update's batch from scored groups: advantages, and the loss mask (DAPO overlong filtering)."""
-  out = scored.sample
-  advantages_B = np.asarray(_advantages(scored.rewards_B, group_size, advantage, std_ddof, float(advantage_eps)))
+  out, st = scored.sample, settings
+  advantages_B = np.asarray(_advantages(scored.rewards_B, st.group_size, st.advantage, st.std_ddof,
+                                        float(st.advantage_eps)))
   loss_mask_BxC = out.completion_mask_BxC.astype(np.int32)
-  if mask_truncated:  # DAPO overlong filtering: truncated completions contribute no loss.
+  if st.mask_truncated:  # DAPO overlong filtering: truncated completions contribute no loss.
     loss_mask_BxC = loss_mask_BxC * (~out.truncated_B)[:, None].astype(np.int32)
   batch = RolloutBatch(
       prompt_BxP=out.prompt_BxP.astype(np.int32), prompt_mask_BxP=out.prompt_mask_BxP.astype(np.int32),
@@ -178,18 +205,12 @@ def build_rollout(scored: Scored, metrics: dict[str, Any], *, group_size: int, a
   return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens)
 
 
-def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], *, group_size: int, key,
-                    reward_fns: Sequence[RewardSpec], max_prompt_length: int, advantage: str, std_ddof: int,
-                    advantage_eps: float, mask_truncated: bool, reward_timeout_s: float,
-                    reward_fallback: float, reward_isolation: str = "process") -> Rollout:
+def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSettings,
+                    key) -> Rollout:
   """Samples G completions for each of the R prompts in `columns["prompt"]`, scores them, and builds the batch
   (metrics: `rollout_metrics`)."""
-  scored = sample_and_score(sampler, params, tokenizer, columns, group_size=group_size, key=key,
-                            reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
-                            reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback,
-                            reward_isolation=reward_isolation)
-  return build_rollout(scored, rollout_metrics(scored), group_size=group_size, advantage=advantage,
-                       std_ddof=std_ddof, advantage_eps=advantage_eps, mask_truncated=mask_truncated)
+  scored = sample_and_score(sampler, params, tokenizer, columns, settings, key)
+  return build_rollout(scored, rollout_metrics(scored), settings)
 
 
 def select_signal_groups(zero_std_R: np.ndarray, num_groups: int) -> tuple[np.ndarray, int]:
@@ -204,12 +225,9 @@ def select_signal_groups(zero_std_R: np.ndarray, num_groups: int) -> tuple[np.nd
   return np.concatenate([signal, fill]).astype(np.int64), len(signal)
 
 
-def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[], dict[str, list]], *,
-                            max_rounds: int, all_done: Callable[[bool], bool] = lambda done: done,
-                            group_size: int, key, reward_fns: Sequence[RewardSpec], max_prompt_length: int,
-                            advantage: str, std_ddof: int, advantage_eps: float, mask_truncated: bool,
-                            reward_timeout_s: float, reward_fallback: float,
-                            reward_isolation: str = "process") -> Rollout:
+def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[], dict[str, list]],
+                            settings: RolloutSettings, key, *, max_rounds: int,
+                            all_done: Callable[[bool], bool] = lambda done: done) -> Rollout:
   """DAPO dynamic sampling (docs/algorithms.md): groups whose rewards are all equal are dropped, and further batches of
   prompts (`next_columns()`, which also advances the data position) are sampled at the same shapes, so nothing
   recompiles, until the batch holds as many groups with signal as one call gives, or after `max_rounds` calls.
@@ -228,10 +246,7 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
     columns = next_columns()
     num_groups = len(columns["prompt"])
     round_key = key if not parts else jax.random.fold_in(key, len(parts))
-    parts.append(sample_and_score(sampler, params, tokenizer, columns, group_size=group_size, key=round_key,
-                                  reward_fns=reward_fns, max_prompt_length=max_prompt_length, std_ddof=std_ddof,
-                                  reward_timeout_s=reward_timeout_s, reward_fallback=reward_fallback,
-                                  reward_isolation=reward_isolation))
+    parts.append(sample_and_score(sampler, params, tokenizer, columns, settings, round_key))
     have = sum(int(np.sum(~p.zero_std_R)) for p in parts)
     if all_done(have >= num_groups or len(parts) >= max_rounds):
       break
@@ -242,9 +257,8 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
   metrics["dynamic_sampling/kept_groups"] = kept
   metrics["dynamic_sampling/filled_groups"] = num_groups - kept
   num_tokens = int(scored.sample.prompt_mask_BxP.sum() + scored.sample.completion_mask_BxC.sum())
-  return build_rollout(take_groups(scored, groups_K, group_size), metrics, group_size=group_size,
-                       advantage=advantage, std_ddof=std_ddof, advantage_eps=advantage_eps,
-                       mask_truncated=mask_truncated, num_tokens=num_tokens)
+  return build_rollout(take_groups(scored, groups_K, settings.group_size), metrics, settings,
+                       num_tokens=num_tokens)
 
 
 def bucket_width(used: int, maximum: int, buckets: int, multiple: int = 8) -> int:

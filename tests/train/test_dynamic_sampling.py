@@ -64,10 +64,11 @@ def _blocks(kinds_per_block):
 
 def _collect(next_columns, max_rounds, advantage="grpo"):
   sampler = FakeSampler()
-  out = rollout_lib.collect_dynamic_rollout(
-      sampler, None, TOKENIZER, next_columns, max_rounds=max_rounds, group_size=G, key=jax.random.key(7),
-      reward_fns=[("kind", kind_reward, 1.0)], max_prompt_length=P, advantage=advantage, std_ddof=1,
-      advantage_eps=1e-4, mask_truncated=False, reward_timeout_s=10.0, reward_fallback=0.0)
+  settings = rollout_lib.RolloutSettings(group_size=G, max_prompt_length=P,
+                                         scoring=rollout_lib.Scoring([("kind", kind_reward, 1.0)]),
+                                         advantage=advantage, std_ddof=1, advantage_eps=1e-4)
+  out = rollout_lib.collect_dynamic_rollout(sampler, None, TOKENIZER, next_columns, settings, jax.random.key(7),
+                                            max_rounds=max_rounds)
   return out, sampler
 
 
