@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 import uuid
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -202,7 +202,178 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   return _train(config, workdir, t_start, main, log_console, inputs)
 
 
+class RunState(NamedTuple):
+  """Everything a checkpoint holds of a run besides its config: `arrays()` is the saved array tree (the same
+  layout as before this type existed), the rest goes into the checkpoint's metadata (`_meta`)."""
+  params: Any
+  opt_state: Any
+  ref_params: Any            # the reference policy (None with beta = 0; in host memory with offload_ref_params)
+  step: int                  # the last GRPO step done (0: the starting point)
+  data_position: int         # training rows consumed so far (the data order is fixed by the seed)
+  initial_eval: dict         # held-out metrics of the starting point
+  run_id: str
+  wall_before: float         # seconds earlier processes of this run spent, up to the restored checkpoint
+
+  def arrays(self) -> dict:
+    tree = {"params": self.params, "opt_state": self.opt_state}
+    if self.ref_params is not None:
+      tree["ref_params"] = self.ref_params
+    return tree
+
+
+class _Run:
+  """The fixed parts of one run, built once: data, model programs (compiled on first use), samplers, rewards."""
+
+  def __init__(self, config, inputs: RunInputs, log):
+    self.config, self.log = config, log
+    g, s = config.grpo, config.sampling
+    self.tokenizer, self.task = build_tokenizer_and_task(config, log=log, inputs=inputs)
+    self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+    self.graphdef, self.initial_params = build_model(config, self.tokenizer, self.mesh)
+    self.place = _BatchPlacer(self.mesh)
+    mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
+    self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
+    self.schedule = learning_rate_schedule(config.optim, config.num_steps, self.updates_per_step)
+    self.optimizer = make_optimizer(config.optim, self.schedule)
+    # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
+    param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
+    _, opt_sh = init_opt_state(self.optimizer, self.initial_params, self.mesh)
+    self.copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
+    self.offloader = RefOffloader(config.model.offload_ref_params, self.mesh)  # host memory between uses
+    self.train_step = jax.jit(make_train_step(
+        self.graphdef, self.optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
+        micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size),
+        donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
+    self.ref_logprobs = jax.jit(make_logprob_fn(self.graphdef, temperature=s.temperature,
+                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
+    self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(self.graphdef, config, self.tokenizer)
+    self.settings = RolloutSettings.from_config(config, build_reward_fns(config, inputs))
+    self.base_key = jax.random.key(config.seed)
+    self.eval_columns = self.task.eval_rows(config.eval.size)
+    self.transfer_columns = {name: self.task.transfer_rows(name, config.eval.size)
+                             for name in getattr(self.task, "transfer_sets", ())}
+    # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
+    self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
+                               distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
+    self.global_sampler = distributed.GlobalSampler(self.sampler, self.offset * g.group_size)
+
+  def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
+                wall_before: float = 0.0) -> RunState:
+    """A run state starting from `params`: fresh AdamW state, and the reference a copy of `params`."""
+    ref = self.offloader.park(self.copy_params(params)) if self.config.grpo.beta > 0 else None
+    opt_state, _ = init_opt_state(self.optimizer, params, self.mesh)
+    return RunState(params, opt_state, ref, step, data_position, initial_eval, run_id, wall_before)
+
+  def evaluate(self, params, step: int) -> dict:
+    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
+    c = self.config
+    kwargs = dict(accuracy_reward=c.eval.accuracy_reward, max_prompt_length=c.sampling.max_prompt_length,
+                  batch_size=min(c.eval.batch_size, c.eval.size),
+                  key=jax.random.fold_in(self.base_key, 10_000_000 + step))
+    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
+                       pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
+    if step in (0, c.num_steps):
+      for name, columns in self.transfer_columns.items():
+        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)
+        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
+    return metrics
+
+  def rollout(self, state: RunState, step: int):
+    """(the step's complete batch, placed on the mesh, reference log-probs included; the Rollout; the new data
+    position). Training rows are read from the state's data position on."""
+    g = self.config.grpo
+    position = [state.data_position]
+
+    def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
+      columns = self.task.train_rows(position[0] + self.offset, self.count)
+      position[0] += g.prompts_per_step
+      return columns
+
+    key = jax.random.fold_in(self.base_key, step)
+    if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
+      rollout = collect_dynamic_rollout(self.global_sampler, state.params, self.tokenizer, next_columns,
+                                        self.settings, key, max_rounds=g.dynamic_sampling_max_rounds,
+                                        all_done=distributed.all_true)
+    else:
+      rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.settings,
+                                key)
+    # One process: cut padding to a bucket width (multi-host processes would each cut differently).
+    batch = self.place(trim_padding(rollout.batch, g.length_buckets) if jax.process_count() == 1
+                       else rollout.batch)
+    if state.ref_params is not None:
+      batch = batch._replace(ref_logp_BxC=self.ref_logprobs(self.offloader.fetch(state.ref_params), batch))
+    return batch, rollout, position[0]
+
+  def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
+    params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
+    ref = state.ref_params
+    g = self.config.grpo
+    if ref is not None and g.ref_reset_every and step % g.ref_reset_every == 0:
+      ref = self.offloader.park(self.copy_params(params))  # iterative GRPO: the reference becomes the policy
+    return state._replace(params=params, opt_state=opt_state, ref_params=ref, step=step), jax.device_get(metrics)
+
+
 def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs: RunInputs) -> Summary:
+  cfg_json = _prepare_workdir(config, workdir, main)
+  run = _Run(config, inputs, log_console)
+  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
+                              config.checkpoint.verify)
+  writer = bar = None
+  try:
+    state = _restore(run, checkpointer, workdir, main, log_console)
+    inputs_lib.check_or_record(workdir, inputs, resuming=state is not None, main=main)
+    fresh = state is None
+    if fresh:
+      state = _start(run, workdir, main, log_console, cfg_json)
+    writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard,
+                                        resume_step=None if fresh else state.step,
+                                        wandb=_wandb_init(config, workdir, state.run_id, cfg_json))
+              if main else distributed.NullWriter())
+    if fresh:
+      writer.write(0, state.initial_eval)
+      checkpointer.save(0, state.arrays(), _meta(config, state, time.time() - t_start, cfg_json))
+    last_eval = dict(state.initial_eval) if state.step == 0 else _last_eval(writer.metrics_path, state.initial_eval)
+    g = config.grpo
+    log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f};"
+                f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} update(s)"
+                "/step")
+    bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
+    bar.accuracy = last_eval["eval/accuracy"]
+    nonfinite_steps = 0  # consecutive steps whose every update was skipped
+    for step in range(state.step + 1, config.num_steps + 1):
+      t0 = time.time()
+      batch, rollout, data_position = run.rollout(state, step)
+      state, step_metrics = run.update(state._replace(data_position=data_position), batch, step)
+      nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.updates_per_step else 0
+      if nonfinite_steps >= MAX_NONFINITE_STEPS:
+        raise _diverged(config, step, nonfinite_steps, step_metrics)
+      metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
+      if step % config.eval.every == 0 or step == config.num_steps:
+        last_eval = run.evaluate(state.params, step)
+        metrics.update(last_eval)
+      _log_step(config, writer, bar, main, step, metrics, rollout)
+      stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
+      if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
+        writer.flush()
+        checkpointer.save(step, state.arrays(), _meta(config, state, state.wall_before + time.time() - t_start,
+                                                       cfg_json))
+      if stop:
+        log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
+        break
+    if config.checkpoint.export_hf:
+      write_hf_model(run.graphdef, state.params, config, run.tokenizer, os.path.join(workdir, EXPORT_DIR),
+                     log=log_console)
+  finally:  # also when interrupted: flush what was logged, release orbax's threads.
+    if bar is not None:
+      bar.close()
+    if writer is not None:
+      writer.close()
+    checkpointer.close()
+  return _finish(config, workdir, state, last_eval, t_start, main, log_console)
+
+
+def _prepare_workdir(config, workdir: str, main: bool) -> str:
+  """Creates the workdir, marks the run unfinished and writes config.json; returns the config's JSON."""
   os.makedirs(workdir, exist_ok=True)
   # The summary marks a finished run; this one is not yet.
   if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
@@ -211,232 +382,118 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
   if main:
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(cfg_json)
+  return cfg_json
 
-  tokenizer, task = build_tokenizer_and_task(config, log=log_console, inputs=inputs)
-  mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
-  graphdef, params = build_model(config, tokenizer, mesh)
-  place = _BatchPlacer(mesh)
 
-  g, s = config.grpo, config.sampling
-  B = config_lib.rollout_batch_size(config)
-  mini = config_lib.mini_batch_size(config)
-  micro = config_lib.micro_batch_size(config)
-  updates_per_step = g.num_iterations * (B // mini)
-  schedule = learning_rate_schedule(config.optim, config.num_steps, updates_per_step)
-  optimizer = make_optimizer(config.optim, schedule)
-  # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
-  param_sh = jax.tree.map(lambda x: x.sharding, params)
-  opt_state, opt_sh = init_opt_state(optimizer, params, mesh)
-  replicated = NamedSharding(mesh, PartitionSpec())
-  copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
-  use_ref = g.beta > 0
-  offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
-  ref_params = offloader.park(copy_params(params)) if use_ref else None
+def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:
+  """The run state of the latest readable checkpoint in the workdir, or None (refusing to start afresh over a
+  run's history)."""
+  config = run.config
+  restored = None
+  if checkpointer.all_steps():
+    template = run.new_state(run.initial_params, 0, 0, {}, "")
+    # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                            template.arrays())
+    restored = checkpointer.restore_latest(abstract)
+  if restored is None:
+    _refuse_to_overwrite_history(workdir)
+    return None
+  meta = restored.meta
+  if meta.get("seed") != config.seed:
+    raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
+                     f"{config.seed}; use another workdir")
+  # Legacy checkpoints (no run id) count as this run's.
+  own = meta.get("run_id") in (None, _read_run_id(workdir))
+  if not own:
+    log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
+        "counted in wall_s_total")
+  log(f"[resume] restored step {restored.step} from {checkpointer.directory}")
+  arrays = restored.state
+  return RunState(arrays["params"], arrays["opt_state"], arrays.get("ref_params"), restored.step,
+                  int(meta["data_position"]), meta["initial_eval"],
+                  meta.get("run_id") if own else _new_run_id(workdir, main),
+                  float(meta.get("elapsed_s", 0.0)) if own else 0.0)
 
-  train_step = jax.jit(make_train_step(
-      graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
-      micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size),
-      donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, replicated))
-  ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
-                                         chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
-  sampler, greedy_sampler, pass_k_sampler = make_samplers(graphdef, config, tokenizer)
-  reward_fns = build_reward_fns(config, inputs)
-  settings = RolloutSettings.from_config(config, reward_fns)
-  eval_columns = task.eval_rows(config.eval.size)
-  base_key = jax.random.key(config.seed)
 
-  transfer_columns = {name: task.transfer_rows(name, config.eval.size)
-                      for name in getattr(task, "transfer_sets", ())}
+def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
+  """The starting point of a new run: another run's (warmstart.init_checkpoint), this run's own saved warm
+  start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
+  config = run.config
+  run_id = _new_run_id(workdir, main)
+  params, data_position = run.initial_params, 0
+  own_start = os.path.join(workdir, WARMSTART_DIR)
+  start_saved = _has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
+  source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
+  if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
+    params, data_position, initial_eval = _load_initial_state(source, params, workdir, main, log)
+  elif config.warmstart.enabled:
+    s = config.sampling
+    params, info = run_warmstart(
+        config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=run.graphdef, params=params,
+        max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
+        chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(p, 0), log=log, mesh=run.mesh)
+    if main:
+      with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
+        for rec in info["history"]:
+          f.write(json.dumps(rec) + "\n")
+    data_position, initial_eval = info["rows"], info["eval"]
+  else:
+    initial_eval = run.evaluate(params, 0)
+  if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
+    # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
+    save_initial_state(own_start, params, {"data_position": int(data_position), "initial_eval": initial_eval,
+                                           "seed": int(config.seed), "config": json.loads(cfg_json)},
+                       config.checkpoint.verify)
+  return run.new_state(params, 0, data_position, initial_eval, run_id)
 
-  def run_eval(p, step):
-    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
-    kwargs = dict(accuracy_reward=config.eval.accuracy_reward, max_prompt_length=s.max_prompt_length,
-                  batch_size=min(config.eval.batch_size, config.eval.size),
-                  key=jax.random.fold_in(base_key, 10_000_000 + step))
-    metrics = evaluate(greedy_sampler, p, tokenizer, eval_columns, settings.scoring, pass_k=config.eval.pass_k,
-                       pass_k_sampler=pass_k_sampler, **kwargs)
-    if step in (0, config.num_steps):
-      for name, columns in transfer_columns.items():
-        transfer = evaluate(greedy_sampler, p, tokenizer, columns, settings.scoring, **kwargs)
-        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
-    return metrics
 
-  def state_tree():
-    tree = {"params": params, "opt_state": opt_state}
-    if use_ref:
-      tree["ref_params"] = ref_params
-    return tree
+def _step_metrics(run: _Run, rollout, step_metrics: dict, step: int, step_time: float) -> dict[str, Any]:
+  metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
+  metrics.update({k: float(v) for k, v in step_metrics.items()})
+  metrics["learning_rate"] = float(run.schedule((step - 1) * run.updates_per_step))
+  metrics["step_time"] = step_time
+  metrics["tokens_per_s"] = rollout.num_tokens / step_time
+  return metrics
 
-  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
-                              config.checkpoint.verify)
-  writer = bar = None
-  try:
-    restored = None
-    if checkpointer.all_steps():
-      # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
-      abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state_tree())
-      restored = checkpointer.restore_latest(abstract)
-    if restored is None:
-      _refuse_to_overwrite_history(workdir)
-    inputs_lib.check_or_record(workdir, inputs, resuming=restored is not None, main=main)
-    if restored is not None:
-      params, opt_state = restored.state["params"], restored.state["opt_state"]
-      if use_ref:
-        ref_params = restored.state["ref_params"]
-      start_step = restored.step
-      meta = restored.meta
-      data_position = int(meta["data_position"])
-      initial_eval = meta["initial_eval"]
-      # Legacy checkpoints (no run id) count as this run's.
-      own = meta.get("run_id") in (None, _read_run_id(workdir))
-      wall_before = float(meta.get("elapsed_s", 0.0)) if own else 0.0
-      run_id = meta.get("run_id") if own else _new_run_id(workdir, main)
-      if not own:
-        log_console(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its "
-                    "time is not counted in wall_s_total")
-      if meta.get("seed") != config.seed:
-        raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
-                         f"{config.seed}; use another workdir")
-      log_console(f"[resume] restored step {start_step} from {checkpointer.directory}")
-      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard, resume_step=start_step,
-                                          wandb=_wandb_init(config, workdir, run_id, cfg_json))
-                if main else distributed.NullWriter())
-    else:
-      start_step = 0
-      wall_before = 0.0
-      run_id = _new_run_id(workdir, main)
-      writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard,
-                                          wandb=_wandb_init(config, workdir, run_id, cfg_json)) if main
-                else distributed.NullWriter())
-      data_position = 0
-      own_start = os.path.join(workdir, WARMSTART_DIR)
-      start_saved = _has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
-      source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
-      if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
-        params, data_position, initial_eval = _load_initial_state(source, params, workdir, main, log_console)
-        opt_state, _ = init_opt_state(optimizer, params, mesh)
-        if use_ref:
-          ref_params = offloader.park(copy_params(params))
-      elif config.warmstart.enabled:
-        params, info = run_warmstart(
-            config.warmstart, task=task, tokenizer=tokenizer, graphdef=graphdef, params=params,
-            max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
-            chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run_eval(p, 0), log=log_console,
-            mesh=mesh)
-        if main:
-          with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
-            for rec in info["history"]:
-              f.write(json.dumps(rec) + "\n")
-        data_position = info["rows"]
-        initial_eval = info["eval"]
-        opt_state, _ = init_opt_state(optimizer, params, mesh)
-        if use_ref:
-          ref_params = offloader.park(copy_params(params))
-      else:
-        initial_eval = run_eval(params, 0)
-      if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
-        # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
-        save_initial_state(own_start, params,
-                           {"data_position": int(data_position), "initial_eval": initial_eval,
-                            "seed": int(config.seed), "config": json.loads(cfg_json)}, config.checkpoint.verify)
-      writer.write(0, initial_eval)
-      checkpointer.save(0, state_tree(), _meta(config, 0, data_position, initial_eval, time.time() - t_start,
-                                               cfg_json, run_id))
 
-    last_eval = dict(initial_eval) if start_step == 0 else _last_eval(writer.metrics_path, initial_eval)
-    log_console(f"[start] step {start_step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}; "
-                f"rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {updates_per_step} update(s)/step")
-    bar = metrics_lib.ProgressBar(config.num_steps, start_step, config.log.progress_bar and main)
-    # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
-    offset, count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
-                     distributed.local_prompt_slice(mesh, g.prompts_per_step, g.group_size))
-    bar.accuracy = last_eval["eval/accuracy"]
+def _log_step(config, writer, bar, main: bool, step: int, metrics: dict, rollout) -> None:
+  """metrics.jsonl (every log.every steps, evaluation steps and the last), samples, the progress bar."""
+  if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
+    writer.write(step, metrics)
+  if main and config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
+    n = min(config.log.num_samples, len(rollout.prompts))
+    idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
+    samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
+                "reward": float(rollout.rewards_B[i])} for i in idx]
+    writer.write_samples(step, samples)
+    bar.write(metrics_lib.format_samples(step, samples))
+  bar.update(metrics)
 
-    def next_columns():
-      """This process's prompts of the next prompts_per_step training rows; advances the data position."""
-      nonlocal data_position
-      columns = task.train_rows(data_position + offset, count)
-      data_position += g.prompts_per_step
-      return columns
 
-    global_sampler = distributed.GlobalSampler(sampler, offset * g.group_size)
+def _diverged(config, step: int, nonfinite_steps: int, step_metrics: dict) -> FloatingPointError:
+  return FloatingPointError(
+      f"steps {step - nonfinite_steps + 1}..{step}: every update had a non-finite loss, gradient or result "
+      f"and was skipped (grad_norm {float(step_metrics['grad_norm'])}); the last checkpoint holds finite "
+      f"parameters. Likely causes: a learning rate too high (optim.learning_rate={config.optim.learning_rate}"
+      f"), float16 overflow (model.dtype={config.model.dtype}), or a reward of NaN/inf.")
 
-    nonfinite_steps = 0  # consecutive steps whose every update was skipped
-    last_step = start_step
-    for step in range(start_step + 1, config.num_steps + 1):
-      t0 = time.time()
-      step_key = jax.random.fold_in(base_key, step)
-      if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-        rollout = collect_dynamic_rollout(global_sampler, params, tokenizer, next_columns, settings, step_key,
-                                          max_rounds=g.dynamic_sampling_max_rounds, all_done=distributed.all_true)
-      else:
-        rollout = collect_rollout(global_sampler, params, tokenizer, next_columns(), settings, step_key)
-      # One process: cut padding to a bucket width (multi-host processes would each cut differently).
-      batch = place(trim_padding(rollout.batch, g.length_buckets) if jax.process_count() == 1 else rollout.batch)
-      if use_ref:
-        batch = batch._replace(ref_logp_BxC=ref_logprobs(offloader.fetch(ref_params), batch))
-      params, opt_state, step_metrics = train_step(params, opt_state, batch)
-      step_metrics = jax.device_get(step_metrics)
-      nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == updates_per_step else 0
-      if nonfinite_steps >= MAX_NONFINITE_STEPS:
-        raise FloatingPointError(
-            f"steps {step - nonfinite_steps + 1}..{step}: every update had a non-finite loss, gradient or result "
-            f"and was skipped (grad_norm {float(step_metrics['grad_norm'])}); the last checkpoint holds finite "
-            f"parameters. Likely causes: a learning rate too high (optim.learning_rate={config.optim.learning_rate}"
-            f"), float16 overflow (model.dtype={config.model.dtype}), or a reward of NaN/inf.")
-      if use_ref and g.ref_reset_every and step % g.ref_reset_every == 0:
-        # iterative GRPO: the reference becomes the current policy.
-        ref_params = offloader.park(copy_params(params))
-      step_time = time.time() - t0
 
-      metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
-      metrics.update({k: float(v) for k, v in step_metrics.items()})
-      metrics["learning_rate"] = float(schedule((step - 1) * updates_per_step))
-      metrics["step_time"] = step_time
-      metrics["tokens_per_s"] = rollout.num_tokens / step_time
-      if step % config.eval.every == 0 or step == config.num_steps:
-        last_eval = run_eval(params, step)
-        metrics.update(last_eval)
-      if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
-        writer.write(step, metrics)
-      if main and config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
-        n = min(config.log.num_samples, len(rollout.prompts))
-        idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
-        samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
-                    "reward": float(rollout.rewards_B[i])} for i in idx]
-        writer.write_samples(step, samples)
-        bar.write(metrics_lib.format_samples(step, samples))
-      bar.update(metrics)
-      stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
-      if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
-        writer.flush()
-        checkpointer.save(step, state_tree(), _meta(config, step, data_position, initial_eval,
-                                                    wall_before + time.time() - t_start, cfg_json, run_id))
-      last_step = step
-      if stop:
-        log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
-        break
-    if config.checkpoint.export_hf:
-      write_hf_model(graphdef, params, config, tokenizer, os.path.join(workdir, EXPORT_DIR), log=log_console)
-  finally:  # also when interrupted: flush what was logged, release orbax's threads.
-    if bar is not None:
-      bar.close()
-    if writer is not None:
-      writer.close()
-    checkpointer.close()
-
+def _finish(config, workdir: str, state: RunState, last_eval: dict, t_start: float, main: bool, log) -> Summary:
+  """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
   plot_path = None
   if config.log.plot and main:
     from grpo_jax.train.plotting import plot_runs
     plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
   this_process = time.time() - t_start
-  summary = Summary(accuracy_before=initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
-                    steps=last_step, wall_s=wall_before + this_process, plot_path=plot_path,
-                    workdir=workdir, wall_s_this_process=this_process, wall_s_total=wall_before + this_process)
+  summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
+                    steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
+                    workdir=workdir, wall_s_this_process=this_process,
+                    wall_s_total=state.wall_before + this_process)
   if main:
     with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
       json.dump(dataclasses.asdict(summary), f, indent=2)
-  log_console(summary.line())
+  log(summary.line())
   return summary
 
 
@@ -570,12 +627,13 @@ def _new_run_id(workdir: str, main: bool) -> str:
   return run_id
 
 
-def _meta(config, step, data_position, initial_eval, elapsed_s, cfg_json, run_id) -> dict:
-  """elapsed_s: seconds this run (run_id) has spent up to this checkpoint, over all its processes."""
+def _meta(config, state: RunState, elapsed_s: float, cfg_json: str) -> dict:
+  """A checkpoint's metadata. elapsed_s: seconds this run (its run id) has spent up to this checkpoint, over all
+  its processes."""
   key_data = jax.random.key_data(jax.random.key(config.seed))
-  return {"step": int(step), "run_id": run_id, "data_position": int(data_position), "seed": int(config.seed),
-          "rng_key_data": np.asarray(key_data).tolist(), "initial_eval": initial_eval,
-          "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
+  return {"step": int(state.step), "run_id": state.run_id, "data_position": int(state.data_position),
+          "seed": int(config.seed), "rng_key_data": np.asarray(key_data).tolist(),
+          "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
 
 
 def _last_eval(metrics_path: str, default: dict) -> dict:
