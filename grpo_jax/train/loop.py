@@ -47,7 +47,7 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
-from grpo_jax.train.state import init_opt_state
+from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
 
@@ -237,7 +237,8 @@ class _Run:
     self.optimizer = make_optimizer(config.optim, self.schedule)
     # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
-    _, opt_sh = init_opt_state(self.optimizer, self.initial_params, self.mesh)
+    opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, self.initial_params), self.initial_params,
+                                 self.mesh)  # shapes only: the state itself is made once, by new_state
     self.copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
     self.offloader = RefOffloader(config.model.offload_ref_params, self.mesh)  # host memory between uses
     self.train_step = jax.jit(make_train_step(
