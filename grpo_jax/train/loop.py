@@ -3,8 +3,8 @@
 `train(config, workdir)` validates the config, builds the task, tokenizer and model, restores the latest
 checkpoint in `workdir/checkpoints` if there is one (otherwise runs the optional supervised warm start and
 the step-0 evaluation), then runs GRPO steps up to `config.num_steps`. Every array program is compiled a
-fixed number of times per run: the update and the reference log-probs once, the sampler once per
-(batch, prompt-length) bucket, which the fixed prompt padding makes one per sampler.
+bounded number of times per run: the sampler, the reference log-probs and the update once per width of the
+prompts and completions they see, of at most `grpo.length_buckets` widths each.
 
 Randomness: the key of step s is fold_in(key(seed), s) (sampling) and the data of step s are the training
 rows [position, position + prompts_per_step); a checkpoint stores both, so a resumed run continues exactly.
@@ -45,8 +45,9 @@ from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.offload import RefOffloader
-from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
-from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
+from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from grpo_jax.train.rollout import (RolloutSettings, bucket_widths, collect_dynamic_rollout, collect_rollout,
+                                    trim_padding)
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
@@ -123,8 +124,9 @@ def make_samplers(graphdef, config, tokenizer):
   s = config.sampling
   common = dict(max_new_tokens=s.max_new_tokens, stop_ids=stop_ids(tokenizer),
                 pad_id=tokenizer.pad_token_id)
-  # Prompts are padded to exactly max_prompt_length: one prompt shape per run.
-  buckets = dict(prompt_bucket_min=s.max_prompt_length, prompt_bucket_step=s.max_prompt_length)
+  # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
+  # at most that many prompt shapes per run, each compiled once.
+  buckets = dict(prompt_widths=bucket_widths(s.max_prompt_length, config.grpo.length_buckets))
   train = Sampler(graphdef, SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common),
                   **buckets)
   greedy = Sampler(graphdef, SamplingConfig(temperature=s.temperature, greedy=True, **common), **buckets)
@@ -233,8 +235,9 @@ class _Run:
     self.place = _BatchPlacer(self.mesh)
     mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
     self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
-    self.schedule = learning_rate_schedule(config.optim, config.num_steps, self.updates_per_step)
-    self.optimizer = make_optimizer(config.optim, self.schedule)
+    optim = OptimConfig.from_config(config.optim)
+    self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
+    self.optimizer = make_optimizer(optim, self.schedule)
     # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
     opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, self.initial_params), self.initial_params,
@@ -299,19 +302,26 @@ class _Run:
       rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.settings,
                                 key)
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
-    batch = self.place(trim_padding(rollout.batch, g.length_buckets) if jax.process_count() == 1
-                       else rollout.batch)
+    one_process = jax.process_count() == 1
+    batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
+                       if one_process else rollout.batch)
     if state.ref_params is not None:
-      batch = batch._replace(ref_logp_BxC=self.ref_logprobs(self.offloader.fetch(state.ref_params), batch))
+      t0 = time.perf_counter()
+      ref_logp = self.ref_logprobs(self.offloader.fetch(state.ref_params), batch).block_until_ready()
+      rollout.metrics["timing/reference_s"] = time.perf_counter() - t0
+      batch = batch._replace(ref_logp_BxC=ref_logp)
     return batch, rollout, position[0]
 
   def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
+    t0 = time.perf_counter()
     params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
+    metrics = jax.device_get(metrics)  # waits for the update
+    metrics["timing/update_s"] = time.perf_counter() - t0
     ref = state.ref_params
     g = self.config.grpo
     if ref is not None and g.ref_reset_every and step % g.ref_reset_every == 0:
       ref = self.offloader.park(self.copy_params(params))  # iterative GRPO: the reference becomes the policy
-    return state._replace(params=params, opt_state=opt_state, ref_params=ref, step=step), jax.device_get(metrics)
+    return state._replace(params=params, opt_state=opt_state, ref_params=ref, step=step), metrics
 
 
 def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs: RunInputs) -> Summary:
@@ -455,6 +465,8 @@ def _step_metrics(run: _Run, rollout, step_metrics: dict, step: int, step_time: 
   metrics["learning_rate"] = float(run.schedule((step - 1) * run.updates_per_step))
   metrics["step_time"] = step_time
   metrics["tokens_per_s"] = rollout.num_tokens / step_time
+  # What the timed phases (sampling, rewards, reference, update) leave: data, tokenizing, placement, logging.
+  metrics["timing/other_s"] = step_time - sum(v for k, v in metrics.items() if k.startswith("timing/"))
   return metrics
 
 

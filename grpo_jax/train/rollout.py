@@ -6,6 +6,8 @@ length (= max_new_tokens).
 """
 from __future__ import annotations
 
+import time
+
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -112,6 +114,7 @@ class Scored(NamedTuple):
   failures: dict[str, int]
   std_R: np.ndarray         # the within-group std of each group's rewards (with std_ddof)
   zero_std_R: np.ndarray    # bool: every reward of the group is equal (no policy gradient)
+  seconds: tuple[float, float] = (0.0, 0.0)  # wall time of (sampling, reward functions)
 
 
 def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSettings,
@@ -120,8 +123,9 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], setti
   G = settings.group_size
   texts = list(columns["prompt"])
   prompt_ids = encode_prompts(tokenizer, texts, settings.max_prompt_length)
-  prompt_ids_B = [ids for ids in prompt_ids for _ in range(G)]
-  out = sampler.generate(params, prompt_ids_B, key)
+  t0 = time.perf_counter()
+  out = sampler.generate(params, prompt_ids, key, repeats=G)  # one prefill per prompt, G rows each
+  t1 = time.perf_counter()
   if not np.all(np.isfinite(out.logp_BxC[out.completion_mask_BxC > 0])):
     # NaN/inf logits: the sampled ids are meaningless (possibly outside the vocabulary). Name the cause.
     raise FloatingPointError("the policy's log-probs of its own samples are not finite: its parameters overflow "
@@ -132,26 +136,34 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], setti
   completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxC, out.completion_mask_BxC)]
   cols_B = repeat_columns({k: v for k, v in columns.items() if k != "prompt"}, G)
   cols_B["completion_length"] = out.lengths_B.tolist()
+  t2 = time.perf_counter()
   result = settings.scoring(prompts_B, completions_B, cols_B)
   rewards_B = np.asarray(result.total, np.float32)
   stats = jax.device_get(_group_stats(rewards_B, G, settings.std_ddof))
   return Scored(out, prompts_B, completions_B, rewards_B, {k: np.asarray(v) for k, v in result.per_fn.items()},
-                dict(result.failures), np.asarray(stats.std_R), np.asarray(stats.zero_std_R))
+                dict(result.failures), np.asarray(stats.std_R), np.asarray(stats.zero_std_R),
+                seconds=(t1 - t0, time.perf_counter() - t2))
 
 
 def concat_scored(parts: Sequence[Scored]) -> Scored:
-  """The groups of several sampler calls, in order (each call's arrays have the same shapes)."""
+  """The groups of several sampler calls, in order. Completions have one width; prompts, whose width follows
+  each call's longest prompt, are left-padded to the widest (mask 0)."""
   if len(parts) == 1:
     return parts[0]
   cat = lambda xs: np.concatenate(list(xs), axis=0)
+  P = max(p.sample.prompt_BxP.shape[1] for p in parts)
+  widen = lambda x: np.pad(x, ((0, 0), (P - x.shape[1], 0)))  # noqa: E731
+  samples = [p.sample._replace(prompt_BxP=widen(p.sample.prompt_BxP), prompt_mask_BxP=widen(p.sample.prompt_mask_BxP))
+             for p in parts]
   first = parts[0]
   return Scored(
-      sample=type(first.sample)(*[cat(field) for field in zip(*[p.sample for p in parts])]),
+      sample=type(first.sample)(*[cat(field) for field in zip(*samples)]),
       prompts=[t for p in parts for t in p.prompts], completions=[t for p in parts for t in p.completions],
       rewards_B=cat(p.rewards_B for p in parts),
       per_fn={k: cat(p.per_fn[k] for p in parts) for k in first.per_fn},
       failures={k: sum(p.failures.get(k, 0) for p in parts) for k in {k for p in parts for k in p.failures}},
-      std_R=cat(p.std_R for p in parts), zero_std_R=cat(p.zero_std_R for p in parts))
+      std_R=cat(p.std_R for p in parts), zero_std_R=cat(p.zero_std_R for p in parts),
+      seconds=tuple(sum(p.seconds[i] for p in parts) for i in range(2)))
 
 
 def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored:
@@ -161,13 +173,16 @@ def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored
       sample=type(scored.sample)(*[x[rows] for x in scored.sample]),
       prompts=[scored.prompts[i] for i in rows], completions=[scored.completions[i] for i in rows],
       rewards_B=scored.rewards_B[rows], per_fn={k: v[rows] for k, v in scored.per_fn.items()},
-      failures=scored.failures, std_R=scored.std_R[groups_K], zero_std_R=scored.zero_std_R[groups_K])
+      failures=scored.failures, std_R=scored.std_R[groups_K], zero_std_R=scored.zero_std_R[groups_K],
+      seconds=scored.seconds)
 
 
 def rollout_metrics(scored: Scored) -> dict[str, Any]:
   """docs/algorithms.md §8 names: reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
-  frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio, and
-  rewards/<fn>/failures when a reward function failed on some samples."""
+  frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio,
+  rewards/<fn>/failures when a reward function failed on some samples, and the wall time of sampling
+  (timing/sample_s: prefill and decode, to the tokens on the host) and of the reward functions
+  (timing/reward_s)."""
   lengths = scored.sample.lengths_B.astype(np.float64)
   metrics: dict[str, Any] = {
       "reward": float(scored.rewards_B.mean()),
@@ -177,6 +192,8 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
       "completions/min_length": float(lengths.min()),
       "completions/max_length": float(lengths.max()),
       "completions/clipped_ratio": float(np.mean(scored.sample.truncated_B)),
+      "timing/sample_s": float(scored.seconds[0]),
+      "timing/reward_s": float(scored.seconds[1]),
   }
   for name, values in scored.per_fn.items():
     metrics[f"rewards/{name}/mean"] = float(np.mean(values))
@@ -261,19 +278,24 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
                        num_tokens=num_tokens)
 
 
+def bucket_widths(maximum: int, buckets: int, multiple: int = 8) -> tuple[int, ...]:
+  """The widths ceil(k * maximum / buckets) rounded up to `multiple` (at most `maximum`), k = 1..buckets,
+  ascending and distinct. E.g. maximum 48, 4 buckets: (16, 24, 40, 48); buckets <= 1: (maximum,)."""
+  widths = {min(maximum, -(-(-(-k * maximum // buckets)) // multiple) * multiple)
+            for k in range(1, max(buckets, 1) + 1)}
+  return tuple(sorted(widths))
+
+
 def bucket_width(used: int, maximum: int, buckets: int, multiple: int = 8) -> int:
-  """The smallest of the widths ceil(k * maximum / buckets) rounded up to `multiple` (at most `maximum`),
-  k = 1..buckets, that holds `used` columns. E.g. maximum 48, 4 buckets: 16, 24, 40, 48."""
-  for k in range(1, buckets + 1):
-    width = min(maximum, -(-(-(-k * maximum // buckets)) // multiple) * multiple)
-    if width >= used:
-      return width
-  return maximum
+  """The smallest of `bucket_widths(maximum, buckets, multiple)` that holds `used` columns (else maximum)."""
+  return next((w for w in bucket_widths(maximum, buckets, multiple) if w >= used), maximum)
 
 
-def trim_padding(batch: RolloutBatch, buckets: int) -> RolloutBatch:
+def trim_padding(batch: RolloutBatch, buckets: int, max_prompt_length: int | None = None) -> RolloutBatch:
   """The batch cut to bucket widths for the update: completion columns after the last real token of every row,
   and prompt columns of left padding before the longest prompt (see `bucket_width`); buckets <= 1: unchanged.
+  Prompt widths are buckets of `max_prompt_length` (default: the batch's own width), the widths the trainer's
+  sampler already pads to, so a sampled batch keeps its prompt width and no further shapes appear.
 
   The values do not change: attention is causal and positions count the prompt mask, so no kept column sees a
   cut one. What changes is the work: once a policy answers in 13 of 48 tokens, the update runs on 16 columns
@@ -285,7 +307,8 @@ def trim_padding(batch: RolloutBatch, buckets: int) -> RolloutBatch:
   real_columns = np.flatnonzero(np.any(np.asarray(batch.completion_mask_BxC) > 0, axis=0))
   n = bucket_width(int(real_columns[-1]) + 1 if real_columns.size else 1, C, buckets)
   prompt_columns = np.flatnonzero(np.any(np.asarray(batch.prompt_mask_BxP) > 0, axis=0))
-  p = bucket_width(P - int(prompt_columns[0]) if prompt_columns.size else 1, P, buckets)
+  p = min(P, bucket_width(P - int(prompt_columns[0]) if prompt_columns.size else 1, max_prompt_length or P,
+                          buckets))
   if (p, n) == (P, C):
     return batch
   tail = lambda x: None if x is None else x[:, :n]   # noqa: E731

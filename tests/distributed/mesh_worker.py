@@ -106,6 +106,9 @@ def main(tmp: str):
     ref_fn = jax.jit(make_logprob_fn(graphdef, temperature=TEMPERATURE, chunk_size=4, micro_batch_size=4))
 
     tokens = sampler.generate(params, prompts, key)
+    # Groups sharing one prefill per prompt (repeats=2) sample what the prompts repeated in full would.
+    grouped = sampler.generate(params, prompts, key, repeats=2)
+    repeated = sampler.generate(params, [p for p in prompts for _ in range(2)], key)
     # Rows of the sampler's KV cache on each device (the batch of 8 prompts split over data * fsdp).
     cache_rows = sampler.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1, CFG.head_dim))[0]
     batch = _BatchPlacer(mesh)(batch_np)
@@ -115,7 +118,10 @@ def main(tmp: str):
                   batch=batch_layout)
     params, opt_state, metrics = step(params, opt_state, batch)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    result = dict(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, param_shardings_kept=all(
+    result = dict(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, grouped_equal=bool(
+        np.array_equal(grouped.completion_BxC, repeated.completion_BxC) and
+        np.array_equal(grouped.prompt_BxP, repeated.prompt_BxP)) and np.allclose(
+            grouped.logp_BxC, repeated.logp_BxC, atol=1e-5), param_shardings_kept=all(
         x.sharding == s for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(param_sh))))
     values = dict(params=_host(params), opt=_host(opt_state), tokens=tokens)
     if base is None:

@@ -64,9 +64,10 @@ def test_one_process_identities():
   np.testing.assert_array_equal(np.asarray(x[0]), np.arange(6).reshape(3, 2))
 
   class Echo:
-    def generate(self, state, prompts, key):
-      return prompts
+    def generate(self, state, prompts, key, repeats=1):
+      return [p for p in prompts for _ in range(repeats)]
   assert distributed.GlobalSampler(Echo(), 0).generate(None, [[1, 2]], None) == [[1, 2]]
+  assert distributed.GlobalSampler(Echo(), 0).generate(None, [[1], [2]], None, repeats=2) == [[1], [1], [2], [2]]
 
 
 def test_offloader_parks_in_host_memory_and_fetches_back():

@@ -78,6 +78,7 @@ def test_sampling_on_mesh_gives_the_same_tokens(result, mesh):
   # Each device decodes its own rows: 8 prompts over data * fsdp = 8 (1 row each) or 4 (2 rows each).
   assert result[mesh]["sampler_cache_rows"] == (2 if mesh == "(2, 2, 2)" else 1)
   assert result["(1, 1, 1)"]["sampler_cache_rows"] == 8
+  assert result[mesh]["grouped_equal"]
 
 
 @pytest.mark.parametrize("target", ["(8, 1, 1)", "(1, 2, 4)", "(1, 1, 1)"])

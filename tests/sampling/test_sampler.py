@@ -188,3 +188,45 @@ def test_generate_rejects_bad_prompts(qwen2_pair):
     sampler.generate(state, [[1, 256]], jax.random.key(0))
   with pytest.raises(ValueError, match="prompts is empty"):
     sampler.generate(state, [], jax.random.key(0))
+
+
+def test_groups_share_one_prefill_and_sample_what_repeated_prompts_would(qwen2_pair):
+  """generate(prompts, repeats=G) prefills each prompt once and copies its cache to its G rows: the same
+  tokens and log-probs as the G-times repeated prompts (equal batch shapes, so equal uniforms), and rows
+  r*G .. r*G + G - 1 continue prompt r."""
+  _, model = qwen2_pair
+  graphdef, state = nnx.split(model)
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=12, temperature=1.0))
+  prompts = random_prompts(np.random.default_rng(5), [3, 11, 6, 9], model.cfg.vocab_size)
+  G = 4
+  grouped = sampler.generate(state, prompts, jax.random.key(3), repeats=G)
+  repeated = sampler.generate(state, [p for p in prompts for _ in range(G)], jax.random.key(3))
+  np.testing.assert_array_equal(grouped.completion_BxC, repeated.completion_BxC)
+  np.testing.assert_array_equal(grouped.prompt_BxP, repeated.prompt_BxP)
+  np.testing.assert_array_equal(grouped.prompt_mask_BxP, repeated.prompt_mask_BxP)
+  np.testing.assert_allclose(grouped.logp_BxC, repeated.logp_BxC, atol=1e-5)
+  # The rows of a group differ (their own uniforms), so the equality above compares real samples.
+  assert len({tuple(r) for r in grouped.completion_BxC[:G]}) > 1
+  # The prefill's work is that of the 4 distinct prompts: XLA's FLOP count against 16 prompts prefilled.
+  def prefill_flops(rows, repeats):
+    ids = np.ones((rows, 16), np.int32)
+    lowered = sampler._prefill.lower(state, ids, ids, np.ones(16, bool), jax.random.key(0),
+                                     sampler._prompt_rope(state, ids), mesh=None, repeats=repeats)
+    return lowered.compile().cost_analysis()["flops"]
+  assert prefill_flops(4, G) < 0.35 * prefill_flops(16, 1)
+  with pytest.raises(ValueError, match="repeats=0"):
+    sampler.generate(state, prompts, jax.random.key(3), repeats=0)
+
+
+def test_prompt_widths_pad_to_the_smallest_that_fits(qwen2_pair):
+  _, model = qwen2_pair
+  graphdef, state = nnx.split(model)
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=2, temperature=1.0), prompt_widths=(8, 24, 40))
+  rng = np.random.default_rng(1)
+  for lengths, width in [([3, 8], 8), ([9, 2], 24), ([40], 40)]:
+    res = sampler.generate(state, random_prompts(rng, lengths, model.cfg.vocab_size), jax.random.key(0))
+    assert res.prompt_BxP.shape[1] == width
+  with pytest.raises(ValueError, match="41 tokens is longer than the widest prompt width 40"):
+    sampler.generate(state, random_prompts(rng, [41], model.cfg.vocab_size), jax.random.key(0))
+  with pytest.raises(ValueError, match="ascending"):
+    Sampler(graphdef, SamplingConfig(max_new_tokens=2), prompt_widths=(24, 8))

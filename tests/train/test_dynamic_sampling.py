@@ -22,7 +22,8 @@ class FakeSampler:
     self.shapes = []
     self.keys = []
 
-  def generate(self, params, prompts, key):
+  def generate(self, params, prompts, key, repeats=1):
+    prompts = [ids for ids in prompts for _ in range(repeats)]
     B = len(prompts)
     prompt_BxP = np.zeros((B, P), np.int32)
     prompt_mask_BxP = np.zeros((B, P), np.int32)
@@ -122,3 +123,17 @@ def test_selection_keeps_signal_groups_in_order_and_fills_with_the_earliest_zero
   assert groups.tolist() == [1, 0, 2] and kept == 1
   with pytest.raises(ValueError, match="2 sampled groups cannot fill a batch of 3 groups"):
     rollout_lib.select_signal_groups(np.array([True, True]), 3)
+
+
+def test_rounds_with_different_prompt_widths_concatenate_left_padded():
+  """Each sampler call pads prompts to its own longest; the rounds' groups join at the widest width."""
+  def scored(width, token):
+    sample = SampleResult(np.full((2, width), token, np.int32), np.ones((2, width), np.int32),
+                          np.full((2, 3), token, np.int32), np.ones((2, 3), np.int32), np.zeros((2, 3), np.float32),
+                          np.full(2, 3, np.int32), np.zeros(2, bool))
+    return rollout_lib.Scored(sample, ["p", "p"], ["c", "c"], np.zeros(2, np.float32), {"r": np.zeros(2)}, {},
+                  np.zeros(1), np.ones(1, bool))
+  joined = rollout_lib.concat_scored([scored(2, 7), scored(4, 9)])
+  np.testing.assert_array_equal(joined.sample.prompt_BxP, [[0, 0, 7, 7]] * 2 + [[9] * 4] * 2)
+  np.testing.assert_array_equal(joined.sample.prompt_mask_BxP, [[0, 0, 1, 1]] * 2 + [[1] * 4] * 2)
+  np.testing.assert_array_equal(joined.sample.completion_BxC, [[7] * 3] * 2 + [[9] * 3] * 2)

@@ -17,7 +17,11 @@ from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT
 from tests.train.fault_runner import KILL_POINTS
 
-TIMING = {"step_time", "tokens_per_s"}
+TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
+
+
+def _timing(name: str) -> bool:
+  return name in TIMING or name.startswith("timing/")
 IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3)}
 
 
@@ -35,7 +39,7 @@ def _outcome(workdir) -> tuple:
   step = max(int(d) for d in os.listdir(directory) if d.isdigit())
   with open(os.path.join(directory, str(step), "meta", "metadata")) as f:
     meta = json.load(f)
-  metrics = [{k: v for k, v in r.items() if k not in TIMING} for r in read_jsonl(os.path.join(workdir,
+  metrics = [{k: v for k, v in r.items() if not _timing(k)} for r in read_jsonl(os.path.join(workdir,
                                                                                             "metrics.jsonl"))]
   return step, meta["state_sha256"], meta["data_position"], metrics, read_jsonl(os.path.join(workdir,
                                                                                            "warmstart.jsonl"))

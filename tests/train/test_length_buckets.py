@@ -9,7 +9,7 @@ from flax import nnx
 
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer
-from grpo_jax.train.rollout import bucket_width, trim_padding
+from grpo_jax.train.rollout import bucket_width, bucket_widths, trim_padding
 from grpo_jax.train.step import RolloutBatch, make_train_step
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -24,6 +24,21 @@ CFG = ModelConfig(vocab_size=14, hidden_size=16, intermediate_size=32, num_layer
     (3, 4, 4, 4), (100, 192, 4, 144), (1, 512, 4, 128), (129, 512, 4, 256), (30, 48, 1, 48), (5, 48, 2, 24)])
 def test_bucket_width(used, maximum, buckets, width):
   assert bucket_width(used, maximum, buckets) == width
+
+
+def test_bucket_widths():
+  assert bucket_widths(48, 4) == (16, 24, 40, 48)
+  assert bucket_widths(256, 4) == (64, 128, 192, 256)
+  assert bucket_widths(8, 4) == (8,)      # the default experiment: one prompt width, as before
+  assert bucket_widths(48, 1) == (48,)
+
+
+def test_prompt_width_follows_the_widths_of_max_prompt_length():
+  """The sampler pads prompts to bucket widths of max_prompt_length; trimming with the same maximum keeps
+  that width (no further update shapes), where buckets of the batch's own width would cut it again."""
+  batch = _batch(longest_prompt=10, longest_completion=N)   # P = 24 = bucket_width(10, 96, 4)
+  assert trim_padding(batch, buckets=4, max_prompt_length=96).prompt_BxP.shape == (B, 24)
+  assert trim_padding(batch, buckets=4).prompt_BxP.shape == (B, 16)
 
 
 def _batch(longest_prompt: int, longest_completion: int, seed=0) -> RolloutBatch:

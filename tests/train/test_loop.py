@@ -16,7 +16,11 @@ from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT, load_experiment
 
-TIMING = {"step_time", "tokens_per_s"}
+TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
+
+
+def _timing(name: str) -> bool:
+  return name in TIMING or name.startswith("timing/")
 NUM_STEPS = 6
 
 
@@ -42,7 +46,7 @@ def _config():
 
 
 def _metrics(workdir):
-  return [{k: v for k, v in r.items() if k not in TIMING} for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+  return [{k: v for k, v in r.items() if not _timing(k)} for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
 
 
 def _final_meta(workdir):
@@ -94,7 +98,8 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
   expected = {"reward", "reward_std", "rewards/exact_match/mean", "frac_reward_zero_std", "kl", "entropy",
               "clip_ratio/low", "clip_ratio/high", "clip_ratio/region", "completions/mean_length",
               "completions/min_length", "completions/max_length", "completions/clipped_ratio",
-              "learning_rate", "grad_norm", "step_time", "tokens_per_s", "logp_mismatch"}
+              "learning_rate", "grad_norm", "step_time", "tokens_per_s", "logp_mismatch", "timing/sample_s",
+              "timing/reward_s", "timing/update_s", "timing/other_s"}
   for r in records[1:]:
     assert expected <= set(r), expected - set(r)
   evals = [r["step"] for r in records if "eval/accuracy" in r]

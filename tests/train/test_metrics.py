@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from grpo_jax.train.metrics import MetricsWriter, read_jsonl
-from grpo_jax.train.optim import learning_rate_schedule
+from grpo_jax import config as config_lib
+from grpo_jax.train.optim import OptimConfig, learning_rate_schedule
 
 
 def test_resume_drops_records_after_the_checkpoint(tmp_path):
@@ -52,3 +53,13 @@ def test_schedule_warmup_then_cosine_in_updates():
   assert float(sched(20)) == pytest.approx(1e-4, rel=1e-5)
   constant = learning_rate_schedule(_optim(), 10, 1)
   assert float(constant(0)) == float(constant(9)) == pytest.approx(1e-3)
+
+
+def test_optim_config_is_built_once_from_the_config_and_checks_the_schedule():
+  c = config_lib.get_config().optim
+  c.learning_rate, c.schedule, c.weight_decay = 2e-5, "cosine", 0.1
+  optim = OptimConfig.from_config(c)
+  assert (optim.learning_rate, optim.schedule, optim.weight_decay, optim.b2) == (2e-5, "cosine", 0.1, c.b2)
+  assert OptimConfig.from_config(optim) is optim
+  with pytest.raises(ValueError, match=r"unknown schedule 'linear' \(known: constant, cosine\)"):
+    OptimConfig(schedule="linear")

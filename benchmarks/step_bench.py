@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""One GRPO step (sampling, reference log-probs, update), grpo_jax against TRL's GRPOTrainer, on the same
+checkpoint, prompts and sizes, in one invocation.
+
+  .venv/bin/pip install "trl==1.16.0" -c constraints.txt       # once; TRL is not a dependency
+  .venv/bin/python benchmarks/step_bench.py                    # tiny random Qwen2 (the recipes' test fixture)
+  .venv/bin/python benchmarks/step_bench.py --model smollm2    # SmolLM2-135M-Instruct (bash scripts/get_smollm2.sh)
+
+Both sides take the GSM8K recipe (experiments/gsm8k.py; preset `test` for the tiny model, `smollm2` for
+SmolLM2 on the vendored GSM8K prompts) with the sizes given here (default: 4 prompts x G 8, 64 new tokens,
+beta 0.04 with the reference model, micro-batches of 8, the recipe's remat) and float32 compute on a CPU
+(`--dtype`). The settings map to TRL's names as in benchmarks/trl_learning.py; TRL gets the prompt texts that
+grpo_jax renders (chat template and system prompt), as plain strings, and grpo_jax's GSM8K reward.
+
+Each side runs in its own process, one after the other, for `--steps` steps (default 6). A step's time is
+the wall time from its start to the end of its update (grpo_jax: `step_time` in metrics.jsonl; TRL: a
+callback's on_step_begin to on_step_end); the table gives the median of steps 2..N, so the first step's
+compilation (grpo_jax) and warm-up (both) are left out. Steps that meet a new prompt or completion width
+compile again in grpo_jax (at most `grpo.length_buckets` widths per side), which the median keeps out as well
+when it is a minority of steps; the per-step figures are printed too. grpo_jax's split comes from its
+`timing/*` metrics (sampling, rewards, reference, update, the rest).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+PRESETS = {"tiny": "test", "smollm2": "smollm2"}
+PHASES = ("sample", "reward", "reference", "update", "other")
+
+
+def bench_config(args):
+  from trl_learning import load_experiment
+  c = load_experiment(os.path.join(ROOT, "experiments", "gsm8k.py"), PRESETS[args.model])
+  c.seed = args.seed
+  c.num_steps = args.steps
+  c.grpo.prompts_per_step = args.prompts
+  c.grpo.group_size = args.group
+  c.grpo.micro_batch_size = args.micro_batch
+  c.grpo.beta = args.beta
+  c.sampling.max_new_tokens = args.new_tokens
+  c.sampling.max_prompt_length = args.max_prompt_length
+  c.model.dtype = args.dtype
+  c.optim.warmup_steps = 0
+  c.eval.every = 10_000        # the step-0 and final evaluations only, outside the timed steps
+  c.eval.size = c.eval.batch_size = 4
+  c.checkpoint.every = 10_000
+  c.log.every = 1
+  c.log.samples_every = 10_000
+  c.log.progress_bar = c.log.tensorboard = c.log.plot = False
+  return c
+
+
+def run_grpo_jax(args) -> list[dict]:
+  from grpo_jax.train.loop import train
+  from grpo_jax.train.metrics import read_jsonl
+  workdir = os.path.join(args.out, "grpo_jax")
+  train(bench_config(args), workdir)
+  return [{"step": r["step"], "seconds": r["step_time"], "completion_length": r["completions/mean_length"],
+           **{p: r.get(f"timing/{p}_s", 0.0) for p in PHASES}}
+          for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["step"] >= 1]
+
+
+def run_trl(args) -> list[dict]:
+  import torch
+  from datasets import Dataset
+  from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+  from trl import GRPOConfig, GRPOTrainer
+
+  from grpo_jax.data.tasks import make_task
+  from grpo_jax.rewards.registry import get_reward
+  from trl_learning import trl_arguments
+
+  config = bench_config(args)
+  task = make_task(config, log=lambda _: None)
+  rows = task.train_rows(0, args.prompts * (args.steps + 1))
+  dataset = Dataset.from_dict(rows)
+  accuracy = get_reward(config.eval.accuracy_reward)
+
+  def gsm8k_accuracy(prompts, completions, answer, **_):
+    return [float(x) for x in accuracy(list(prompts), list(completions), answer=list(answer))]
+
+  torch.manual_seed(args.seed)
+  dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
+  model = AutoModelForCausalLM.from_pretrained(config.model.hf_path, dtype=dtype)
+  records = []
+
+  class Clock(TrainerCallback):
+    def on_step_begin(self, a, state, control, **kw):
+      self.t0 = time.perf_counter()
+
+    def on_step_end(self, a, state, control, **kw):
+      records.append({"step": state.global_step, "seconds": time.perf_counter() - self.t0})
+
+  trl_args = trl_arguments(config, os.path.join(args.out, "trl"), args.steps)
+  trl_args["bf16"] = args.dtype == "bfloat16"
+  trainer = GRPOTrainer(model=model, reward_funcs=[gsm8k_accuracy], train_dataset=dataset,
+                        processing_class=AutoTokenizer.from_pretrained(config.model.hf_path),
+                        callbacks=[Clock()], args=GRPOConfig(**trl_args))
+  trainer.train()
+  logs = {h["step"]: h for h in trainer.state.log_history if "step" in h}
+  for r in records:
+    r["completion_length"] = logs.get(r["step"], {}).get("completions/mean_length", float("nan"))
+  return records
+
+
+def median_after_first(records: list[dict], key: str) -> float:
+  values = [r[key] for r in records if r["step"] >= 2]
+  return float(np.median(values)) if values else float("nan")
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--model", choices=sorted(PRESETS), default="tiny")
+  parser.add_argument("--steps", type=int, default=6)
+  parser.add_argument("--prompts", type=int, default=4)
+  parser.add_argument("--group", type=int, default=8)
+  parser.add_argument("--micro-batch", type=int, default=8)
+  parser.add_argument("--new-tokens", type=int, default=64)
+  parser.add_argument("--max-prompt-length", type=int, default=256)
+  parser.add_argument("--beta", type=float, default=0.04)
+  parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--side", choices=["grpo_jax", "trl"], help=argparse.SUPPRESS)  # child processes
+  parser.add_argument("--out", help="where both runs and their step records go (default: a temporary dir)")
+  args = parser.parse_args(argv)
+
+  if args.side:
+    records = run_grpo_jax(args) if args.side == "grpo_jax" else run_trl(args)
+    with open(os.path.join(args.out, f"{args.side}_steps.json"), "w") as f:
+      json.dump(records, f)
+    return
+
+  if args.model == "smollm2" and not os.path.isdir(os.path.join(ROOT, "models", "SmolLM2-135M-Instruct")):
+    sys.exit("models/SmolLM2-135M-Instruct is missing: bash scripts/get_smollm2.sh")
+  out = args.out or tempfile.mkdtemp(prefix="step_bench_")
+  child = [a for a in (argv if argv is not None else sys.argv[1:])]
+  results = {}
+  for side in ("grpo_jax", "trl"):
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), *child, "--side", side, "--out", out],
+                          cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode:
+      sys.exit(f"{side} failed:\n{proc.stderr[-4000:]}")
+    with open(os.path.join(out, f"{side}_steps.json")) as f:
+      results[side] = json.load(f)
+    print(f"{side}: {len(results[side])} steps in {time.time() - t0:.0f} s (process, set-up included); per step: "
+          + " ".join(f"{r['seconds']:.1f}" for r in results[side]), flush=True)
+
+  ours, theirs = results["grpo_jax"], results["trl"]
+  t_ours, t_theirs = median_after_first(ours, "seconds"), median_after_first(theirs, "seconds")
+  print(f"\n{args.model}: {args.prompts} prompts x G {args.group}, {args.new_tokens} new tokens, beta {args.beta}, "
+        f"micro-batch {args.micro_batch}, {args.dtype}; median of steps 2..{args.steps}; "
+        f"load average {os.getloadavg()[0]:.2f}")
+  print("| | step (s) | mean completion length |\n|---|---|---|")
+  print(f"| grpo_jax | {t_ours:.2f} | {median_after_first(ours, 'completion_length'):.1f} |")
+  print(f"| TRL GRPOTrainer | {t_theirs:.2f} | {median_after_first(theirs, 'completion_length'):.1f} |")
+  print(f"grpo_jax / TRL speed: {t_theirs / t_ours:.2f}x")
+  split = ", ".join(f"{p} {median_after_first(ours, p):.2f}" for p in PHASES)
+  print(f"grpo_jax step split (s, medians): {split}")
+
+
+if __name__ == "__main__":
+  main()
