@@ -109,7 +109,10 @@ def run_trl(args) -> list[dict]:
                         processing_class=AutoTokenizer.from_pretrained(config.model.hf_path),
                         callbacks=[Clock()], args=GRPOConfig(**trl_args))
   trainer.train()
-  logs = {h["step"]: h for h in trainer.state.log_history if "step" in h}
+  logs = {}  # the step's log and, at the last step, the end-of-training summary: merged, not overwritten
+  for h in trainer.state.log_history:
+    if "step" in h:
+      logs.setdefault(h["step"], {}).update(h)
   for r in records:
     r["completion_length"] = logs.get(r["step"], {}).get("completions/mean_length", float("nan"))
   return records

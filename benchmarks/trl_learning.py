@@ -127,7 +127,10 @@ def train_trl(args) -> None:
                         processing_class=tokenizer, callbacks=[Clock()],
                         args=GRPOConfig(**trl_arguments(config, args.out, args.steps)))
   trainer.train()
-  logs = {h["step"]: h for h in trainer.state.log_history if "step" in h}
+  logs = {}  # the step's log and, at the last step, the end-of-training summary: merged, not overwritten
+  for h in trainer.state.log_history:
+    if "step" in h:
+      logs.setdefault(h["step"], {}).update(h)
   for r in records:
     r.update({f"trl/{k}": v for k, v in logs.get(r["step"], {}).items() if isinstance(v, (int, float))})
   with open(os.path.join(args.out, "train_log.jsonl"), "w") as f:

@@ -23,11 +23,12 @@ def named_choices() -> dict[str, tuple[str, ...]]:
   """Config field -> its allowed names, asked of the modules that implement them (the single source)."""
   from grpo_jax.algo import advantages, aggregation, kl, objective
   from grpo_jax.data import tasks, templates
+  from grpo_jax.model import config as model_config
   from grpo_jax.train import optim
   return {"grpo.advantage": tuple(advantages.METHODS), "grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS),
           "grpo.kl_estimator": tuple(kl.KL_ESTIMATORS), "grpo.aggregation": tuple(aggregation.AGGREGATIONS),
           "optim.schedule": tuple(optim.SCHEDULES), "task.name": tuple(tasks.TASKS),
-          "task.template": tuple(templates.TEMPLATES)}
+          "task.template": tuple(templates.TEMPLATES), "model.attention": tuple(model_config.ATTENTION)}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -54,6 +55,8 @@ def get_config() -> ml_collections.ConfigDict:
   m.param_dtype = "float32"
   m.dtype = "float32"             # compute dtype of activations (also used for HF checkpoints when set).
   m.remat = False                 # rematerialize decoder layers in the backward pass (saves memory).
+  m.attention = "einsum"          # the update's attention: "einsum", "jax" (jax.nn.dot_product_attention, XLA)
+                                  # or "cudnn" (its cuDNN flash attention; NVIDIA GPUs, bfloat16 compute).
   m.logprob_chunk_size = 128      # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].
   m.offload_ref_params = False    # keep the reference parameters in pinned host memory between uses (a no-op,
                                   # logged, where the backend has none); saves one model copy per device.
@@ -276,10 +279,12 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
   choices = named_choices()
   for key in ("grpo.advantage", "grpo.importance_level", "grpo.kl_estimator", "grpo.aggregation",
-              "optim.schedule", "task.name"):
+              "optim.schedule", "task.name", "model.attention"):
     _choice(c, key, choices[key])
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
+  if c.model.attention == "cudnn" and c.model.dtype == "float32":
+    _fail("model.attention", "'cudnn' (flash attention) needs model.dtype bfloat16 or float16, not float32")
   _choice(c, "distributed.enabled", ("auto", "yes", "no"))
   from grpo_jax.precision import MATMUL_PRECISIONS
   _choice(c, "precision.matmul", MATMUL_PRECISIONS)

@@ -11,6 +11,11 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+# How the full-sequence forward (the update, reference and old log-probs) computes attention; the sampler's
+# KV-cache steps always use "einsum". "einsum": grpo_jax's own grouped-query einsums (float32 scores);
+# "jax": jax.nn.dot_product_attention's XLA implementation (the same math); "cudnn": its cuDNN flash-attention
+# kernel on NVIDIA GPUs (bfloat16/float16 compute), which never materializes the [T, S] score matrix.
+ATTENTION = ("einsum", "jax", "cudnn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +46,18 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"         # compute dtype of activations and matmuls.
   remat: bool = False            # jax.checkpoint each decoder layer.
+  attention: str = "einsum"      # one of ATTENTION
   family: str = "llama"          # HF model_type written by save_pretrained: llama, qwen2 or qwen3.
 
   def __post_init__(self):
     for name in ("param_dtype", "dtype"):
       if getattr(self, name) not in DTYPES:
         raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected one of {sorted(DTYPES)}")
+    if self.attention not in ATTENTION:
+      raise ValueError(f"ModelConfig.attention={self.attention!r}: expected one of {list(ATTENTION)}")
+    if self.attention == "cudnn" and self.dtype not in ("bfloat16", "float16"):
+      raise ValueError(f"ModelConfig.attention='cudnn' needs dtype bfloat16 or float16 (cuDNN flash attention), "
+                       f"got dtype={self.dtype!r}")
     if self.family not in FAMILIES:
       raise ValueError(f"ModelConfig.family={self.family!r}: expected one of {sorted(FAMILIES)}")
     if self.num_heads % self.num_kv_heads:

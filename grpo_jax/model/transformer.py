@@ -145,7 +145,12 @@ class Attention(nnx.Module):
     K = cfg.num_kv_heads
     q = q.reshape(B, T, K, N // K, H)
     new_cache = None
-    if cache is None:  # training: keys/values as projected, [B, S=T, K, H]
+    if cache is None and cfg.attention != "einsum":
+      # Query head n uses key/value head n // G in both this module and jax.nn.dot_product_attention.
+      out = jax.nn.dot_product_attention(q.reshape(B, T, N, H), k, v, mask=attn_mask_BxTxS[:, None],
+                                         implementation="cudnn" if cfg.attention == "cudnn" else "xla")
+      out = out.reshape(B, T, K, N // K, H)
+    elif cache is None:  # training: keys/values as projected, [B, S=T, K, H]
       out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt)
     else:
       # The T new keys/values are small; moving their axes (not the cache's) keeps the cache layout fixed

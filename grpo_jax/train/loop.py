@@ -75,7 +75,7 @@ def build_model(config, tokenizer, mesh):
   if m.hf_path:
     from grpo_jax.model import hf_io
     model = hf_io.from_pretrained(m.hf_path, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
-                                  mesh=mesh)
+                                  attention=m.attention, mesh=mesh)
     config_lib.check_context(config, model.cfg.max_position_embeddings,
                              f"max_position_embeddings of {m.hf_path}/config.json")
     return nnx.split(model)
@@ -87,7 +87,7 @@ def build_model(config, tokenizer, mesh):
                     head_dim=m.head_dim, max_position_embeddings=m.max_position_embeddings,
                     rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps,
                     tie_word_embeddings=m.tie_word_embeddings, param_dtype=m.param_dtype, dtype=m.dtype,
-                    remat=m.remat)
+                    remat=m.remat, attention=m.attention)
   graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
   shardings = sharding_lib.param_shardings(abstract, mesh)
   # One compiled initializer (initializing eagerly compiles one small program per parameter).

@@ -1,0 +1,53 @@
+"""`ModelConfig.attention`: jax.nn.dot_product_attention (XLA here, cuDNN flash attention on NVIDIA GPUs) in
+the full-sequence forward gives the log-probs and gradients of grpo_jax's own grouped-query einsums."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from grpo_jax import config as config_lib
+from .test_remat import CFG, _batch, _loss_and_grad
+
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
+
+def _compare(cfg, other, rtol, atol):
+  batch = _batch(B=4, P=7, N=12, seed=3)
+  base_fn, params = _loss_and_grad(cfg, cfg, batch)
+  other_fn, _ = _loss_and_grad(other, cfg, batch)
+  loss, grads = base_fn(params, *batch)
+  loss_o, grads_o = other_fn(params, *batch)
+  np.testing.assert_allclose(float(loss_o), float(loss), rtol=rtol, atol=atol)
+  for (path, g), g_o in zip(jax.tree_util.tree_flatten_with_path(grads)[0], jax.tree.leaves(grads_o)):
+    np.testing.assert_allclose(np.asarray(g_o, np.float32), np.asarray(g, np.float32), rtol=rtol, atol=atol,
+                               err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_jax_attention_equals_the_einsum_path(remat):
+  """Grouped-query heads (4 query heads on 2 key/value heads), a left-padded prompt, masked completions."""
+  cfg = dataclasses.replace(CFG, remat=remat)
+  _compare(cfg, dataclasses.replace(cfg, attention="jax"), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.skipif(jax.default_backend() != "gpu", reason="cuDNN flash attention needs an NVIDIA GPU")
+def test_cudnn_attention_equals_the_einsum_path_in_bfloat16():
+  cfg = dataclasses.replace(CFG, dtype="bfloat16", head_dim=16)
+  _compare(cfg, dataclasses.replace(cfg, attention="cudnn"), rtol=5e-2, atol=5e-3)
+
+
+def test_cudnn_needs_half_precision_and_unknown_names_fail():
+  with pytest.raises(ValueError, match="attention='cudnn' needs dtype bfloat16 or float16"):
+    dataclasses.replace(CFG, attention="cudnn")
+  with pytest.raises(ValueError, match=r"attention='flash': expected one of \['einsum', 'jax', 'cudnn'\]"):
+    dataclasses.replace(CFG, attention="flash")
+  c = config_lib.get_config()
+  c.model.attention = "cudnn"
+  with pytest.raises(ValueError, match="model.attention.*needs model.dtype bfloat16"):
+    config_lib.validate(c)
+  c.model.attention = "flash"
+  with pytest.raises(ValueError, match="model.attention.*'flash' is not one of"):
+    config_lib.validate(c)
