@@ -80,7 +80,7 @@ def run_trl(args) -> list[dict]:
 
   from grpo_jax.data.tasks import make_task
   from grpo_jax.rewards.registry import get_reward
-  from trl_learning import trl_arguments
+  from trl_learning import logs_by_step, trl_arguments
 
   config = bench_config(args)
   task = make_task(config, log=lambda _: None)
@@ -109,10 +109,7 @@ def run_trl(args) -> list[dict]:
                         processing_class=AutoTokenizer.from_pretrained(config.model.hf_path),
                         callbacks=[Clock()], args=GRPOConfig(**trl_args))
   trainer.train()
-  logs = {}  # the step's log and, at the last step, the end-of-training summary: merged, not overwritten
-  for h in trainer.state.log_history:
-    if "step" in h:
-      logs.setdefault(h["step"], {}).update(h)
+  logs = logs_by_step(trainer)
   for r in records:
     r["completion_length"] = logs.get(r["step"], {}).get("completions/mean_length", float("nan"))
   return records

@@ -71,6 +71,15 @@ def trl_arguments(config, out: str, steps: int) -> dict:
       disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=config.model.remat)
 
 
+def logs_by_step(trainer) -> dict[int, dict]:
+  """TRL's log records by step: the step's log and, at the last step, the end-of-training summary, merged."""
+  logs: dict[int, dict] = {}
+  for h in trainer.state.log_history:
+    if "step" in h:
+      logs.setdefault(h["step"], {}).update(h)
+  return logs
+
+
 def train_trl(args) -> None:
   import torch
   from datasets import Dataset
@@ -127,10 +136,7 @@ def train_trl(args) -> None:
                         processing_class=tokenizer, callbacks=[Clock()],
                         args=GRPOConfig(**trl_arguments(config, args.out, args.steps)))
   trainer.train()
-  logs = {}  # the step's log and, at the last step, the end-of-training summary: merged, not overwritten
-  for h in trainer.state.log_history:
-    if "step" in h:
-      logs.setdefault(h["step"], {}).update(h)
+  logs = logs_by_step(trainer)
   for r in records:
     r.update({f"trl/{k}": v for k, v in logs.get(r["step"], {}).items() if isinstance(v, (int, float))})
   with open(os.path.join(args.out, "train_log.jsonl"), "w") as f:
