@@ -64,10 +64,11 @@ def model_config(name: str, config):
 
 def the_estimate(cfg, config) -> dict:
   import memory_estimate as me
+  from grpo_jax import config as config_lib
   B, P, C, _, micro = shapes(config)
   w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
                   logprob_chunk=config.model.logprob_chunk_size, use_ref=config.grpo.beta > 0,
-                  offload_ref=config.model.offload_ref_params)
+                  offload_ref=config.model.offload_ref_params, prompt_repeats=config_lib.prompt_repeats(config))
   est = me.estimate(cfg, me.Mesh(1, 1, 1), w)
   act = est["activations_remat"] if cfg.remat else est["activations"]
   est["update"] = est["params"] + est["grads"] + est["optimizer"] + act
@@ -80,6 +81,7 @@ def build_update(cfg, config):
   import jax
   from flax import nnx
 
+  from grpo_jax import config as config_lib
   from grpo_jax.model import Transformer
   from grpo_jax.train.loop import loss_config
   from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
@@ -93,7 +95,8 @@ def build_update(cfg, config):
   step = jax.jit(make_train_step(graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations,
                                  mini_batch_size=mini, micro_batch_size=micro,
                                  temperature=config.sampling.temperature,
-                                 chunk_size=config.model.logprob_chunk_size), donate_argnums=(0, 1))
+                                 chunk_size=config.model.logprob_chunk_size,
+                                 prompt_repeats=config_lib.prompt_repeats(config)), donate_argnums=(0, 1))
   return step, abstract_params, abstract_opt, graphdef, optimizer
 
 
@@ -144,6 +147,7 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   from grpo_jax.train.offload import RefOffloader
   from grpo_jax.train.rollout import RolloutSettings, collect_rollout, trim_padding
   from grpo_jax.train.state import init_opt_state
+  from grpo_jax import config as config_lib
   from grpo_jax.train.step import make_logprob_fn
   paths = fixtures.ensure_fixtures()
   config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
@@ -164,7 +168,8 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings)
   ref_params = offloader.park(copy(params)) if g.beta > 0 else None
   ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
-                                         chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
+                                         chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
+                                         prompt_repeats=config_lib.prompt_repeats(config)))
   sampler = distributed.GlobalSampler(make_samplers(graphdef, config, tokenizer)[0], 0)
   settings = RolloutSettings.from_config(config, build_reward_fns(config))
   jax.block_until_ready((params, opt_state, ref_params))

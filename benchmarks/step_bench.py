@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PRESETS = {"tiny": "test", "smollm2": "smollm2"}
 PHASES = ("sample", "reward", "reference", "update", "other")
+SIDES = ("grpo_jax", "grpo_jax_per_row", "trl")
 
 
 def bench_config(args):
@@ -53,6 +54,7 @@ def bench_config(args):
   c.sampling.max_prompt_length = args.max_prompt_length
   c.model.dtype = args.dtype
   c.optim.warmup_steps = 0
+  c.model.share_prompt_forward = args.side != "grpo_jax_per_row"
   c.eval.every = 10_000        # the step-0 and final evaluations only, outside the timed steps
   c.eval.size = c.eval.batch_size = 4
   c.checkpoint.every = 10_000
@@ -65,7 +67,7 @@ def bench_config(args):
 def run_grpo_jax(args) -> list[dict]:
   from grpo_jax.train.loop import train
   from grpo_jax.train.metrics import read_jsonl
-  workdir = os.path.join(args.out, "grpo_jax")
+  workdir = os.path.join(args.out, args.side)
   train(bench_config(args), workdir)
   return [{"step": r["step"], "seconds": r["step_time"], "completion_length": r["completions/mean_length"],
            **{p: r.get(f"timing/{p}_s", 0.0) for p in PHASES}}
@@ -132,12 +134,14 @@ def main(argv=None) -> None:
   parser.add_argument("--beta", type=float, default=0.04)
   parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--side", choices=["grpo_jax", "trl"], help=argparse.SUPPRESS)  # child processes
+  parser.add_argument("--compare-per-row", action="store_true",
+                      help="also run grpo_jax with model.share_prompt_forward off (each row runs its own prompt)")
+  parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # child processes
   parser.add_argument("--out", help="where both runs and their step records go (default: a temporary dir)")
   args = parser.parse_args(argv)
 
   if args.side:
-    records = run_grpo_jax(args) if args.side == "grpo_jax" else run_trl(args)
+    records = run_trl(args) if args.side == "trl" else run_grpo_jax(args)
     with open(os.path.join(args.out, f"{args.side}_steps.json"), "w") as f:
       json.dump(records, f)
     return
@@ -147,7 +151,7 @@ def main(argv=None) -> None:
   out = args.out or tempfile.mkdtemp(prefix="step_bench_")
   child = [a for a in (argv if argv is not None else sys.argv[1:])]
   results = {}
-  for side in ("grpo_jax", "trl"):
+  for side in SIDES if args.compare_per_row else ("grpo_jax", "trl"):
     t0 = time.time()
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), *child, "--side", side, "--out", out],
                           cwd=ROOT, capture_output=True, text=True)
@@ -166,9 +170,15 @@ def main(argv=None) -> None:
   print("| | step (s) | mean completion length |\n|---|---|---|")
   print(f"| grpo_jax | {t_ours:.2f} | {median_after_first(ours, 'completion_length'):.1f} |")
   print(f"| TRL GRPOTrainer | {t_theirs:.2f} | {median_after_first(theirs, 'completion_length'):.1f} |")
+  if "grpo_jax_per_row" in results:
+    per_row = results["grpo_jax_per_row"]
+    print(f"| grpo_jax, each row its own prompt forward | {median_after_first(per_row, 'seconds'):.2f} | "
+          f"{median_after_first(per_row, 'completion_length'):.1f} |")
   print(f"grpo_jax / TRL speed: {t_theirs / t_ours:.2f}x")
-  split = ", ".join(f"{p} {median_after_first(ours, p):.2f}" for p in PHASES)
-  print(f"grpo_jax step split (s, medians): {split}")
+  for side in ("grpo_jax", "grpo_jax_per_row"):
+    if side in results:
+      split = ", ".join(f"{p} {median_after_first(results[side], p):.2f}" for p in PHASES)
+      print(f"{side} step split (s, medians): {split}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ updates over it). An "update" is one optimizer step. Batch sizes count completio
 """
 from __future__ import annotations
 
+import math
+
 import os
 from typing import Sequence
 
@@ -57,6 +59,8 @@ def get_config() -> ml_collections.ConfigDict:
   m.remat = False                 # rematerialize decoder layers in the backward pass (saves memory).
   m.attention = "einsum"          # the update's attention: "einsum", "jax" (jax.nn.dot_product_attention, XLA)
                                   # or "cudnn" (its cuDNN flash attention; NVIDIA GPUs, bfloat16 compute).
+  m.share_prompt_forward = True   # the update and the reference run each prompt once for its G rows (where
+                                  # micro-batches hold whole groups, or parts of one): fewer FLOPs, same values.
   m.logprob_chunk_size = 128      # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].
   m.offload_ref_params = False    # keep the reference parameters in pinned host memory between uses (a no-op,
                                   # logged, where the backend has none); saves one model copy per device.
@@ -86,8 +90,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
-  t.name = "addition"             # one of grpo_jax/data/tasks.py's TASKS: addition, dataset, word_arithmetic.
+  t.name = "addition"             # one of grpo_jax/data/tasks.py's TASKS: addition, chain_sum, dataset,
+                                  # word_arithmetic.
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
+  t.min_terms = 3                 # chain_sum: each prompt sums min_terms..max_terms single digits;
+  t.max_terms = 8
+  t.scratchpad_fraction = 0.5     # chain_sum: the warm start's share of written-out (running-sum) answers.
   t.heldout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
                                   # heldout_path) reserved for evaluation, never trained on.
   t.holdout_fraction = config_dict.placeholder(float)  # the old name of heldout_fraction (RENAMED): still read.
@@ -207,7 +215,8 @@ def get_config() -> ml_collections.ConfigDict:
   k.keep = 2                      # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
   k.export_hf = False             # at the end, also write the policy as a Hugging Face model in WORKDIR/hf_model
                                   # (grpo_jax/train/export.py; scripts/export.py does it for any checkpoint).
-  k.verify = True                 # store a checksum of the parameters and check it on restore.
+  k.verify = True                 # store a fingerprint of the saved state and check it on restore.
+  k.async_save = True             # write checkpoints in a background thread while training goes on.
 
   c.log = lg = ml_collections.ConfigDict()
   lg.every = 1                    # metrics.jsonl / TensorBoard every N steps.
@@ -257,6 +266,14 @@ def micro_batch_size(config) -> int:
   return config.grpo.micro_batch_size or mini_batch_size(config)
 
 
+def prompt_repeats(config) -> int:
+  """Rows per prompt forward in the update and the reference: gcd(micro-batch, G) with
+  `model.share_prompt_forward` (every aligned run of that many rows lies in one group), else 1."""
+  if not config.model.get("share_prompt_forward", False):
+    return 1
+  return math.gcd(micro_batch_size(config), config.grpo.group_size)
+
+
 def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence[str] = ()) -> None:
   """Checks values and their consistency; raises ValueError naming the key. Runs before any compile. Values
   set under an old field name are moved to the new one first (`apply_renamed`). What a notebook passes to
@@ -291,6 +308,8 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   _choice(c, "log.wandb_mode", ("online", "offline"))
   if c.task.name == "dataset":
     _validate_dataset_task(c, in_memory_dataset)
+  if c.task.name == "chain_sum":
+    _validate_chain_sum_task(c)
   if c.task.name == "word_arithmetic":
     if not c.model.hf_path:
       _fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
@@ -373,6 +392,25 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     check_context(c, context, "model.max_position_embeddings")
 
 
+def _validate_chain_sum_task(c) -> None:
+  t = c.task
+  if not 2 <= t.min_terms <= t.max_terms <= 12:
+    _fail("task.min_terms", f"chain_sum needs 2 <= task.min_terms <= task.max_terms <= 12, got {t.min_terms}, "
+          f"{t.max_terms}")
+  if not 0 <= t.scratchpad_fraction <= 1:
+    _fail("task.scratchpad_fraction", f"must be in [0, 1], got {t.scratchpad_fraction}")
+  if c.model.hf_path:
+    _fail("model.hf_path", "the chain_sum task uses its own character tokenizer; leave it empty")
+  from grpo_jax.data.synthetic import ChainSumTask
+  task = ChainSumTask(t.min_terms, t.max_terms)
+  if c.sampling.max_prompt_length < task.max_prompt_chars:
+    _fail("sampling.max_prompt_length", f"{c.sampling.max_prompt_length} is shorter than the longest chain_sum "
+          f"prompt ({task.max_prompt_chars} characters at task.max_terms={t.max_terms})")
+  if c.sampling.max_new_tokens < task.max_answer_chars + 1:
+    _fail("sampling.max_new_tokens", f"{c.sampling.max_new_tokens} cannot hold the longest written-out answer "
+          f"and its stop token ({task.max_answer_chars + 1} at task.max_terms={t.max_terms})")
+
+
 def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
   t = c.task
   if not t.train_path and not in_memory_dataset:
@@ -394,10 +432,10 @@ def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
 
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
-RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "eval.every", "eval.batch_size",
-                     "mesh.", "distributed.", "model.offload_ref_params", "grpo.micro_batch_size",
-                     "grpo.length_buckets", "reward_timeout_s", "reward_isolation", "compile_cache_dir",
-                     "checkpoint.export_hf")
+RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
+                     "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
+                     "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
+                     "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf")
 
 
 def configured_rewards(c) -> dict[str, float]:

@@ -21,6 +21,10 @@ Estimates (not measured; XLA's buffer reuse and fusion change them):
   the attention scores N x T in float32 and the probabilities in the compute dtype. With remat only each
   layer's input (D per token) is kept, plus one layer's activations while it is recomputed. Both add the
   log-prob chunk: micro-batch rows x chunk x V float32 logits, twice (softmax and its gradient).
+- With a shared prompt forward (`prompt_repeats` s > 1, `model.share_prompt_forward`), a micro-batch of b rows
+  runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
+  instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
+  (2 K H per row and slot, in the remat count too, where they are the layer's second input).
 """
 from __future__ import annotations
 
@@ -63,6 +67,7 @@ class Workload(NamedTuple):
   logprob_chunk: int = 128
   use_ref: bool = True          # beta > 0
   offload_ref: bool = False     # config.model.offload_ref_params
+  prompt_repeats: int = 1       # rows per prompt forward in the update (config.prompt_repeats)
 
 
 class Mesh(NamedTuple):
@@ -129,10 +134,15 @@ def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
   rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
   heads, kv, mlp = _split(N, tp), kv_heads, _split(F, tp)
   per_token_layer = (4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp) * ab + heads * T * (4 + ab)
-  one_layer = rows * T * per_token_layer
+  if w.prompt_repeats > 1:
+    tokens = -(-rows // w.prompt_repeats) * w.prompt_len + rows * w.new_tokens
+    shared_kv = rows * T * 2 * kv * H * ab  # the prompt's keys/values copied to each row, per layer
+  else:
+    tokens, shared_kv = rows * T, 0
+  one_layer = tokens * per_token_layer + shared_kv
   logits = 2 * rows * min(w.logprob_chunk, T) * _split(V, tp) * 4
   out["activations"] = L * one_layer + logits
-  out["activations_remat"] = L * rows * T * D * ab + one_layer + logits
+  out["activations_remat"] = L * (tokens * D * ab + shared_kv) + one_layer + logits
   out["total"] = sum(out[k] for k in ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations"))
   out["total_remat"] = out["total"] - out["activations"] + out["activations_remat"]
   return out
@@ -181,6 +191,8 @@ def main(argv=None):
   p.add_argument("--logprob-chunk", type=int, default=Workload._field_defaults['logprob_chunk'])
   p.add_argument("--no-ref", action="store_true", help="beta = 0: no reference parameters")
   p.add_argument("--offload-ref", action="store_true", help="reference parameters in host memory")
+  p.add_argument("--prompt-repeats", type=int, default=1, help="rows per prompt forward in the update "
+                 "(model.share_prompt_forward: gcd(micro-batch, G); 1: every row runs its own prompt)")
   args = p.parse_args(argv)
   if args.table:
     print(header())
@@ -201,12 +213,13 @@ def main(argv=None):
   cfg = model_config(args.model or args.hf_config, args.param_dtype, args.dtype)
   w = Workload(sampler_batch=args.sampler_batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                micro_batch=args.micro_batch, logprob_chunk=args.logprob_chunk, use_ref=not args.no_ref,
-               offload_ref=args.offload_ref)
+               offload_ref=args.offload_ref, prompt_repeats=args.prompt_repeats)
   est = estimate(cfg, mesh, w)
   print(f"{args.model or args.hf_config}: {est['num_params'] / 1e9:.3f}B parameters; mesh data,fsdp,tensor = "
         f"{tuple(mesh)} ({math.prod(mesh)} devices); params {args.param_dtype}, compute {args.dtype}")
   print(f"workload: sampler batch {w.sampler_batch} x ({w.prompt_len} + {w.new_tokens}) tokens, micro-batch "
-        f"{w.micro_batch or mesh.batch_ways} rows, log-prob chunk {w.logprob_chunk}")
+        f"{w.micro_batch or mesh.batch_ways} rows, log-prob chunk {w.logprob_chunk}, prompt repeats "
+        f"{w.prompt_repeats}")
   for k in COLUMNS:
     print(f"  {k:18s} {est[k] / GIB:9.2f} GiB per device")
 

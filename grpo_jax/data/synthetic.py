@@ -114,3 +114,84 @@ def make_task(task_config, seed: int):
   if task_config.name == "addition":
     return AdditionTask(task_config.num_digits, task_config.heldout_fraction, seed)
   raise ValueError(f"config.task.name: unknown task {task_config.name!r} (known: addition)")
+
+
+class ChainSumTask:
+  """"4+7+2+9=" -> "22": the sum of `min_terms`..`max_terms` single digits, which the model may work out in
+  writing: the answer is the last comma-separated field of the completion, so "11,13,22" (the running sums)
+  and "22" (the sum alone) both score. Completions run from 2 to about 3 (max_terms - 1) characters, and how
+  long they are is up to the policy, which is what length normalisation and clipping act on
+  (docs/ablations.md). The warm start imitates `demonstration`: the running sums for a `scratchpad_fraction`
+  of the rows (hash-chosen), the bare sum for the others.
+  """
+
+  name = "chain_sum"
+  _TRAIN, _EVAL, _SPLIT, _TERMS, _STYLE = 11, 12, 13, 14, 15  # hash stream ids.
+
+  def __init__(self, min_terms: int = 3, max_terms: int = 8, heldout_fraction: float = 0.1, seed: int = 0,
+               scratchpad_fraction: float = 0.5):
+    if not 2 <= min_terms <= max_terms <= 12:
+      raise ValueError(f"ChainSumTask: need 2 <= min_terms <= max_terms <= 12, got {min_terms}, {max_terms}")
+    if not 0 < heldout_fraction < 1:
+      raise ValueError(f"ChainSumTask: heldout_fraction must be in (0, 1), got {heldout_fraction}")
+    if not 0 <= scratchpad_fraction <= 1:
+      raise ValueError(f"ChainSumTask: scratchpad_fraction must be in [0, 1], got {scratchpad_fraction}")
+    self.min_terms, self.max_terms = min_terms, max_terms
+    self.heldout_fraction, self.seed, self.scratchpad_fraction = heldout_fraction, seed, scratchpad_fraction
+    self.tokenizer = CharTokenizer("0123456789+=,")
+
+  @property
+  def max_prompt_chars(self) -> int:
+    return 2 * self.max_terms
+
+  @property
+  def max_answer_chars(self) -> int:
+    """The longest demonstration: max_terms - 1 running sums of at most 3 digits, comma-separated."""
+    return (self.max_terms - 1) * (len(str(9 * self.max_terms)) + 1) - 1
+
+  def _terms(self, stream: int, seed: int, idx: np.ndarray, attempt: int) -> list[list[int]]:
+    span = self.max_terms - self.min_terms + 1
+    counts = self.min_terms + (_hash(self._TERMS, stream, seed, idx, attempt) % np.uint64(span)).astype(np.int64)
+    digits = np.stack([(_hash(stream, seed, idx, attempt, j) % np.uint64(10)).astype(np.int64)
+                       for j in range(self.max_terms)], axis=1)
+    return [row[:k].tolist() for row, k in zip(digits, counts)]
+
+  def is_heldout(self, terms: list[int]) -> bool:
+    code = int("".join(map(str, terms))) * 16 + len(terms)  # distinct for distinct digit lists
+    return float(_hash(self._SPLIT, code)) / 2.0 ** 64 < self.heldout_fraction
+
+  def _rows(self, chains: list[list[int]], styles: np.ndarray) -> dict[str, list[str]]:
+    prompts, answers, demos = [], [], []
+    for terms, scratch in zip(chains, styles):
+      sums = np.cumsum(terms)[1:].tolist()
+      prompts.append("+".join(map(str, terms)) + "=")
+      answers.append(str(sums[-1]))
+      demos.append(",".join(map(str, sums)) if scratch else str(sums[-1]))
+    return {"prompt": prompts, "answer": answers, "demonstration": demos}
+
+  def _styles(self, stream: int, idx: np.ndarray) -> np.ndarray:
+    return (_hash(self._STYLE, stream, self.seed, idx).astype(np.float64) / 2.0 ** 64) < self.scratchpad_fraction
+
+  def train_rows(self, start: int, n: int) -> dict[str, list[str]]:
+    """Rows start .. start+n-1 of this seed's endless training stream (held-out chains are skipped)."""
+    idx = np.arange(start, start + n, dtype=np.uint64)
+    chains = self._terms(self._TRAIN, self.seed, idx, 0)
+    attempt = 0
+    while bad := [i for i, terms in enumerate(chains) if self.is_heldout(terms)]:
+      attempt += 1
+      for i, terms in zip(bad, self._terms(self._TRAIN, self.seed, idx[bad], attempt)):
+        chains[i] = terms
+    return self._rows(chains, self._styles(self._TRAIN, idx))
+
+  def eval_rows(self, n: int) -> dict[str, list[str]]:
+    """The first n distinct held-out chains (the same for every seed)."""
+    chains: dict[tuple[int, ...], None] = {}
+    start = 0
+    while len(chains) < n:
+      idx = np.arange(start, start + 16 * n, dtype=np.uint64)
+      for terms in self._terms(self._EVAL, 0, idx, 0):
+        if self.is_heldout(terms):
+          chains.setdefault(tuple(terms))
+      start += 16 * n
+    chosen = [list(c) for c in list(chains)[:n]]
+    return self._rows(chosen, self._styles(self._EVAL, np.arange(n, dtype=np.uint64)))

@@ -12,6 +12,8 @@ A task offers
 Tasks (`config.task.name`):
   "addition"  the synthetic task of `synthetic.py` (character tokens, or the checkpoint's tokenizer when
               `config.model.hf_path` is set).
+  "chain_sum" sums of 3-8 single digits that the model may write out as running sums (`synthetic.py`,
+              character tokens): completions whose length the policy chooses.
   "dataset"   question/answer rows from local files (`datasets.py`: JSONL, Parquet, save_to_disk; GSM8K,
               MATH and Countdown layouts, or a field map), rendered with a prompt template (`templates.py`)
               and tokenized by the checkpoint's tokenizer. Prompts longer than
@@ -33,10 +35,10 @@ import numpy as np
 from grpo_jax.data import word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.datasets import load_train_heldout, rows_in_memory, split_rows
-from grpo_jax.data.synthetic import AdditionTask
+from grpo_jax.data.synthetic import AdditionTask, ChainSumTask
 from grpo_jax.data.templates import tokenize_prompts
 
-TASKS = ("addition", "dataset", "word_arithmetic")
+TASKS = ("addition", "chain_sum", "dataset", "word_arithmetic")
 # Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3). An
 # instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -164,6 +166,10 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
     if tokenizer is not None:
       task.tokenizer = tokenizer
     return task
+  if t.name == "chain_sum":
+    if tokenizer is not None:
+      raise ValueError("config.model.hf_path: the chain_sum task uses its own character tokenizer; leave it empty")
+    return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, config.seed, t.scratchpad_fraction)
   if t.name == "dataset":
     if tokenizer is None:
       raise ValueError("config.model.hf_path: the dataset task needs a checkpoint directory (its tokenizer "

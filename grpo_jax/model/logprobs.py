@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from grpo_jax.model.transformer import Transformer
+from grpo_jax.model.transformer import LayerCache, Transformer, init_cache
 
 
 def causal_attention_mask(mask_BxL: jax.Array) -> jax.Array:
@@ -57,20 +57,67 @@ def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0,
 
 
 def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
-                        temperature: float = 1.0, chunk_size: int = 128, with_entropy: bool = False):
+                        temperature: float = 1.0, chunk_size: int = 128, with_entropy: bool = False,
+                        prompt_repeats: int = 1):
   """Log-probs of completion tokens given left-padded prompts, as the sampler produced them.
+
+  `prompt_repeats` = s > 1: rows come in consecutive runs of s that share one prompt (a GRPO group, or an
+  aligned part of one); each prompt then runs through the model once and its s completions attend to its
+  keys and values (`_shared_prompt_hidden`) instead of each row recomputing it. Same result up to float
+  rounding (tests/model/test_logprobs.py).
 
   Returns (logp_BxC, entropy_BxC or None); values at masked completion positions are meaningless (mask them).
   """
-  tokens = jnp.concatenate([prompt_BxP, completion_BxC], axis=1)
-  mask = jnp.concatenate([prompt_mask_BxP, completion_mask_BxC], axis=1).astype(bool)
-  # Completion positions after the stop token are masked out but still need valid (causal) attention rows;
-  # treat them as real tokens for the forward pass: only left padding of the prompt is excluded.
-  fwd_mask = jnp.concatenate([prompt_mask_BxP.astype(bool), jnp.ones_like(completion_mask_BxC, bool)], axis=1)
-  del mask
-  positions = positions_from_mask(fwd_mask)
-  hidden, _ = model(tokens, positions, causal_attention_mask(fwd_mask))
-  P = prompt_BxP.shape[1]
-  C = completion_BxC.shape[1]
-  h = hidden[:, P - 1:P - 1 + C]  # the state before each completion token predicts it
+  if prompt_repeats > 1:
+    h = _shared_prompt_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, prompt_repeats)
+  else:
+    h = _per_row_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC)
   return token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy)
+
+
+def _per_row_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC):
+  """[B, C, D]: the hidden state before each completion token (the one that predicts it), one forward pass
+  over each row's prompt + completion."""
+  tokens = jnp.concatenate([prompt_BxP, completion_BxC], axis=1)
+  # Completion positions after the stop token are masked out of the loss but still need valid (causal)
+  # attention rows; treat them as real tokens for the forward pass: only left padding of the prompt is excluded.
+  fwd_mask = jnp.concatenate([prompt_mask_BxP.astype(bool), jnp.ones_like(completion_BxC, bool)], axis=1)
+  hidden, _ = model(tokens, positions_from_mask(fwd_mask), causal_attention_mask(fwd_mask))
+  P, C = prompt_BxP.shape[1], completion_BxC.shape[1]
+  return hidden[:, P - 1:P - 1 + C]
+
+
+def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, repeats: int):
+  """What `_per_row_hidden` returns, with each prompt run once for its `repeats` consecutive rows.
+
+  Pass 1 runs the R = B / repeats distinct prompts and keeps every layer's keys and values (a KV cache of
+  length P). Pass 2 runs the B completions over that cache, repeated to their rows and extended by C slots:
+  completion token t attends to its prompt's real tokens and to completion tokens <= t, at positions
+  prompt length + t, exactly as in the per-row pass. Gradients reach the prompt's pass through the cache
+  (summed over its rows). For a GRPO group of G rows this runs P + G·C positions instead of G·(P + C), the
+  shared-prefix forward of Prefix Grouper (Liu et al. 2025, arXiv:2506.05433).
+  """
+  cfg = model.cfg
+  B, P = prompt_BxP.shape
+  C = completion_BxC.shape[1]
+  if B % repeats:
+    raise ValueError(f"{B} rows are not whole runs of prompt_repeats={repeats}")
+  prompt_RxP = prompt_BxP[::repeats]
+  real_RxP = prompt_mask_BxP[::repeats].astype(bool)
+  hidden_RxPxD, cache = model(prompt_RxP, positions_from_mask(real_RxP), causal_attention_mask(real_RxP),
+                              cache=init_cache(cfg, prompt_RxP.shape[0], P), cache_index=0, remat=cfg.remat)
+
+  def to_rows(x):
+    return jnp.repeat(x, repeats, axis=0)
+
+  cache_B = [LayerCache(jnp.pad(to_rows(c.k_BxKxHxS), ((0, 0), (0, 0), (0, 0), (0, C))),
+                        jnp.pad(to_rows(c.v_BxKxSxH), ((0, 0), (0, 0), (0, C), (0, 0)))) for c in cache]
+  real_BxP = to_rows(real_RxP)
+  positions_BxC = jnp.sum(real_BxP, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(C, dtype=jnp.int32)
+  causal_CxC = jnp.tril(jnp.ones((C, C), bool))
+  mask_BxCxS = jnp.concatenate([jnp.broadcast_to(real_BxP[:, None, :], (B, C, P)),
+                                jnp.broadcast_to(causal_CxC, (B, C, C))], axis=2)
+  hidden_BxCxD, _ = model(completion_BxC, positions_BxC, mask_BxCxS, cache=cache_B, cache_index=P,
+                          remat=cfg.remat)
+  # The prompt's last state predicts completion token 0; completion state t predicts token t + 1.
+  return jnp.concatenate([to_rows(hidden_RxPxD[:, -1:]), hidden_BxCxD[:, :-1]], axis=1)

@@ -108,6 +108,16 @@ def _attend(q, k, v, attn_mask_BxTxS, spec: str, dt):
   return jnp.einsum(f"bkgts,{v_spec}->{q_spec}", probs, v)
 
 
+def _library_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, attn_mask_BxTxS, attention: str):
+  """`jax.nn.dot_product_attention` (XLA, or cuDNN flash attention for attention="cudnn"); [B, T, K, G, H].
+  Query head n uses key/value head n // G in both this module and that function."""
+  B, T, K, G, H = q_BxTxKxGxH.shape
+  out = jax.nn.dot_product_attention(q_BxTxKxGxH.reshape(B, T, K * G, H), k_BxSxKxH, v_BxSxKxH,
+                                     mask=attn_mask_BxTxS[:, None],
+                                     implementation="cudnn" if attention == "cudnn" else "xla")
+  return out.reshape(B, T, K, G, H)
+
+
 class Attention(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
@@ -146,10 +156,7 @@ class Attention(nnx.Module):
     q = q.reshape(B, T, K, N // K, H)
     new_cache = None
     if cache is None and cfg.attention != "einsum":
-      # Query head n uses key/value head n // G in both this module and jax.nn.dot_product_attention.
-      out = jax.nn.dot_product_attention(q.reshape(B, T, N, H), k, v, mask=attn_mask_BxTxS[:, None],
-                                         implementation="cudnn" if cfg.attention == "cudnn" else "xla")
-      out = out.reshape(B, T, K, N // K, H)
+      out = _library_attention(q, k, v, attn_mask_BxTxS, cfg.attention)
     elif cache is None:  # training: keys/values as projected, [B, S=T, K, H]
       out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt)
     else:
@@ -164,9 +171,13 @@ class Attention(nnx.Module):
       v_all = jax.lax.dynamic_update_slice_in_dim(cache.v_BxKxSxH, jnp.swapaxes(v, 1, 2).astype(cache_dt),
                                                   cache_index, axis=2)
       new_cache = LayerCache(k_all, v_all)
-      out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
-                    "bkgth,bkhs,bksh", dt)
-      out = jnp.moveaxis(out, 3, 1)
+      if T > 1 and cfg.attention != "einsum":  # a prefill, or a training forward over a shared prompt's cache
+        out = _library_attention(q, jnp.transpose(k_all, (0, 3, 1, 2)).astype(dt),
+                                 jnp.swapaxes(v_all, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention)
+      else:
+        out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
+                      "bkgth,bkhs,bksh", dt)
+        out = jnp.moveaxis(out, 3, 1)
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
     # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
     y = out.reshape(B, T, N * H) @ self.o_NxHxD[...].reshape(N * H, -1).astype(dt)
@@ -204,21 +215,22 @@ class DecoderLayer(nnx.Module):
     return x_BxTxD, new_cache
 
 
-def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS):
-  """`layer(x)` without a cache, its activations recomputed in the backward pass instead of stored.
+def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None,
+                    cache_index):
+  """`layer(x, ...)` -> (x, new_cache), its activations recomputed in the backward pass instead of stored.
 
   `jax.checkpoint` of a pure function of the layer's split state: `nnx.remat` on the module itself raised
   "Cannot mutate Param from a different trace level" under `jax.value_and_grad` of merged parameters (the
-  update's pattern). Only the layer's inputs are saved for the backward pass (tests/model/test_remat.py).
-  XLA:CPU merges the recomputation back into the forward pass, so on a CPU remat saves no memory; GPUs and
-  TPUs keep it.
+  update's pattern). Only the layer's inputs (and its cache, when given) are saved for the backward pass
+  (tests/model/test_remat.py). XLA:CPU merges the recomputation back into the forward pass, so on a CPU remat
+  saves no memory; GPUs and TPUs keep it.
   """
   graphdef, state = nnx.split(layer)
 
-  def forward(state, x, cos_sin, mask):
-    return nnx.merge(graphdef, state)(x, cos_sin, mask, None, 0)[0]
+  def forward(state, x, cos_sin, mask, cache):
+    return nnx.merge(graphdef, state)(x, cos_sin, mask, cache, cache_index)
 
-  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS)
+  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache)
 
 
 class Transformer(nnx.Module):
@@ -236,8 +248,11 @@ class Transformer(nnx.Module):
                                 ("embed", "vocab"), pd)
 
   def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
-               cache_index=0, rope_cos_sin=None):
+               cache_index=0, rope_cos_sin=None, remat: bool | None = None):
     """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`.
+
+    `remat`: rematerialize each layer in the backward pass; None means `cfg.remat` without a cache (the
+    sampler's cached decoding takes no gradients) and a training forward through a cache passes it explicitly.
 
     `rope_cos_sin`: `self.rope_tables(positions_BxT)` computed by the caller, who may then pass None as the
     positions. A decode loop computes every step's tables once before the loop: inside it, XLA fused the
@@ -246,11 +261,13 @@ class Transformer(nnx.Module):
     x = jnp.take(self.embed_VxD[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
     if rope_cos_sin is None:
       rope_cos_sin = self.rope_tables(positions_BxT)
+    if remat is None:
+      remat = self.cfg.remat and cache is None
     new_cache = [] if cache is not None else None
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
-      if self.cfg.remat and cache is None:
-        x, c = _rematerialized(layer, x, rope_cos_sin, attn_mask_BxTxS), None
+      if remat:
+        x, c = _rematerialized(layer, x, rope_cos_sin, attn_mask_BxTxS, layer_cache, cache_index)
       else:
         x, c = layer(x, rope_cos_sin, attn_mask_BxTxS, layer_cache, cache_index)
       if cache is not None:

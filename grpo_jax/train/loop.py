@@ -49,7 +49,7 @@ from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optim
 from grpo_jax.train.rollout import (RolloutSettings, bucket_widths, collect_dynamic_rollout, collect_rollout,
                                     trim_padding)
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
-from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
+from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
 
 logger = logging.getLogger(__name__)
@@ -234,6 +234,7 @@ class _Run:
     self.graphdef, self.initial_params = build_model(config, self.tokenizer, self.mesh)
     self.place = _BatchPlacer(self.mesh)
     mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
+    repeats = config_lib.prompt_repeats(config)
     self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
     optim = OptimConfig.from_config(config.optim)
     self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
@@ -246,10 +247,12 @@ class _Run:
     self.offloader = RefOffloader(config.model.offload_ref_params, self.mesh)  # host memory between uses
     self.train_step = jax.jit(make_train_step(
         self.graphdef, self.optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
-        micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size),
+        micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size,
+        prompt_repeats=repeats),
         donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
     self.ref_logprobs = jax.jit(make_logprob_fn(self.graphdef, temperature=s.temperature,
-                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro))
+                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
+                                                prompt_repeats=repeats))
     self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(self.graphdef, config, self.tokenizer)
     self.settings = RolloutSettings.from_config(config, build_reward_fns(config, inputs))
     self.base_key = jax.random.key(config.seed)
@@ -303,6 +306,7 @@ class _Run:
                                 key)
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
     one_process = jax.process_count() == 1
+    check_prompt_runs(rollout.batch, config_lib.prompt_repeats(self.config))
     batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
                        if one_process else rollout.batch)
     if state.ref_params is not None:
@@ -328,7 +332,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
   cfg_json = _prepare_workdir(config, workdir, main)
   run = _Run(config, inputs, log_console)
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
-                              config.checkpoint.verify)
+                              config.checkpoint.verify, config.checkpoint.get("async_save", True))
   writer = bar = None
   try:
     state = _restore(run, checkpointer, workdir, main, log_console)

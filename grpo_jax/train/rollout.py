@@ -180,6 +180,7 @@ def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored
 def rollout_metrics(scored: Scored) -> dict[str, Any]:
   """docs/algorithms.md §8 names: reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
   frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio,
+  completions/mean_length_{correct,incorrect} (total reward > 0, <= 0; absent when a step has none),
   rewards/<fn>/failures when a reward function failed on some samples, and the wall time of sampling
   (timing/sample_s: prefill and decode, to the tokens on the host) and of the reward functions
   (timing/reward_s)."""
@@ -195,6 +196,10 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
       "timing/sample_s": float(scored.seconds[0]),
       "timing/reward_s": float(scored.seconds[1]),
   }
+  correct = scored.rewards_B > 0  # a total reward > 0 counts as correct (exact for 0/1 accuracy rewards)
+  for label, rows in (("correct", correct), ("incorrect", ~correct)):
+    if rows.any():  # the length bias of Dr. GRPO (arXiv:2503.20783) shows in the incorrect ones
+      metrics[f"completions/mean_length_{label}"] = float(lengths[rows].mean())
   for name, values in scored.per_fn.items():
     metrics[f"rewards/{name}/mean"] = float(np.mean(values))
     metrics[f"rewards/{name}/std"] = float(np.std(values))

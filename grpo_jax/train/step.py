@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -49,11 +50,14 @@ def _split(x, *lead):
 
 
 def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: int, micro_batch_size: int,
-                    with_entropy: bool = False):
+                    with_entropy: bool = False, prompt_repeats: int = 1):
   """A pure fn(params, batch) -> logp_BxC (and entropy_BxC), computed micro-batch by micro-batch.
 
   Used for the reference policy (jit it separately) and, inside the update, for the old policy.
+  `prompt_repeats` (dividing `micro_batch_size`): consecutive rows sharing one prompt, run once
+  (`completion_logprobs`).
   """
+  _check_repeats(prompt_repeats, micro_batch_size)
 
   def logprobs(params, batch: RolloutBatch):
     B = batch.completion_BxC.shape[0]
@@ -64,7 +68,7 @@ def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: i
 
     def one(args):
       p, pm, c, cm = args
-      return completion_logprobs(model, p, pm, c, cm, temperature, chunk_size, with_entropy)
+      return completion_logprobs(model, p, pm, c, cm, temperature, chunk_size, with_entropy, prompt_repeats)
 
     pieces = (batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxC, batch.completion_mask_BxC)
     logp, ent = jax.lax.map(one, tuple(_split(x, U) for x in pieces))
@@ -72,6 +76,25 @@ def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: i
     return logp if not with_entropy else (logp, ent.reshape(B, -1))
 
   return logprobs
+
+
+def _check_repeats(prompt_repeats: int, micro_batch_size: int):
+  if prompt_repeats < 1 or micro_batch_size % prompt_repeats:
+    raise ValueError(f"prompt_repeats={prompt_repeats} must be >= 1 and divide micro_batch_size={micro_batch_size}")
+
+
+def check_prompt_runs(batch: RolloutBatch, prompt_repeats: int) -> None:
+  """Raises ValueError unless each aligned run of `prompt_repeats` rows holds one prompt (host arrays): the
+  shared-prompt forward reads only a run's first prompt, so a batch that breaks the runs must not reach it."""
+  if prompt_repeats == 1:
+    return
+  for name in ("prompt_BxP", "prompt_mask_BxP"):
+    x = np.asarray(getattr(batch, name))
+    runs = x.reshape(-1, prompt_repeats, *x.shape[1:])
+    bad = np.flatnonzero(np.any(runs != runs[:, :1], axis=tuple(range(1, runs.ndim))))
+    if bad.size:
+      raise ValueError(f"rows {bad[0] * prompt_repeats}..{(bad[0] + 1) * prompt_repeats - 1} of the rollout batch "
+                       f"do not share one {name} (model.share_prompt_forward needs each group's rows contiguous)")
 
 
 def _masked_max_abs(a_BxC, b_BxC, mask_BxC):
@@ -85,8 +108,11 @@ def _masked_abs_sum_count(a_BxC, b_BxC, mask_BxC):
 
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
                     num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
-                    chunk_size: int):
+                    chunk_size: int, prompt_repeats: int = 1):
   """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
+
+  `prompt_repeats`: runs of that many consecutive rows share their prompt (it divides the group size and
+  `micro_batch_size`); each prompt's forward then runs once for its run (`completion_logprobs`).
 
   `metrics` holds scalars: 'loss' (mean over updates), 'grad_norm' (before clipping, mean over updates),
   'skipped_updates' (updates skipped for a non-finite loss, gradient or result),
@@ -96,11 +122,13 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
   """
   if mini_batch_size % micro_batch_size:
     raise ValueError(f"micro_batch_size={micro_batch_size} does not divide mini_batch_size={mini_batch_size}")
+  _check_repeats(prompt_repeats, micro_batch_size)
 
   def loss_fn(params, micro: RolloutBatch, old_logp_bxN):
     model = nnx.merge(graphdef, params)
     logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC,
-                                        micro.completion_mask_BxC, temperature, chunk_size, with_entropy=True)
+                                        micro.completion_mask_BxC, temperature, chunk_size, with_entropy=True,
+                                        prompt_repeats=prompt_repeats)
     inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_bxN, ref_logp_BxT=micro.ref_logp_BxC,
                         advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxC,
                         entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxC)
@@ -125,7 +153,7 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       old_mismatch = None
     else:
       old_fn = make_logprob_fn(graphdef, temperature=temperature, chunk_size=chunk_size,
-                               micro_batch_size=micro_batch_size)
+                               micro_batch_size=micro_batch_size, prompt_repeats=prompt_repeats)
       old_logp = jax.lax.stop_gradient(old_fn(params, batch))
       old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
       old_mismatch_mean = _masked_abs_sum_count(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)

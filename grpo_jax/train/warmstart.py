@@ -24,12 +24,13 @@ from grpo_jax.train.state import init_opt_state
 
 
 def sft_batch(tokenizer, columns: dict[str, list], max_prompt_length: int, max_new_tokens: int):
-  """(prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC) int32 numpy arrays for teacher forcing."""
+  """(prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC) int32 numpy arrays for teacher forcing. The
+  target is the row's `demonstration` when the task gives one (a worked solution), else its `answer`."""
   prompts = encode_prompts(tokenizer, columns["prompt"], max_prompt_length)
   prompt_BxP, prompt_mask_BxP = left_pad(prompts, max_prompt_length, len(prompts), tokenizer.pad_token_id)
   target_BxC = np.full((len(prompts), max_new_tokens), tokenizer.pad_token_id, np.int32)
   target_mask_BxC = np.zeros((len(prompts), max_new_tokens), np.int32)
-  for i, answer in enumerate(columns["answer"]):
+  for i, answer in enumerate(columns.get("demonstration", columns["answer"])):
     ids = encode_text(tokenizer, str(answer)) + [tokenizer.eos_token_id]
     if len(ids) > max_new_tokens:
       raise ValueError(f"answer {answer!r} plus the stop token is {len(ids)} tokens, more than "

@@ -98,3 +98,17 @@ def test_memory_fit_counts_the_update_state_and_runs_the_recipe_as_written():
   assert mf.the_estimate(cfg, config)["params"] == nbytes(params)
   rows = mf.run_steps(cfg, config, 1, step, graphdef, optimizer, log=lambda *_: None)
   assert [r["phase"].split(":")[0] for r in rows] == ["weights, AdamW, reference"] + ["step 1"] * 3
+
+
+def test_shared_prompt_forward_counts_prompts_once_and_the_copied_keys():
+  """prompt_repeats=4 on one device: 8 rows run 8/4 = 2 prompts of 4 tokens and 8 completions of 4 tokens
+  (8 + 32 = 40 token positions instead of 8 x 8 = 64), plus per layer each row's keys/values over 8 slots (2 kv heads x H 8)."""
+  base = me.estimate(CFG, me.Mesh(1, 1, 1), WORK)
+  shared = me.estimate(CFG, me.Mesh(1, 1, 1), WORK._replace(prompt_repeats=4))
+  per_token_layer = (4 * 32 + 2 * (4 + 2 * 2) * 8 + 4 * 8 + 3 * 48) * 2 + 4 * 8 * (4 + 2)
+  logits = 2 * 8 * 4 * 64 * 4
+  kv = 8 * 8 * 2 * 2 * 8 * 2
+  assert base["activations"] == 2 * 64 * per_token_layer + logits
+  assert shared["activations"] == 2 * (40 * per_token_layer + kv) + logits
+  assert shared["activations_remat"] == 2 * (40 * 32 * 2 + kv) + 40 * per_token_layer + kv + logits
+  assert shared["params"] == base["params"] and shared["kv_cache"] == base["kv_cache"]

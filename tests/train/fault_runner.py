@@ -31,8 +31,9 @@ def _kill():
   os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _kill_on_call(owner, name, nth, after=False):
-  """Wraps owner.name: the nth call SIGKILLs the process (before the call, or right after it returns)."""
+def _kill_on_call(owner, name, nth, after=False, then=None):
+  """Wraps owner.name: the nth call SIGKILLs the process (before the call, or right after it returns, after
+  `then(*args)` when given)."""
   original = getattr(owner, name)
   calls = [0]
 
@@ -42,6 +43,8 @@ def _kill_on_call(owner, name, nth, after=False):
       _kill()
     out = original(*args, **kwargs)
     if calls[0] == nth and after:
+      if then is not None:
+        then(*args)
       _kill()
     return out
 
@@ -78,6 +81,8 @@ def arm(point: str, nth: int) -> None:
   elif point == "mid_checkpoint_save":            # the state item written, its metadata not, nothing committed
     _kill_on_call(ocp.JsonCheckpointHandler, "async_save", nth)
   elif point == "after_checkpoint_save":          # a checkpoint committed, the next step's metrics not written
+    _kill_on_call(checkpoint.Checkpointer, "save", nth, after=True, then=lambda ck, *_: ck.wait())
+  elif point == "during_async_write":             # save returned, its files still being written in the background
     _kill_on_call(checkpoint.Checkpointer, "save", nth, after=True)
   elif point == "during_eval":                    # in the middle of a held-out evaluation
     _kill_on_call(loop, "evaluate", nth)
@@ -88,6 +93,7 @@ def arm(point: str, nth: int) -> None:
 # (point, n): the n-th time. Evaluations: warm-start evals come first (eval_every 1, 3 steps), then GRPO's.
 KILL_POINTS = [("warmstart_step", 2), ("after_warmstart_save", 1), ("mid_checkpoint_save", 1),
                ("mid_checkpoint_save", 3), ("after_checkpoint_save", 1), ("after_checkpoint_save", 2),
+               ("during_async_write", 2),
                ("during_eval", 2), ("during_eval", 5)]
 
 

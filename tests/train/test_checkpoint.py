@@ -1,4 +1,5 @@
-"""Checkpointer: keeps the last K, ignores unfinished saves, falls back past unreadable or altered ones."""
+"""Checkpointer: keeps the last K, ignores unfinished saves, falls back past unreadable or altered ones, saves
+asynchronously without racing the arrays it saves; the state fingerprint against a numpy reference."""
 from __future__ import annotations
 
 import json
@@ -9,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state, state_checksum
+from grpo_jax.train import checkpoint
+from grpo_jax.train.checkpoint import (Checkpointer, restore_params, save_initial_state, state_checksum,
+                                       state_fingerprint)
 
 
 def _state(x):
@@ -43,7 +46,7 @@ def test_unfinished_save_is_ignored(tmp_path):
   ck.close()
 
 
-@pytest.mark.parametrize("damage", ["meta_json", "altered_bytes"])
+@pytest.mark.parametrize("damage", ["meta_json", "altered_bytes", "altered_bytes_sha256"])
 def test_damaged_latest_falls_back_with_a_warning(tmp_path, damage):
   directory = str(tmp_path / "ck")
   ck = Checkpointer(directory, keep=3)
@@ -53,10 +56,14 @@ def test_damaged_latest_falls_back_with_a_warning(tmp_path, damage):
   if damage == "meta_json":
     with open(os.path.join(directory, "2", "meta", "metadata"), "w") as f:
       f.write('{"step": 2, "trunc')
-  else:  # readable, but not what was saved: caught by the stored checksum
+  else:  # readable, but not what was saved: caught by the stored fingerprint (older checkpoints: SHA-256)
     with open(os.path.join(directory, "2", "meta", "metadata")) as f:
       meta = json.load(f)
-    meta["state_sha256"] = state_checksum(_state(3.0))
+    if damage == "altered_bytes":
+      meta["state_fingerprint"] = state_fingerprint(_state(3.0))
+    else:
+      del meta["state_fingerprint"]
+      meta["state_sha256"] = state_checksum(_state(3.0))
     with open(os.path.join(directory, "2", "meta", "metadata"), "w") as f:
       json.dump(meta, f)
   ck = Checkpointer(directory, keep=3)
@@ -95,7 +102,59 @@ def test_params_of_another_runs_checkpoint_are_read_without_touching_it(tmp_path
   assert meta["params_only"] and meta["data_position"] == 3
   meta_file = tmp_path / "ws" / "0" / "meta" / "metadata"
   meta_json = json.loads(meta_file.read_text())
-  meta_json["state_sha256"] = "0" * 64
+  meta_json["state_fingerprint"] = "0" * 64
   meta_file.write_text(json.dumps(meta_json))
-  with pytest.raises(ValueError, match="do not match the checksum"):
+  with pytest.raises(ValueError, match=r"ws \(step 0\): the state's fingerprint does not match"):
     restore_params(str(tmp_path / "ws"), 0, abstract)
+
+
+def _numpy_fingerprint(x: np.ndarray) -> tuple[int, int]:
+  """The two wrap-around sums of `_leaf_fingerprint`, in Python integers."""
+  itemsize = x.dtype.itemsize
+  u = x.reshape(-1).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint32}[itemsize]).astype(np.uint64)
+  odd = 2 * np.arange(u.size, dtype=np.uint64) + 1
+  mod = 1 << 32
+  s1 = int(sum(int(a) * int(w) for a, w in zip(u, odd)) % mod)
+  s2 = int(sum(int(a) * (int(w) * 0x9E3779B1 % mod) for a, w in zip(u, odd)) % mod)
+  return s1, s2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32", "uint8"])
+def test_leaf_fingerprint_matches_numpy_and_sees_one_changed_element(dtype):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(5, 7)) * 100).astype(dtype)
+  got = tuple(int(v) for v in np.asarray(checkpoint._leaf_fingerprint(x)))
+  assert got == _numpy_fingerprint(np.asarray(x))
+  for i, j in [(0, 0), (4, 6), (2, 3)]:  # any single changed element changes both sums (odd weights)
+    y = x.at[i, j].set(x[i, j] + 1)
+    other = np.asarray(checkpoint._leaf_fingerprint(y))
+    assert np.all(other != np.asarray(got))
+  swapped = x.at[0, 0].set(x[0, 1]).at[0, 1].set(x[0, 0])  # the same values in another order
+  if x[0, 0] != x[0, 1]:
+    assert tuple(int(v) for v in np.asarray(checkpoint._leaf_fingerprint(swapped))) != got
+
+
+def test_fingerprint_sees_values_layout_and_dtype():
+  a = state_fingerprint(_state(1.0))
+  assert a == state_fingerprint(_state(1.0))
+  assert a != state_fingerprint(_state(2.0))
+  assert a != state_fingerprint({"params": {"v": jnp.full((3, 2), 1.0)}, "count": jnp.int32(1)})
+  assert a != state_fingerprint({"params": {"w": jnp.full((2, 3), 1.0)}, "count": jnp.int32(1)})
+  assert a != state_fingerprint({"params": {"w": jnp.full((3, 2), 1, jnp.int32)}, "count": jnp.int32(1)})
+
+
+def test_async_save_returns_before_the_files_and_keeps_what_it_was_given(tmp_path):
+  """The arrays given to an asynchronous save are overwritten (donated to a jitted update) right after it
+  returns; the checkpoint holds the values at the call, and restores with its fingerprint checked."""
+  ck = Checkpointer(str(tmp_path / "ck"), keep=2, async_save=True)
+  big = {"w": jnp.arange(2_000_000, dtype=jnp.float32), "count": jnp.int32(3)}
+  expected = np.asarray(big["w"]).copy()
+  ck.save(1, big, {"data_position": 1})
+  bump = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
+  after = bump(big)  # may reuse the saved arrays' buffers
+  jax.block_until_ready(after)
+  restored = ck.restore_latest(jax.eval_shape(lambda: big))  # waits for the save first
+  assert restored.step == 1 and restored.meta["state_fingerprint"] == state_fingerprint(restored.state)
+  np.testing.assert_array_equal(restored.state["w"], expected)
+  assert int(restored.state["count"]) == 3
+  ck.close()

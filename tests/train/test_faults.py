@@ -1,7 +1,7 @@
 """SIGKILL at many points of a run, then resume: the run ends bitwise identical to an uninterrupted one
 (final parameters and optimizer state by checksum, every logged metric but the timings).
 
-Two kill points run in the default suite; all of tests/train/fault_runner.py's KILL_POINTS with
+Three kill points run in the default suite; all of tests/train/fault_runner.py's KILL_POINTS with
 `pytest -m faults tests/train/test_faults.py` (about 40 s per point on 2 cores)."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 
 def _timing(name: str) -> bool:
   return name in TIMING or name.startswith("timing/")
-IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3)}
+IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3), ("during_async_write", 2)}
 
 
 def _run(workdir, cache_dir, *point) -> subprocess.CompletedProcess:
@@ -41,7 +41,7 @@ def _outcome(workdir) -> tuple:
     meta = json.load(f)
   metrics = [{k: v for k, v in r.items() if not _timing(k)} for r in read_jsonl(os.path.join(workdir,
                                                                                             "metrics.jsonl"))]
-  return step, meta["state_sha256"], meta["data_position"], metrics, read_jsonl(os.path.join(workdir,
+  return step, meta["state_fingerprint"], meta["data_position"], metrics, read_jsonl(os.path.join(workdir,
                                                                                            "warmstart.jsonl"))
 
 

@@ -57,7 +57,7 @@ def _final_meta(workdir):
 
 def _final_checksum(workdir):
   step, meta = _final_meta(workdir)
-  return step, meta["state_sha256"], meta["data_position"]
+  return step, meta["state_fingerprint"], meta["data_position"]
 
 
 @pytest.fixture(scope="module")

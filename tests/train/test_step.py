@@ -11,7 +11,7 @@ from flax import nnx
 
 from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
 from grpo_jax.model import ModelConfig, Transformer, completion_logprobs
-from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
+from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
 
 # Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -200,3 +200,48 @@ def test_a_non_finite_update_is_skipped_and_counted(model_state):
   _close(params, expected, atol=0)
   _close(opt_state, expected_opt, atol=0)
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(params))
+
+
+def _grouped(batch: RolloutBatch, group: int) -> RolloutBatch:
+  """`batch` with each run of `group` rows given its first row's prompt (a GRPO rollout's layout)."""
+  first = np.repeat(np.arange(0, B, group), group)
+  return batch._replace(prompt_BxP=batch.prompt_BxP[first], prompt_mask_BxP=batch.prompt_mask_BxP[first])
+
+
+@pytest.mark.parametrize("micro, repeats", [(4, 4), (4, 2), (2, 2)])
+def test_shared_prompt_update_matches_per_row_update(model_state, micro, repeats):
+  """mu = 2 passes over 2 mini-batches (old log-probs computed too), beta > 0 with reference log-probs: the
+  update with each prompt run once per `repeats` rows ends at the per-row update's parameters and metrics."""
+  graphdef, params0 = model_state
+  batch = _grouped(_batch(7), G)
+  ref = np.asarray(jax.jit(_logp, static_argnums=0)(graphdef, params0, batch)) - 0.05
+  batch = batch._replace(ref_logp_BxC=ref)
+  optimizer = optax.adam(3e-2)
+  loss_cfg = LossConfig(beta=0.04, epsilon_high=0.28)
+
+  def run(prompt_repeats):
+    step = jax.jit(make_train_step(graphdef, optimizer, loss_cfg, num_iterations=2, mini_batch_size=4,
+                                   micro_batch_size=micro, temperature=TEMPERATURE, chunk_size=128,
+                                   prompt_repeats=prompt_repeats))
+    params = _copy(params0)
+    return step(params, optimizer.init(params), batch)
+
+  per_row, _, metrics = run(1)
+  shared, _, metrics_shared = run(repeats)
+  _close(shared, per_row, atol=2e-5)
+  assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(shared), jax.tree.leaves(params0)))
+  for k in metrics:
+    np.testing.assert_allclose(metrics_shared[k], metrics[k], atol=1e-5, err_msg=k)
+  with pytest.raises(ValueError, match="prompt_repeats=3"):
+    make_train_step(graphdef, optimizer, loss_cfg, num_iterations=1, mini_batch_size=4, micro_batch_size=micro,
+                    temperature=TEMPERATURE, chunk_size=128, prompt_repeats=3)
+
+
+def test_check_prompt_runs_names_the_rows_that_break_a_run():
+  batch = _grouped(_batch(8), G)
+  check_prompt_runs(batch, G)
+  check_prompt_runs(_batch(8), 1)  # per-row: any layout
+  broken = batch._replace(prompt_BxP=batch.prompt_BxP.copy())
+  broken.prompt_BxP[5, -1] += 1
+  with pytest.raises(ValueError, match=r"rows 4\.\.7 .* prompt_BxP"):
+    check_prompt_runs(broken, G)
