@@ -207,6 +207,12 @@ def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
 PAIRED_COLUMNS = [("eval_acc_final", "Δ final eval acc", "{:+.3f}"), ("reward_auc", "Δ reward AUC", "{:+.3f}")]
 
 
+def paired_columns(runs: Sequence[MemberRun]):
+  """PAIRED_COLUMNS plus a Δ column per `--mean_of` metric the runs were loaded with."""
+  extra = runs[0].extra if runs else ()
+  return PAIRED_COLUMNS + [(f"mean:{key}", f"Δ mean {key}", "{:+.3g}") for key in extra]
+
+
 def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any]]:
   """Per group: differences to the `baseline` group's member with the same seed (`_seed<N>` suffix), over the
   finished pairs: (mean, std, n) and the number of pairs where the group is higher ('wins').
@@ -224,7 +230,7 @@ def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any
     pairs = [(m, base[spec_lib.seed_of(m.name)]) for m in members
              if m.status == "done" and spec_lib.seed_of(m.name) in base and spec_lib.seed_of(m.name) is not None]
     row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
-    for column, _, _ in PAIRED_COLUMNS:
+    for column, _, _ in paired_columns(runs):
       diffs = [m.summary[column] - b.summary[column] for m, b in pairs]
       row[column] = mean_std(diffs)
       row[column + "_wins"] = sum(d > 0 for d in diffs)
@@ -236,11 +242,11 @@ def paired_markdown(runs: Sequence[MemberRun], baseline: str) -> str:
   lines = [f"### Paired by seed: difference to `{baseline}`", "",
            "Mean ± std over seeds of (group − baseline) for the same seed; in brackets, the seeds where the "
            "group is higher.", "",
-           "| group | pairs | " + " | ".join(header for _, header, _ in PAIRED_COLUMNS) + " |",
-           "|---|---|" + "---|" * len(PAIRED_COLUMNS)]
+           "| group | pairs | " + " | ".join(header for _, header, _ in paired_columns(runs)) + " |",
+           "|---|---|" + "---|" * len(paired_columns(runs))]
   for row in paired_table(runs, baseline):
     cells = [f"{_fmt(row[c], fmt)} ({row[c + '_wins']}/{row['pairs']})" if row["pairs"] else "–"
-             for c, _, fmt in PAIRED_COLUMNS]
+             for c, _, fmt in paired_columns(runs)]
     lines.append(f"| {row['group']} | {row['pairs']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

@@ -80,13 +80,25 @@ def _leaf_fingerprint(x) -> jax.Array:
 _jitted_leaf_fingerprint = jax.jit(_leaf_fingerprint)
 
 
+def _in_device_memory(leaf):
+  """`leaf`, copied to device memory when it lives in host memory (an offloaded reference model): XLA computes
+  on device memory only. One array at a time, so the copy never holds more than the largest array."""
+  sharding = getattr(leaf, "sharding", None)
+  kind = getattr(sharding, "memory_kind", None)
+  if kind is None:
+    return leaf
+  default = next(iter(sharding.device_set)).default_memory().kind
+  return leaf if kind == default else jax.device_put(leaf, sharding.with_memory_kind(default))
+
+
 def state_fingerprint(state) -> str:
   """A hex digest of the state's arrays: SHA-256 over the key paths, dtypes and shapes and each array's
   `_leaf_fingerprint` (8 bytes per array, the only thing copied to the host). On an accelerator it reads the
   state at memory bandwidth where it lives, instead of copying it to the host and hashing it there; on the
   2-core CPU both read host memory and take about as long (2.7 vs 2.9 s for 1.84 GiB, benchmarks/README.md)."""
   flat = jax.tree_util.tree_flatten_with_path(state)[0]
-  sums = np.asarray(jax.device_get([_jitted_leaf_fingerprint(leaf) for _, leaf in flat])).reshape(-1, 2)
+  sums = np.asarray(jax.device_get([_jitted_leaf_fingerprint(_in_device_memory(leaf))
+                                    for _, leaf in flat])).reshape(-1, 2)
   h = hashlib.sha256()
   for (path, leaf), pair in zip(flat, sums):
     h.update(jax.tree_util.keystr(path).encode())
@@ -98,7 +110,7 @@ def state_fingerprint(state) -> str:
 def _check_fingerprint(state, meta: dict) -> None:
   """Raises ValueError if `state` does not match the fingerprint (or, from older checkpoints, the SHA-256 of
   its bytes) stored in `meta` at save time; a checkpoint with neither passes."""
-  if "state_fingerprint" in meta and state_fingerprint(state) != meta["state_fingerprint"]:
+  if "state_fingerprint" in meta and jax.process_count() == 1 and state_fingerprint(state) != meta["state_fingerprint"]:
     raise ValueError("the state's fingerprint does not match the one stored at save time")
   if "state_sha256" in meta and state_checksum(state) != meta["state_sha256"]:
     raise ValueError("the state's checksum does not match the one stored at save time")
@@ -111,7 +123,9 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self.keep = keep
     self.verify = verify
-    self.async_save = async_save
+    # Several processes (multi-host) save synchronously, with the SHA-256 checksum: the fingerprint's jitted
+    # per-array programs hung the two-process CPU test (tests/distributed/test_multihost.py); not yet resolved.
+    self.async_save = async_save and jax.process_count() == 1
     self._manager = self._make_manager()
 
   def _make_manager(self):
@@ -128,7 +142,9 @@ class Checkpointer:
     """Starts writing checkpoint `step`; returns when the arrays may change (donated, updated in place),
     before the files are written when `async_save`. A save still running is finished first."""
     meta = dict(meta, step=int(step))
-    if self.verify:
+    if self.verify and jax.process_count() > 1:
+      meta["state_sha256"] = state_checksum(state)
+    elif self.verify:
       meta["state_fingerprint"] = state_fingerprint(state)
     self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                      meta=ocp.args.JsonSave(meta)), force=True)

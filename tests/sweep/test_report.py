@@ -193,3 +193,9 @@ def test_mean_of_extra_metrics_adds_columns(sweep_dir):
   md = report.markdown(runs, "t")
   assert "| mean kl | mean missing |" in md
   assert "mean:kl_mean" in report.groups_csv(runs).splitlines()[0]
+  # ... and paired differences of those means to the baseline member with the same seed.
+  paired = {row["group"]: row for row in report.paired_table(runs, "a")}
+  b1 = next(r for r in runs if r.name == "b_seed1")
+  a1 = next(r for r in runs if r.name == "a_seed1")
+  assert paired["b"]["mean:kl"][0] == pytest.approx(b1.summary["mean:kl"] - a1.summary["mean:kl"])
+  assert "Δ mean kl" in report.paired_markdown(runs, "a")

@@ -158,3 +158,14 @@ def test_async_save_returns_before_the_files_and_keeps_what_it_was_given(tmp_pat
   np.testing.assert_array_equal(restored.state["w"], expected)
   assert int(restored.state["count"]) == 3
   ck.close()
+
+
+def test_fingerprint_of_arrays_in_host_memory_equals_their_device_copies():
+  """An offloaded reference model lives in pinned_host memory; its fingerprint is that of the same values."""
+  x = jnp.arange(24, dtype=jnp.float32).reshape(4, 6)
+  kinds = [m.kind for m in jax.devices()[0].addressable_memories()]
+  if "pinned_host" not in kinds:
+    pytest.skip(f"this backend has no pinned_host memory ({kinds})")
+  host = jax.device_put(x, x.sharding.with_memory_kind("pinned_host"))
+  assert host.sharding.memory_kind == "pinned_host"
+  assert state_fingerprint({"ref": host}) == state_fingerprint({"ref": x})
