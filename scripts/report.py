@@ -31,10 +31,13 @@ def main(argv=None) -> int:
   parser.add_argument("--baseline", default=None, help="a group to compare the others with, paired by seed")
   parser.add_argument("--mean_of", default="", help="comma-separated metric names: add a column with the mean "
                       "over steps of each (e.g. clip_ratio/region,entropy)")
+  parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
+                      "per group, mean ± std over seeds (e.g. entropy,completions/mean_length)")
   args = parser.parse_args(argv)
   group_fn = report.regex_grouper(args.group_by) if args.group_by else None
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
-                              args.baseline, [k for k in args.mean_of.split(",") if k])
+                              args.baseline, [k for k in args.mean_of.split(",") if k],
+                              [k for k in args.curves.split(",") if k])
   with open(paths["summary.md"]) as f:
     print(f.read())
   print("wrote " + ", ".join(paths.values()))

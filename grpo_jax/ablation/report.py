@@ -414,11 +414,21 @@ def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int
   draw_panels(panels, path)
 
 
+def plot_metrics(runs: Sequence[MemberRun], keys: Sequence[str], path: str, smooth: int = 10,
+                 include=("done", "unfinished")) -> None:
+  """Mean curve ± one std over seeds per group for each metric in `keys`, one panel each."""
+  grouped = _plotted_groups(runs, include)
+  panels = [(_title(key, key, smooth), [(f"{g} (n={len(ms)})", band(ms, key, smooth), None)
+                                        for g, ms in grouped.items()]) for key in keys]
+  draw_panels(panels, path)
+
+
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
                  title: str | None = None, groups: str | None = None,
-                 baseline: str | None = None, extra: Sequence[str] = ()) -> dict[str, str]:
-  """Writes summary.md, groups.csv, members.csv and curves.png (and paired.png with a baseline) into out_dir
-  (default SWEEP_DIR/report).
+                 baseline: str | None = None, extra: Sequence[str] = (),
+                 curves: Sequence[str] = ()) -> dict[str, str]:
+  """Writes summary.md, groups.csv, members.csv and curves.png (and paired.png with a baseline, metrics.png
+  with the `curves` metric names) into out_dir (default SWEEP_DIR/report).
   `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
   the others are compared seed by seed (a second table)."""
   runs = select_groups(load_sweep_dir(sweep_dir, group_fn, extra), groups)
@@ -435,4 +445,7 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
   if baseline is not None:
     paths["paired.png"] = os.path.join(out_dir, "paired.png")
     plot_paired(runs, baseline, paths["paired.png"], smooth=smooth)
+  if curves:
+    paths["metrics.png"] = os.path.join(out_dir, "metrics.png")
+    plot_metrics(runs, curves, paths["metrics.png"], smooth=smooth)
   return paths

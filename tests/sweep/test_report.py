@@ -199,3 +199,8 @@ def test_mean_of_extra_metrics_adds_columns(sweep_dir):
   a1 = next(r for r in runs if r.name == "a_seed1")
   assert paired["b"]["mean:kl"][0] == pytest.approx(b1.summary["mean:kl"] - a1.summary["mean:kl"])
   assert "Δ mean kl" in report.paired_markdown(runs, "a")
+  # --curves: one panel per metric in metrics.png.
+  import matplotlib.image
+  path = os.path.join(sweep_dir, "metrics.png")
+  report.plot_metrics(runs, ["kl", "reward"], path, smooth=1)
+  assert matplotlib.image.imread(path).shape[1] > matplotlib.image.imread(path).shape[0]  # two panels side by side
