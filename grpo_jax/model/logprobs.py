@@ -64,7 +64,7 @@ def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, complet
   `prompt_repeats` = s > 1: rows come in consecutive runs of s that share one prompt (a GRPO group, or an
   aligned part of one); each prompt then runs through the model once and its s completions attend to its
   keys and values (`_shared_prompt_hidden`) instead of each row recomputing it. Same result up to float
-  rounding (tests/model/test_logprobs.py).
+  rounding (tests/model/test_shared_prompt.py).
 
   Returns (logp_BxC, entropy_BxC or None); values at masked completion positions are meaningless (mask them).
   """

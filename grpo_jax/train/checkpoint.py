@@ -102,7 +102,7 @@ def state_fingerprint(state) -> str:
   h = hashlib.sha256()
   for (path, leaf), pair in zip(flat, sums):
     h.update(jax.tree_util.keystr(path).encode())
-    h.update(f"{jnp.asarray(leaf).dtype}{tuple(leaf.shape)}".encode())
+    h.update(f"{leaf.dtype}{tuple(np.shape(leaf))}".encode())
     h.update(pair.astype("<u4").tobytes())
   return h.hexdigest()
 
@@ -110,7 +110,8 @@ def state_fingerprint(state) -> str:
 def _check_fingerprint(state, meta: dict) -> None:
   """Raises ValueError if `state` does not match the fingerprint (or, from older checkpoints, the SHA-256 of
   its bytes) stored in `meta` at save time; a checkpoint with neither passes."""
-  if "state_fingerprint" in meta and jax.process_count() == 1 and state_fingerprint(state) != meta["state_fingerprint"]:
+  single_process = jax.process_count() == 1  # several processes save and check the SHA-256 (Checkpointer)
+  if "state_fingerprint" in meta and single_process and state_fingerprint(state) != meta["state_fingerprint"]:
     raise ValueError("the state's fingerprint does not match the one stored at save time")
   if "state_sha256" in meta and state_checksum(state) != meta["state_sha256"]:
     raise ValueError("the state's checksum does not match the one stored at save time")
