@@ -64,6 +64,12 @@ def get_config() -> ml_collections.ConfigDict:
   m.logprob_chunk_size = 128      # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].
   m.offload_ref_params = False    # keep the reference parameters in pinned host memory between uses (a no-op,
                                   # logged, where the backend has none); saves one model copy per device.
+  # LoRA (grpo_jax/model/lora.py): train low-rank adapters W + (alpha / rank) B A on the chosen projections, the
+  # base weights frozen; with beta > 0 the reference is the base model (adapters off), no second copy.
+  m.lora_rank = 0                 # 0: full fine-tuning.
+  m.lora_alpha = 32.0             # the update's scale is lora_alpha / lora_rank.
+  m.lora_targets = "all"          # "all" or comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
+                                  # down_proj (Hugging Face / peft names).
 
   # --- Numerics (grpo_jax/precision.py) ------------------------------------------------------------------
   c.precision = ml_collections.ConfigDict()
@@ -302,6 +308,7 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   _choice(c, "model.dtype", DTYPES)
   if c.model.attention == "cudnn" and c.model.dtype == "float32":
     _fail("model.attention", "'cudnn' (flash attention) needs model.dtype bfloat16 or float16, not float32")
+  _validate_lora(c)
   _choice(c, "distributed.enabled", ("auto", "yes", "no"))
   from grpo_jax.precision import MATMUL_PRECISIONS
   _choice(c, "precision.matmul", MATMUL_PRECISIONS)
@@ -428,6 +435,26 @@ def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
   if t.system_prompt and t.template != "chat":
     _fail("task.system_prompt", f"only the chat template has a system prompt, not {t.template!r}")
   _at_least(c, "task.max_rows", 0)
+
+
+def _validate_lora(c) -> None:
+  m = c.model
+  _at_least(c, "model.lora_rank", 0)
+  if m.lora_rank == 0:
+    return
+  if not m.lora_alpha > 0:
+    _fail("model.lora_alpha", f"must be > 0, got {m.lora_alpha}")
+  from grpo_jax.model.lora import parse_targets
+  try:
+    parse_targets(m.lora_targets)
+  except ValueError as e:
+    _fail("model.lora_targets", str(e))
+  if m.offload_ref_params:
+    _fail("model.offload_ref_params", "with LoRA (model.lora_rank > 0) the reference is the base model itself, "
+          "there is no reference copy to offload")
+  if c.grpo.ref_reset_every:
+    _fail("grpo.ref_reset_every", "is not supported with LoRA (model.lora_rank > 0): the reference is the base "
+          "model with the adapters off")
 
 
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same

@@ -25,6 +25,10 @@ Estimates (not measured; XLA's buffer reuse and fusion change them):
   runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
   instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
   (2 K H per row and slot, in the remat count too, where they are the layer's second input).
+- With LoRA (`--lora-rank` r > 0, `model.lora_rank`): the base parameters are stored as before but take no
+  gradients and no optimizer state; the adapters (r (D_in + D_out) per adapted projection and layer, replicated)
+  take both; there is no reference copy (the reference is the base model, adapters off). Each adapted projection
+  keeps x A (r) and the update's output (D_out) per token and layer for the backward pass.
 """
 from __future__ import annotations
 
@@ -68,6 +72,8 @@ class Workload(NamedTuple):
   use_ref: bool = True          # beta > 0
   offload_ref: bool = False     # config.model.offload_ref_params
   prompt_repeats: int = 1       # rows per prompt forward in the update (config.prompt_repeats)
+  lora_rank: int = 0            # config.model.lora_rank (0: full fine-tuning)
+  lora_targets: str = "all"     # config.model.lora_targets
 
 
 class Mesh(NamedTuple):
@@ -114,6 +120,17 @@ def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
   return total, per_device
 
 
+def lora_sizes(cfg, rank: int, targets: str) -> tuple[int, int]:
+  """(adapter parameters, per token and layer the elements the adapted projections keep for the backward
+  pass: r + D_out each), for LoRA of rank `rank` on `targets` (0, 0 without LoRA)."""
+  if rank == 0:
+    return 0, 0
+  from grpo_jax.model.lora import parse_targets, projection_sizes
+  sizes = projection_sizes(cfg)
+  chosen = [sizes[t] for t in parse_targets(targets)]
+  return cfg.num_layers * rank * sum(i + o for i, o in chosen), sum(rank + o for _, o in chosen)
+
+
 def _split(n: int, ways: int) -> int:
   """n spread over `ways` devices when it divides, else replicated."""
   return n // ways if n % ways == 0 else n
@@ -127,13 +144,20 @@ def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
                          cfg.vocab_size, cfg.num_layers)
   T = w.prompt_len + w.new_tokens
   tp = mesh.tensor
-  out = {"num_params": total, "params": local * pb, "grads": local * pb, "optimizer": 2 * local * pb,
-         "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
+  if w.lora_rank:  # only the (replicated) adapters train; the reference is the base itself
+    adapters, lora_per_token = lora_sizes(cfg, w.lora_rank, w.lora_targets)
+    out = {"num_params": total, "trainable": adapters, "params": (local + adapters) * pb, "grads": adapters * pb,
+           "optimizer": 2 * adapters * pb, "ref_params": 0}
+  else:
+    lora_per_token = 0
+    out = {"num_params": total, "trainable": total, "params": local * pb, "grads": local * pb,
+           "optimizer": 2 * local * pb, "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
   kv_heads = _split(K, tp)
   out["kv_cache"] = L * 2 * _split(w.sampler_batch, mesh.batch_ways) * T * kv_heads * H * ab
   rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
   heads, kv, mlp = _split(N, tp), kv_heads, _split(F, tp)
-  per_token_layer = (4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp) * ab + heads * T * (4 + ab)
+  per_token_layer = ((4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp + lora_per_token) * ab
+                     + heads * T * (4 + ab))
   if w.prompt_repeats > 1:
     tokens = -(-rows // w.prompt_repeats) * w.prompt_len + rows * w.new_tokens
     shared_kv = rows * T * 2 * kv * H * ab  # the prompt's keys/values copied to each row, per layer
@@ -193,6 +217,9 @@ def main(argv=None):
   p.add_argument("--offload-ref", action="store_true", help="reference parameters in host memory")
   p.add_argument("--prompt-repeats", type=int, default=1, help="rows per prompt forward in the update "
                  "(model.share_prompt_forward: gcd(micro-batch, G); 1: every row runs its own prompt)")
+  p.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (model.lora_rank; 0: full "
+                 "fine-tuning)")
+  p.add_argument("--lora-targets", default="all", help="model.lora_targets (default all)")
   args = p.parse_args(argv)
   if args.table:
     print(header())
@@ -213,13 +240,17 @@ def main(argv=None):
   cfg = model_config(args.model or args.hf_config, args.param_dtype, args.dtype)
   w = Workload(sampler_batch=args.sampler_batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                micro_batch=args.micro_batch, logprob_chunk=args.logprob_chunk, use_ref=not args.no_ref,
-               offload_ref=args.offload_ref, prompt_repeats=args.prompt_repeats)
+               offload_ref=args.offload_ref, prompt_repeats=args.prompt_repeats, lora_rank=args.lora_rank,
+               lora_targets=args.lora_targets)
   est = estimate(cfg, mesh, w)
   print(f"{args.model or args.hf_config}: {est['num_params'] / 1e9:.3f}B parameters; mesh data,fsdp,tensor = "
         f"{tuple(mesh)} ({math.prod(mesh)} devices); params {args.param_dtype}, compute {args.dtype}")
   print(f"workload: sampler batch {w.sampler_batch} x ({w.prompt_len} + {w.new_tokens}) tokens, micro-batch "
         f"{w.micro_batch or mesh.batch_ways} rows, log-prob chunk {w.logprob_chunk}, prompt repeats "
         f"{w.prompt_repeats}")
+  if w.lora_rank:
+    print(f"LoRA rank {w.lora_rank} on {w.lora_targets}: {est['trainable'] / 1e6:.2f}M trainable parameters "
+          f"({100 * est['trainable'] / est['num_params']:.2f}%)")
   for k in COLUMNS:
     print(f"  {k:18s} {est[k] / GIB:9.2f} GiB per device")
 

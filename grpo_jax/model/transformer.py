@@ -135,6 +135,7 @@ class Attention(nnx.Module):
     if cfg.qk_norm:
       self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
       self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
+    self.adapters = nnx.data(None)  # LoRA: a lora.LayerAdapters attached by lora.add_adapters
 
   def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None, cache_index):
     cfg = self.cfg
@@ -142,6 +143,10 @@ class Attention(nnx.Module):
     q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
     k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
     v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
+    if self.adapters is not None:
+      q = self.adapters.add("q_proj", x_BxTxD, q)
+      k = self.adapters.add("k_proj", x_BxTxD, k)
+      v = self.adapters.add("v_proj", x_BxTxD, v)
     if cfg.attention_bias:
       q = q + self.q_bias_NxH[...].astype(dt)
       k = k + self.k_bias_KxH[...].astype(dt)
@@ -180,7 +185,10 @@ class Attention(nnx.Module):
         out = jnp.moveaxis(out, 3, 1)
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
     # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
-    y = out.reshape(B, T, N * H) @ self.o_NxHxD[...].reshape(N * H, -1).astype(dt)
+    out = out.reshape(B, T, N * H)
+    y = out @ self.o_NxHxD[...].reshape(N * H, -1).astype(dt)
+    if self.adapters is not None:
+      y = self.adapters.add("o_proj", out, y)
     return y, new_cache
 
 
@@ -192,12 +200,18 @@ class MLP(nnx.Module):
     self.gate_DxF = _param(rngs, init, (D, F), ("embed", "mlp"), pd)
     self.up_DxF = _param(rngs, init, (D, F), ("embed", "mlp"), pd)
     self.down_FxD = _param(rngs, init, (F, D), ("mlp", "embed"), pd)
+    self.adapters = nnx.data(None)  # LoRA: a lora.LayerAdapters attached by lora.add_adapters
 
   def __call__(self, x_BxTxD):
     dt = self.cfg.jnp_dtype
     gate = x_BxTxD @ self.gate_DxF[...].astype(dt)
     up = x_BxTxD @ self.up_DxF[...].astype(dt)
-    return (jax.nn.silu(gate) * up) @ self.down_FxD[...].astype(dt)
+    if self.adapters is None:
+      return (jax.nn.silu(gate) * up) @ self.down_FxD[...].astype(dt)
+    gate = self.adapters.add("gate_proj", x_BxTxD, gate)
+    up = self.adapters.add("up_proj", x_BxTxD, up)
+    hidden = jax.nn.silu(gate) * up
+    return self.adapters.add("down_proj", hidden, hidden @ self.down_FxD[...].astype(dt))
 
 
 class DecoderLayer(nnx.Module):

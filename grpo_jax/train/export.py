@@ -20,6 +20,7 @@ from grpo_jax import config as config_lib
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
+from grpo_jax.model import lora
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_params
 
 EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
@@ -54,12 +55,17 @@ def restore_run_params(workdir: str, params, step: int | None = None):
 
 
 def write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> str:
-  """Writes the policy `nnx.merge(graphdef, params)` to `out` (module docstring); returns `out`.
+  """Writes the policy `nnx.merge(graphdef, params)` to `out` (module docstring); returns `out`. LoRA adapters
+  are merged into the weights they adapt (`lora.merged`): the result is a plain checkpoint of the base's shapes.
 
   Call it on every process of a multi-host run (the parameters are gathered); process 0 writes.
   """
   source = config.model.hf_path or None
-  hf_io.save_pretrained(nnx.merge(graphdef, params), out, source=source)
+  model = nnx.merge(graphdef, params)
+  if lora.has_adapters(model):
+    model = lora.merged(model)
+    log("[export] LoRA adapters merged into the base weights")
+  hf_io.save_pretrained(model, out, source=source)
   if jax.process_index() != 0:
     return out
   if isinstance(tokenizer, CharTokenizer):

@@ -34,6 +34,7 @@ from grpo_jax import precision
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.tasks import make_task, stop_ids
 from grpo_jax.model import ModelConfig, Transformer
+from grpo_jax.model import lora as lora_lib
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
@@ -70,15 +71,21 @@ def build_tokenizer_and_task(config, log=print, inputs: RunInputs = RunInputs())
 
 
 def build_model(config, tokenizer, mesh):
-  """(graphdef, params) with params placed on `mesh` by their logical-axis shardings."""
+  """(graphdef, params) with params placed on `mesh` by their logical-axis shardings; with `model.lora_rank` > 0
+  the model carries LoRA adapters (grpo_jax/model/lora.py), drawn from the seed's own stream."""
   m = config.model
+  lora = lora_lib.from_config(m)
+  lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
   if m.hf_path:
     from grpo_jax.model import hf_io
     model = hf_io.from_pretrained(m.hf_path, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, mesh=mesh)
     config_lib.check_context(config, model.cfg.max_position_embeddings,
                              f"max_position_embeddings of {m.hf_path}/config.json")
-    return nnx.split(model)
+    if lora is None:
+      return nnx.split(model)
+    graphdef, params = nnx.split(lora_lib.add_adapters(model, lora, nnx.Rngs(params=lora_key)))
+    return graphdef, jax.device_put(params, sharding_lib.param_shardings(params, mesh))
   vocab = m.vocab_size or tokenizer.vocab_size
   if vocab < tokenizer.vocab_size:
     raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
@@ -88,10 +95,15 @@ def build_model(config, tokenizer, mesh):
                     rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps,
                     tie_word_embeddings=m.tie_word_embeddings, param_dtype=m.param_dtype, dtype=m.dtype,
                     remat=m.remat, attention=m.attention)
-  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+
+  def make(key):
+    model = Transformer(cfg, rngs=nnx.Rngs(params=key))
+    return model if lora is None else lora_lib.add_adapters(model, lora, nnx.Rngs(params=lora_key))
+
+  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
   shardings = sharding_lib.param_shardings(abstract, mesh)
   # One compiled initializer (initializing eagerly compiles one small program per parameter).
-  init = jax.jit(lambda key: nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=key)))[1], out_shardings=shardings)
+  init = jax.jit(lambda key: nnx.split(make(key))[1], out_shardings=shardings)
   return graphdef, init(jax.random.fold_in(jax.random.key(config.seed), 0))
 
 
@@ -232,6 +244,15 @@ class _Run:
     self.tokenizer, self.task = build_tokenizer_and_task(config, log=log, inputs=inputs)
     self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
     self.graphdef, self.initial_params = build_model(config, self.tokenizer, self.mesh)
+    # LoRA: only the adapters train; the reference (and the warm start) is the base model, without adapters.
+    self.lora = lora_lib.from_config(config.model)
+    self.trainable = nnx.LoRAParam if self.lora else None
+    self.base_graphdef = (lora_lib.base_graphdef(self.graphdef, self.initial_params) if self.lora
+                          else self.graphdef)
+    if self.lora:
+      n_adapters, n_all = lora_lib.count(self.initial_params)
+      log(f"[lora] rank {self.lora.rank}, alpha {self.lora.alpha:g} on {', '.join(self.lora.targets)}: "
+          f"{n_adapters:,} trainable parameters of {n_all:,} ({100 * n_adapters / n_all:.2f}%)")
     self.place = _BatchPlacer(self.mesh)
     mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
     repeats = config_lib.prompt_repeats(config)
@@ -241,16 +262,17 @@ class _Run:
     self.optimizer = make_optimizer(optim, self.schedule)
     # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
-    opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, self.initial_params), self.initial_params,
+    trainable = self.trainable_part(self.initial_params)
+    opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, trainable), trainable,
                                  self.mesh)  # shapes only: the state itself is made once, by new_state
     self.copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
     self.offloader = RefOffloader(config.model.offload_ref_params, self.mesh)  # host memory between uses
     self.train_step = jax.jit(make_train_step(
         self.graphdef, self.optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
         micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size,
-        prompt_repeats=repeats),
+        prompt_repeats=repeats, trainable=self.trainable),
         donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
-    self.ref_logprobs = jax.jit(make_logprob_fn(self.graphdef, temperature=s.temperature,
+    self.ref_logprobs = jax.jit(make_logprob_fn(self.base_graphdef, temperature=s.temperature,
                                                 chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=repeats))
     self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(self.graphdef, config, self.tokenizer)
@@ -266,10 +288,35 @@ class _Run:
 
   def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
                 wall_before: float = 0.0) -> RunState:
-    """A run state starting from `params`: fresh AdamW state, and the reference a copy of `params`."""
-    ref = self.offloader.park(self.copy_params(params)) if self.config.grpo.beta > 0 else None
-    opt_state, _ = init_opt_state(self.optimizer, params, self.mesh)
+    """A run state starting from `params`: fresh AdamW state (of the adapters alone with LoRA), and the
+    reference a copy of `params` (with LoRA none: the reference is the base model inside `params`)."""
+    ref = (self.offloader.park(self.copy_params(params)) if self.config.grpo.beta > 0 and not self.lora
+           else None)
+    opt_state, _ = init_opt_state(self.optimizer, self.trainable_part(params), self.mesh)
     return RunState(params, opt_state, ref, step, data_position, initial_eval, run_id, wall_before)
+
+  def trainable_part(self, params):
+    """The parameters the update optimizes: the adapters with LoRA, else all of them."""
+    return lora_lib.split_adapters(params)[0] if self.lora else params
+
+  def base_part(self, params):
+    """The parameters of the base model (without adapters; all of them without LoRA)."""
+    return lora_lib.split_adapters(params)[1] if self.lora else params
+
+  def with_initial_adapters(self, base_params):
+    """Base parameters -> the policy's: with LoRA, the base plus this run's freshly drawn adapters (B = 0, so
+    the policy equals the base)."""
+    if not self.lora:
+      return base_params
+    return lora_lib.join(lora_lib.split_adapters(self.initial_params)[0], base_params)
+
+  def reference_params(self, state: RunState):
+    """The reference policy's parameters (read with `base_graphdef`), or None with beta = 0."""
+    if self.config.grpo.beta <= 0:
+      return None
+    if self.lora:
+      return self.base_part(state.params)
+    return self.offloader.fetch(state.ref_params)
 
   def evaluate(self, params, step: int) -> dict:
     """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
@@ -309,9 +356,10 @@ class _Run:
     check_prompt_runs(rollout.batch, config_lib.prompt_repeats(self.config))
     batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
                        if one_process else rollout.batch)
-    if state.ref_params is not None:
+    ref_params = self.reference_params(state)
+    if ref_params is not None:
       t0 = time.perf_counter()
-      ref_logp = self.ref_logprobs(self.offloader.fetch(state.ref_params), batch).block_until_ready()
+      ref_logp = self.ref_logprobs(ref_params, batch).block_until_ready()
       rollout.metrics["timing/reference_s"] = time.perf_counter() - t0
       batch = batch._replace(ref_logp_BxC=ref_logp)
     return batch, rollout, position[0]
@@ -436,7 +484,9 @@ def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
   config = run.config
   run_id = _new_run_id(workdir, main)
-  params, data_position = run.initial_params, 0
+  # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
+  # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
+  params, data_position = run.base_part(run.initial_params), 0
   own_start = os.path.join(workdir, WARMSTART_DIR)
   start_saved = _has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
   source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
@@ -445,22 +495,23 @@ def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   elif config.warmstart.enabled:
     s = config.sampling
     params, info = run_warmstart(
-        config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=run.graphdef, params=params,
+        config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=run.base_graphdef, params=params,
         max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
-        chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(p, 0), log=log, mesh=run.mesh)
+        chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(run.with_initial_adapters(p), 0),
+        log=log, mesh=run.mesh)
     if main:
       with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
         for rec in info["history"]:
           f.write(json.dumps(rec) + "\n")
     data_position, initial_eval = info["rows"], info["eval"]
   else:
-    initial_eval = run.evaluate(params, 0)
+    initial_eval = run.evaluate(run.with_initial_adapters(params), 0)
   if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
     # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
     save_initial_state(own_start, params, {"data_position": int(data_position), "initial_eval": initial_eval,
                                            "seed": int(config.seed), "config": json.loads(cfg_json)},
                        config.checkpoint.verify)
-  return run.new_state(params, 0, data_position, initial_eval, run_id)
+  return run.new_state(run.with_initial_adapters(params), 0, data_position, initial_eval, run_id)
 
 
 def _step_metrics(run: _Run, rollout, step_metrics: dict, step: int, step_time: float) -> dict[str, Any]:

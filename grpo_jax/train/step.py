@@ -108,8 +108,12 @@ def _masked_abs_sum_count(a_BxC, b_BxC, mask_BxC):
 
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
                     num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
-                    chunk_size: int, prompt_repeats: int = 1):
+                    chunk_size: int, prompt_repeats: int = 1, trainable: nnx.filterlib.Filter | None = None):
   """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
+
+  `trainable`: an NNX filter of the parameters that are differentiated and optimized (e.g. `nnx.LoRAParam`);
+  the others pass through unchanged. `opt_state` is then the optimizer's state of those parameters alone
+  (`optimizer.init(nnx.split_state(params, trainable, ...)[0])`). None: all of them.
 
   `prompt_repeats`: runs of that many consecutive rows share their prompt (it divides the group size and
   `micro_batch_size`); each prompt's forward then runs once for its run (`completion_logprobs`).
@@ -124,8 +128,15 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
     raise ValueError(f"micro_batch_size={micro_batch_size} does not divide mini_batch_size={mini_batch_size}")
   _check_repeats(prompt_repeats, micro_batch_size)
 
-  def loss_fn(params, micro: RolloutBatch, old_logp_bxN):
-    model = nnx.merge(graphdef, params)
+  def split_trainable(params):
+    """(trainable, frozen or None)."""
+    return (params, None) if trainable is None else nnx.split_state(params, trainable, ...)
+
+  def join(trained, frozen):
+    return trained if frozen is None else nnx.merge_state(trained, frozen)
+
+  def loss_fn(trained, frozen, micro: RolloutBatch, old_logp_bxN):
+    model = nnx.merge(graphdef, join(trained, frozen))
     logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC,
                                         micro.completion_mask_BxC, temperature, chunk_size, with_entropy=True,
                                         prompt_repeats=prompt_repeats)
@@ -161,41 +172,43 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
 
     # The metric dict's structure, to start the accumulators at zero.
     first_micro = jax.tree.map(lambda x: x[0, 0], pieces)
-    _, (_, metric_shapes, _) = jax.eval_shape(loss_fn, params, *first_micro)
+    trained, frozen = split_trainable(params)
+    _, (_, metric_shapes, _) = jax.eval_shape(loss_fn, trained, frozen, *first_micro)
     zero_metrics = jax.tree.map(lambda s: jnp.zeros(s.shape, jnp.float32), metric_shapes)
 
     def update(carry, mini):
-      params, opt_state, metrics_total = carry
+      trained, opt_state, metrics_total = carry  # trained: the trainable parameters
 
       def accumulate(acc, micro_and_old):
         grads, loss_sum, denom, metrics, mismatch = acc
-        (l, (d, m, mm)), g = grad_fn(params, *micro_and_old)
+        (l, (d, m, mm)), g = grad_fn(trained, frozen, *micro_and_old)
         grads = jax.tree.map(jnp.add, grads, g)
         metrics = jax.tree.map(lambda a, b: a + b.astype(jnp.float32), metrics, m)
         return (grads, loss_sum + l, denom + d, metrics, jnp.maximum(mismatch, mm)), None
 
-      zeros = jax.tree.map(jnp.zeros_like, params)
+      zeros = jax.tree.map(jnp.zeros_like, trained)
       init = (zeros, jnp.float32(0), jnp.float32(0), zero_metrics, jnp.float32(0))
       (grads, loss_sum, denom, metrics, mismatch), _ = jax.lax.scan(accumulate, init, mini)
       denom = jnp.maximum(denom, 1e-8)  # an all-masked mini-batch contributes a zero gradient, not NaN.
       grads = jax.tree.map(lambda g: g / denom, grads)
       grad_norm = optax.tree.norm(grads)
-      updates, new_opt_state = optimizer.update(grads, opt_state, params)
-      new_params = optax.apply_updates(params, updates)
+      updates, new_opt_state = optimizer.update(grads, opt_state, trained)
+      new_trained = optax.apply_updates(trained, updates)
       # A non-finite loss, gradient or result skips the update: parameters and optimizer state stay as they
       # were (the loop counts it and stops after several in a row), so no NaN ever reaches a checkpoint.
       finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm) & jnp.all(
-          jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(new_params)]))
-      params = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_params, params)
+          jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(new_trained)]))
+      trained = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_trained, trained)
       opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_opt_state, opt_state)
       metrics_total = jax.tree.map(jnp.add, metrics_total, metrics)
-      return (params, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch, ~finite)
+      return (trained, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch, ~finite)
 
     def one_pass(carry, _):
       return jax.lax.scan(update, carry, pieces)
 
-    (params, opt_state, metric_sums), (loss, grad_norm, mismatch, skipped) = jax.lax.scan(
-        one_pass, (params, opt_state, zero_metrics), None, length=num_iterations)
+    (trained, opt_state, metric_sums), (loss, grad_norm, mismatch, skipped) = jax.lax.scan(
+        one_pass, (trained, opt_state, zero_metrics), None, length=num_iterations)
+    params = join(trained, frozen)
     out = {"loss": jnp.mean(loss), "grad_norm": jnp.mean(grad_norm),
            "skipped_updates": jnp.sum(skipped).astype(jnp.float32),
            # Only the first update differentiates at the sampling parameters.

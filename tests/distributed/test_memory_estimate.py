@@ -61,6 +61,21 @@ def test_presets_have_the_published_parameter_counts(name, count):
   assert count / 8 <= per_device < count / 8 * 1.01  # all but the norms (and biases) split 8 ways
 
 
+def test_lora_trains_only_adapters_and_drops_the_reference():
+  est = me.estimate(CFG, me.Mesh(1, 1, 1), WORK._replace(lora_rank=2, lora_targets="q_proj,down_proj"))
+  # Rank 2 on q (32 -> 4*8) and down (48 -> 32), 2 layers: 2 * 2 * ((32 + 32) + (48 + 32)) = 576 adapters.
+  assert est["trainable"] == 576
+  assert est["params"] == (19616 + 576) * 4
+  assert est["grads"] == 576 * 4 and est["optimizer"] == 2 * 576 * 4 and est["ref_params"] == 0
+  full = me.estimate(CFG, me.Mesh(1, 1, 1), WORK)
+  # Per token and layer the two projections keep x A (2 each) and their update (32 + 32), in bf16.
+  assert est["activations"] - full["activations"] == 2 * 8 * 8 * (2 + 32 + 2 + 32) * 2
+  # peft's count for Qwen2.5-7B with r = 16 on all seven linear projections.
+  qwen = me.estimate(me.model_config("qwen2.5-7b", "bfloat16", "bfloat16"), me.Mesh(1, 1, 1),
+                     me.Workload(lora_rank=16))
+  assert qwen["trainable"] == 40_370_176
+
+
 def test_cli_prints_every_category(capsys, tmp_path):
   import json
   from grpo_jax.model.config import to_hf_config

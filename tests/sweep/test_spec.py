@@ -136,3 +136,15 @@ def test_the_study_file_expands_to_valid_members():
     else:  # shares the warm start of the baseline member with its seed, which runs before it
       assert m.init_from == f"grpo_smtm_seed{spec.seed_of(m.name)}"
       assert names.index(m.init_from) < names.index(m.name)
+
+
+def test_the_lora_comparison_expands_to_valid_members_sharing_the_full_runs_warm_start():
+  from tests.sweep.conftest import REPO
+  members = spec.load_sweep(f"{REPO}/experiments/lora.py", check_keys=True)
+  assert sorted({m.group for m in members}) == ["full", "lora_r1", "lora_r8"] and len(members) == 9
+  names = [m.name for m in members]
+  for m in members:
+    if m.group == "full":
+      assert m.init_from is None and m.overrides["model.lora_rank"] == 0
+    else:
+      assert m.init_from == f"full_seed{spec.seed_of(m.name)}" and names.index(m.init_from) < names.index(m.name)

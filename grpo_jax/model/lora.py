@@ -1,0 +1,165 @@
+"""Low-rank adapters (LoRA; Hu et al. 2021, arXiv:2106.09685) on the transformer's projections.
+
+Each targeted projection W (D_in -> D_out) computes W x + (alpha / r) B (A x), with A [D_in, r] and B [r, D_out]
+the `lora_a` / `lora_b` of a flax NNX `nnx.LoRA` module (A drawn He-uniform, B zero, so an adapted model starts
+exactly at its base). The adapters are `nnx.LoRAParam`s, a subclass of `nnx.Param`: the update differentiates
+and optimizes only them (`grpo_jax/train/step.py`, `trainable=nnx.LoRAParam`), the base weights stay frozen, and
+the base model is the adapted model's state without its adapters, read by a graphdef without them
+(`base_graphdef`): the reference policy with adapters off costs no second copy of the weights.
+
+Targets use Hugging Face's projection names (those `peft`'s `target_modules` take): q_proj, k_proj, v_proj,
+o_proj, gate_proj, up_proj, down_proj. Adapters are replicated over the mesh (they are small).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from grpo_jax.model.config import ModelConfig
+
+ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
+TARGETS = ATTENTION_TARGETS + MLP_TARGETS
+# Target -> the weight it adapts (transformer.py's names), whose shape the [D_in, D_out] update is reshaped to.
+WEIGHT_OF = {"q_proj": "q_DxNxH", "k_proj": "k_DxKxH", "v_proj": "v_DxKxH", "o_proj": "o_NxHxD",
+             "gate_proj": "gate_DxF", "up_proj": "up_DxF", "down_proj": "down_FxD"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+  rank: int
+  alpha: float
+  targets: tuple[str, ...] = TARGETS
+
+  def __post_init__(self):
+    if self.rank < 1:
+      raise ValueError(f"LoRA rank must be >= 1, got {self.rank}")
+    if not self.alpha > 0:
+      raise ValueError(f"LoRA alpha must be > 0, got {self.alpha}")
+    unknown = [t for t in self.targets if t not in TARGETS]
+    if unknown or not self.targets:
+      raise ValueError(f"LoRA targets {list(self.targets)}: expected a non-empty subset of {list(TARGETS)}")
+
+  @property
+  def scale(self) -> float:
+    return self.alpha / self.rank
+
+
+def parse_targets(spec: str) -> tuple[str, ...]:
+  """"all" or comma-separated projection names -> the names in `TARGETS` order (ValueError on unknown ones)."""
+  if spec.strip() == "all":
+    return TARGETS
+  names = {s.strip() for s in spec.split(",") if s.strip()}
+  unknown = sorted(names - set(TARGETS))
+  if unknown or not names:
+    raise ValueError(f"{spec!r}: unknown projection(s) {unknown}; expected 'all' or a comma-separated subset of "
+                     f"{', '.join(TARGETS)}")
+  return tuple(t for t in TARGETS if t in names)
+
+
+def from_config(model_config) -> LoraConfig | None:
+  """`config.model`'s lora_rank / lora_alpha / lora_targets as a LoraConfig; None when lora_rank is 0."""
+  rank = int(model_config.get("lora_rank", 0))
+  if rank == 0:
+    return None
+  return LoraConfig(rank, float(model_config.lora_alpha), parse_targets(model_config.lora_targets))
+
+
+def projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+  """Projection name -> (D_in, D_out) of the matrix it applies."""
+  D, F, NH, KH = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+  return {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D),
+          "gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D)}
+
+
+class LayerAdapters(nnx.Module):
+  """The adapters of one attention or MLP block: an `nnx.LoRA` per targeted projection, as an attribute of
+  that projection's name."""
+
+  def __init__(self, sizes: dict[str, tuple[int, int]], lora: LoraConfig, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.names = tuple(name for name in sizes if name in lora.targets)
+    self.scale = lora.scale
+    for name in self.names:
+      d_in, d_out = sizes[name]
+      setattr(self, name, nnx.LoRA(d_in, lora.rank, d_out, dtype=cfg.jnp_dtype, param_dtype=cfg.jnp_param_dtype,
+                                   rngs=rngs))
+
+  def add(self, name: str, x_BxTxI, y):
+    """y (the base projection of x, any shape with y.size = B T D_out) plus the scaled update of `name`, or y
+    unchanged when `name` has no adapter."""
+    if name not in self.names:
+      return y
+    return y + (self.scale * getattr(self, name)(x_BxTxI)).reshape(y.shape).astype(y.dtype)
+
+  def delta(self, name: str) -> jax.Array:
+    """The float32 [D_in, D_out] update (alpha / r) A B that merging adds to the weight of `name`."""
+    lora = getattr(self, name)
+    return self.scale * (lora.lora_a[...].astype(jnp.float32) @ lora.lora_b[...].astype(jnp.float32))
+
+
+def _blocks(model):
+  """(block, the targets it can hold) for the attention and MLP block of every layer."""
+  for layer in model.layers:
+    yield layer.attn, ATTENTION_TARGETS
+    yield layer.mlp, MLP_TARGETS
+
+
+def add_adapters(model, lora: LoraConfig, rngs: nnx.Rngs):
+  """Attaches adapters to `model` (a Transformer, in place) and returns it; a block with no targeted projection
+  gets none. Their random draws come from `rngs` alone, so the base weights are those of the same model built
+  without LoRA."""
+  sizes = projection_sizes(model.cfg)
+  for block, names in _blocks(model):
+    if any(name in lora.targets for name in names):
+      block.adapters = LayerAdapters({n: sizes[n] for n in names}, lora, model.cfg, rngs=rngs)
+  return model
+
+
+def split_adapters(params: nnx.State) -> tuple[nnx.State, nnx.State]:
+  """(adapter parameters, base parameters) of an adapted model's state."""
+  return nnx.split_state(params, nnx.LoRAParam, ...)
+
+
+def join(adapters: nnx.State, base: nnx.State) -> nnx.State:
+  return nnx.merge_state(adapters, base)
+
+
+def has_adapters(model) -> bool:
+  """Whether a Transformer carries adapters."""
+  return any(block.adapters is not None for block, _ in _blocks(model))
+
+
+def base_graphdef(graphdef: nnx.GraphDef, params: nnx.State) -> nnx.GraphDef:
+  """The graphdef of the model without its adapters, which reads `split_adapters(params)[1]`."""
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+  model = nnx.merge(graphdef, abstract)
+  for block, _ in _blocks(model):
+    block.adapters = None
+  return nnx.graphdef(model)
+
+
+def merged(model):
+  """`model` (not changed) as a plain Transformer: each adapter's update added to its weight in float32, then
+  cast to the weight's dtype, and the adapters removed. The result computes what the adapted model computes (up
+  to that rounding) at the cost of the base model: the form `save_pretrained` writes."""
+  copy = nnx.clone(model)  # new Variables: assigning to them leaves `model`'s alone
+  for block, _ in _blocks(copy):
+    adapters = block.adapters
+    if adapters is None:
+      continue
+    for name in adapters.names:
+      weight = getattr(block, WEIGHT_OF[name])
+      update = adapters.delta(name).reshape(weight.shape)
+      weight[...] = (weight[...].astype(jnp.float32) + update).astype(weight.dtype)
+    block.adapters = None
+  return copy
+
+
+def count(params) -> tuple[int, int]:
+  """(adapter parameters, all parameters) of an adapted model's state, in elements."""
+  adapters, _ = split_adapters(params)
+  size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
+  return size(adapters), size(params)

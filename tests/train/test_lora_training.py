@@ -1,0 +1,181 @@
+"""LoRA training (model.lora_rank > 0): the update moves only the adapters, by the same gradient full fine-tuning
+gives them; the optimizer state shrinks to the adapters'; remat and the reference (the base, adapters off) work;
+a run checkpoints the adapters, resumes exactly and exports the merged model."""
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from grpo_jax import config as config_lib
+from grpo_jax.algo.objective import LossConfig
+from grpo_jax.model import ModelConfig, Transformer, hf_io
+from grpo_jax.model import lora
+from grpo_jax.train import export as export_lib
+from grpo_jax.train import loop
+from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.train.step import RolloutBatch, make_train_step
+from tests.train.conftest import load_experiment
+
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
+B, P, C = 8, 4, 5
+CFG = ModelConfig(vocab_size=14, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
+                  head_dim=8, max_position_embeddings=32)
+
+
+def _batch() -> RolloutBatch:
+  rng = np.random.default_rng(0)
+  prompt = rng.integers(2, CFG.vocab_size, (B, P)).astype(np.int32)
+  completion = rng.integers(1, CFG.vocab_size, (B, C)).astype(np.int32)
+  mask = (np.arange(C)[None] < rng.integers(1, C + 1, B)[:, None]).astype(np.int32)
+  return RolloutBatch(prompt, np.ones((B, P), np.int32), completion * mask, mask,
+                      rng.normal(size=B).astype(np.float32), np.zeros((B, C), np.float32), None)
+
+
+def _adapted_state(cfg=CFG):
+  """(graphdef, params) of an adapted model whose lora_b are nonzero (so both A and B get gradients)."""
+  graphdef, params = nnx.split(lora.add_adapters(Transformer(cfg, rngs=nnx.Rngs(0)), lora.LoraConfig(2, 4.0),
+                                                 nnx.Rngs(1)))
+  adapters, base = lora.split_adapters(params)
+  adapters = jax.tree.map(lambda x: x + 0.05 * jnp.ones_like(x), adapters)
+  return graphdef, lora.join(adapters, base)
+
+
+def _step(graphdef, optimizer, trainable, **kw):
+  return jax.jit(make_train_step(graphdef, optimizer, LossConfig(beta=0.0), num_iterations=1, mini_batch_size=B,
+                                 micro_batch_size=4, temperature=1.0, chunk_size=128, trainable=trainable, **kw))
+
+
+def test_only_adapters_move_and_by_the_full_fine_tuning_gradient():
+  graphdef, params = _adapted_state()
+  batch = _batch()
+  sgd = optax.sgd(0.5)
+  adapters0, base0 = lora.split_adapters(params)
+  # Reference: every parameter trained with plain SGD (the adapters' update does not depend on the others').
+  full, _, _ = _step(graphdef, sgd, None)(params, sgd.init(params), batch)
+  trained, opt_state, metrics = _step(graphdef, sgd, nnx.LoRAParam)(params, sgd.init(adapters0), batch)
+  adapters_full, base_full = lora.split_adapters(full)
+  adapters1, base1 = lora.split_adapters(trained)
+  assert jax.tree.structure(trained) == jax.tree.structure(params)
+  for x, y in zip(jax.tree.leaves(base1), jax.tree.leaves(base0)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  moved = [float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(base_full), jax.tree.leaves(base0))]
+  assert max(moved) > 1e-4  # the loss does reach the base weights: freezing them is what kept them
+  for x, y, x0 in zip(jax.tree.leaves(adapters1), jax.tree.leaves(adapters_full), jax.tree.leaves(adapters0)):
+    assert float(jnp.abs(x - x0).max()) > 0
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+  assert np.isfinite(float(metrics["grad_norm"]))
+
+
+def test_optimizer_state_holds_only_the_adapters():
+  _, params = _adapted_state()
+  adam = optax.adam(1e-3)
+  size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
+  full_state, lora_state = adam.init(params), adam.init(lora.split_adapters(params)[0])
+  n_adapters, n_all = lora.count(params)
+  moments = lambda state: size(state) - 1  # two moments per parameter and one step count
+  assert moments(full_state) == 2 * n_all and moments(lora_state) == 2 * n_adapters
+  print(f"AdamW moments: {2 * n_adapters} with LoRA rank 2 vs {2 * n_all} in full fine-tuning "
+        f"({n_all / n_adapters:.1f}x smaller)")
+
+
+def test_remat_gives_the_same_adapter_update():
+  batch = _batch()
+  adam = optax.adam(1e-2)
+  results = []
+  for remat in (False, True):
+    graphdef, params = _adapted_state(CFG.replace(remat=remat))
+    adapters = lora.split_adapters(params)[0]
+    results.append(_step(graphdef, adam, nnx.LoRAParam)(params, adam.init(adapters), batch)[0])
+  for x, y in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+
+
+def _lora_config(num_steps=4):
+  c = load_experiment("default")("test")
+  c.num_steps = num_steps
+  c.model.lora_rank = 4
+  c.model.remat = True
+  c.grpo.beta = 0.04
+  c.optim.learning_rate = 3e-2
+  c.checkpoint.every = 2
+  c.checkpoint.export_hf = True
+  return c
+
+
+def _params(workdir, config, step=None):
+  mesh = loop.sharding_lib.make_mesh()
+  tokenizer, _ = loop.build_tokenizer_and_task(config, log=lambda *a, **k: None)
+  graphdef, template = loop.build_model(config, tokenizer, mesh)
+  params, _ = export_lib.restore_run_params(workdir, template, step)
+  return graphdef, params
+
+
+def shorter_is_better(prompts, completions, **columns):
+  """A reward that varies within every group from the first step (the tiny model's sums are all wrong)."""
+  return [1.0 / (1 + len(c)) for c in completions]
+
+
+def test_lora_run_reference_is_the_base_checkpoints_resume_and_export(tmp_path, compile_cache):
+  config = _lora_config()
+  straight = str(tmp_path / "straight")
+  loop.train(config, straight, reward_funcs=[shorter_is_better])
+  records = [r for r in read_jsonl(os.path.join(straight, "metrics.jsonl")) if r["step"] > 0]
+  # Step 1 samples from the starting policy, which is the base: zero KL to the reference. Later the adapters
+  # have moved and the reference (adapters off) has not.
+  assert records[0]["kl"] == pytest.approx(0.0, abs=1e-6)
+  assert records[-1]["kl"] > 1e-5
+  graphdef, final = _params(straight, config)
+  _, first = _params(straight, config, step=2)
+  adapters_final, base_final = lora.split_adapters(final)
+  # The starting point (after the warm start) is saved as a base model, in a full fine-tuning run's layout.
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), base_final)
+  base_start, _ = loop.restore_params(os.path.join(straight, loop.WARMSTART_DIR), 0, abstract)
+  for x, y in zip(jax.tree.leaves(base_final), jax.tree.leaves(base_start)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  assert max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(adapters_final),
+                                                          jax.tree.leaves(lora.split_adapters(first)[0]))) > 1e-4
+  # The checkpoint holds the adapters and no reference copy.
+  with open(os.path.join(straight, "checkpoints", "4", "state", "_METADATA")) as f:
+    saved = f.read()
+  assert "lora_b" in saved and "ref_params" not in saved
+
+  # Stopped after step 2 and resumed: the same final state, bit for bit.
+  resumed = str(tmp_path / "resumed")
+  loop.train(_lora_config(num_steps=2), resumed, reward_funcs=[shorter_is_better])
+  loop.train(config, resumed, reward_funcs=[shorter_is_better])
+  _, final_resumed = _params(resumed, config)
+  for x, y in zip(jax.tree.leaves(final_resumed), jax.tree.leaves(final)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+  # The export is the merged model: a plain checkpoint computing what the adapted policy computes.
+  exported = hf_io.from_pretrained(os.path.join(straight, loop.EXPORT_DIR))
+  assert not lora.has_adapters(exported)
+  policy = nnx.merge(graphdef, final)
+  tokens = jnp.asarray(np.arange(12).reshape(2, 6) % 10 + 3, jnp.int32)
+  positions = jnp.broadcast_to(jnp.arange(6), (2, 6))
+  mask = jnp.broadcast_to(jnp.tril(jnp.ones((6, 6), bool)), (2, 6, 6))
+  np.testing.assert_allclose(np.asarray(exported.logits(exported(tokens, positions, mask)[0])),
+                             np.asarray(policy.logits(policy(tokens, positions, mask)[0])), atol=1e-4)
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("model.lora_targets", "q_proj,attn", "attn"),
+    ("model.lora_alpha", 0.0, "lora_alpha"),
+    ("model.offload_ref_params", True, "no reference copy"),
+    ("grpo.ref_reset_every", 2, "ref_reset_every"),
+])
+def test_lora_config_errors_name_the_field(field, value, match):
+  c = load_experiment("default")("test")
+  c.model.lora_rank = 4
+  section, key = field.split(".")
+  c[section][key] = value
+  with pytest.raises(ValueError, match=match):
+    config_lib.validate(c)
