@@ -71,6 +71,16 @@ def get_config() -> ml_collections.ConfigDict:
   m.lora_targets = "all"          # "all" or comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
                                   # down_proj (Hugging Face / peft names).
 
+  # --- Multi-turn episodes (grpo_jax/envs, grpo_jax/sampling/episodes.py) -------------------------------
+  # With env.name set, each completion is an episode: the policy's messages (each at most
+  # sampling.max_new_tokens) alternate with the environment's observations, which are context but never trained
+  # on. The rewards grade the last message; GRPO's advantage is the whole episode's.
+  c.env = ml_collections.ConfigDict()
+  c.env.name = ""                 # a registered environment (grpo_jax/envs: "calculator"); "": single turn.
+  c.env.max_turns = 3             # messages per episode, at most.
+  c.env.max_episode_tokens = 48   # the episode's width after the prompt: messages and observations.
+  c.env.max_observation_tokens = 16  # an observation's tokens, at most (longer ones are cut).
+
   # --- Numerics (grpo_jax/precision.py) ------------------------------------------------------------------
   c.precision = ml_collections.ConfigDict()
   c.precision.matmul = "default"  # float32 matmuls: "default" (TF32 on NVIDIA GPUs, bf16 on TPUs, f32 on CPUs),
@@ -102,6 +112,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.min_terms = 3                 # chain_sum: each prompt sums min_terms..max_terms single digits;
   t.max_terms = 8
   t.scratchpad_fraction = 0.5     # chain_sum: the warm start's share of written-out (running-sum) answers.
+  t.tool_fraction = 0.5           # tool_arithmetic: the warm start's share of episodes that call the calculator.
   t.heldout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
                                   # heldout_path) reserved for evaluation, never trained on.
   t.holdout_fraction = config_dict.placeholder(float)  # the old name of heldout_fraction (RENAMED): still read.
@@ -317,6 +328,9 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     _validate_dataset_task(c, in_memory_dataset)
   if c.task.name == "chain_sum":
     _validate_chain_sum_task(c)
+  if c.task.name == "tool_arithmetic" and not 0 <= c.task.tool_fraction <= 1:
+    _fail("task.tool_fraction", f"must be in [0, 1], got {c.task.tool_fraction}")
+  _validate_env(c)
   if c.task.name == "word_arithmetic":
     if not c.model.hf_path:
       _fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
@@ -437,6 +451,29 @@ def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
   _at_least(c, "task.max_rows", 0)
 
 
+def _validate_env(c) -> None:
+  e = c.env
+  if not e.name:
+    return
+  from grpo_jax.envs import env_factory
+  try:
+    env_factory(e.name)
+  except ValueError as err:
+    _fail("env.name", str(err))
+  for key in ("env.max_turns", "env.max_episode_tokens", "env.max_observation_tokens"):
+    _at_least(c, key, 1)
+  if e.max_episode_tokens < c.sampling.max_new_tokens:
+    _fail("env.max_episode_tokens", f"{e.max_episode_tokens} cannot hold one message of sampling.max_new_tokens="
+          f"{c.sampling.max_new_tokens}")
+
+
+def completion_width(config) -> int:
+  """Columns of a completion in the update: env.max_episode_tokens with an environment, else
+  sampling.max_new_tokens."""
+  env = config.get("env")
+  return env.max_episode_tokens if env is not None and env.name else config.sampling.max_new_tokens
+
+
 def _validate_lora(c) -> None:
   m = c.model
   _at_least(c, "model.lora_rank", 0)
@@ -539,8 +576,13 @@ def resume_differences(saved: dict, config) -> tuple[list[str], list[str]]:
 
 
 def check_context(config, context: int, source: str) -> None:
-  """max_prompt_length + max_new_tokens must fit in the model's context (also called for HF checkpoints)."""
+  """max_prompt_length + max_new_tokens (+ the episode's width with an environment) must fit in the model's
+  context (also called for HF checkpoints)."""
   total = config.sampling.max_prompt_length + config.sampling.max_new_tokens
+  width = completion_width(config)
+  if width != config.sampling.max_new_tokens and config.sampling.max_prompt_length + width > context:
+    _fail("env.max_episode_tokens", f"max_prompt_length + max_episode_tokens = {config.sampling.max_prompt_length}"
+          f" + {width} exceeds the model's context {source}={context}")
   if total > context:
     _fail("sampling.max_new_tokens", f"max_prompt_length + max_new_tokens = {config.sampling.max_prompt_length}"
           f" + {config.sampling.max_new_tokens} = {total} exceeds the model's context {source}={context}")

@@ -109,6 +109,69 @@ class AdditionTask:
     return self._columns([x for x, _ in chosen], [y for _, y in chosen])
 
 
+class ToolArithmeticTask:
+  """"37*48=" -> "1776": products of two 2-digit numbers, which a small model cannot work out in its head but can
+  get from the calculator environment (grpo_jax/envs/calculator.py): "37*48?" -> "[1776]" -> "1776". The warm
+  start imitates `demonstration`: for a `tool_fraction` of the rows (hash-chosen) the tool-using episode, as
+  segments [text, trained] (the observation is context, not a target), for the others the bare product.
+  """
+
+  name = "tool_arithmetic"
+  _TRAIN, _EVAL, _SPLIT, _STYLE = 21, 22, 23, 24  # hash stream ids.
+  LOW, HIGH = 10, 100                               # operands in [LOW, HIGH)
+
+  def __init__(self, heldout_fraction: float = 0.1, seed: int = 0, tool_fraction: float = 0.5):
+    if not 0 < heldout_fraction < 1:
+      raise ValueError(f"ToolArithmeticTask: heldout_fraction must be in (0, 1), got {heldout_fraction}")
+    if not 0 <= tool_fraction <= 1:
+      raise ValueError(f"ToolArithmeticTask: tool_fraction must be in [0, 1], got {tool_fraction}")
+    self.heldout_fraction, self.seed, self.tool_fraction = heldout_fraction, seed, tool_fraction
+    self.tokenizer = CharTokenizer("0123456789+-*=?[]")
+
+  max_prompt_chars = 6    # "99*99="
+  max_answer_chars = 4    # "9801"
+  max_episode_chars = 17  # "99*99?" + "[9801]" + "9801" and the stop token
+
+  def is_heldout(self, a, b) -> np.ndarray:
+    return _hash(self._SPLIT, a, b).astype(np.float64) / 2.0 ** 64 < self.heldout_fraction
+
+  def _pairs(self, stream: int, seed: int, idx: np.ndarray, attempt: int):
+    span = np.uint64(self.HIGH - self.LOW)
+    return tuple((self.LOW + (_hash(stream, seed, idx, attempt, j) % span)).astype(np.int64) for j in (0, 1))
+
+  def _columns(self, a, b, tool) -> dict[str, list]:
+    prompts = [f"{x}*{y}=" for x, y in zip(a, b)]
+    answers = [str(x * y) for x, y in zip(a, b)]
+    demos = [[[f"{x}*{y}?", 1], [f"[{x * y}]", 0], [str(x * y), 1]] if t else [[str(x * y), 1]]
+             for x, y, t in zip(a, b, tool)]
+    return {"prompt": prompts, "answer": answers, "demonstration": demos}
+
+  def _tool(self, stream: int, idx: np.ndarray) -> np.ndarray:
+    return (_hash(self._STYLE, stream, self.seed, idx).astype(np.float64) / 2.0 ** 64) < self.tool_fraction
+
+  def train_rows(self, start: int, n: int) -> dict[str, list]:
+    """Rows start .. start+n-1 of this seed's endless training stream (held-out problems are skipped)."""
+    idx = np.arange(start, start + n, dtype=np.uint64)
+    a, b = self._pairs(self._TRAIN, self.seed, idx, 0)
+    attempt = 0
+    while (bad := self.is_heldout(a, b)).any():
+      attempt += 1
+      a2, b2 = self._pairs(self._TRAIN, self.seed, idx, attempt)
+      a, b = np.where(bad, a2, a), np.where(bad, b2, b)
+    return self._columns(a.tolist(), b.tolist(), self._tool(self._TRAIN, idx))
+
+  def eval_rows(self, n: int) -> dict[str, list]:
+    """The first n held-out problems in a fixed hash order (the same for every seed)."""
+    a, b = np.divmod(np.arange((self.HIGH - self.LOW) ** 2, dtype=np.int64), self.HIGH - self.LOW)
+    a, b = a + self.LOW, b + self.LOW
+    keep = self.is_heldout(a, b)
+    if n > int(keep.sum()):
+      raise ValueError(f"ToolArithmeticTask: eval size {n} exceeds the {int(keep.sum())} held-out problems")
+    a, b = a[keep], b[keep]
+    order = np.argsort(_hash(self._EVAL, a, b), kind="stable")[:n]
+    return self._columns(a[order].tolist(), b[order].tolist(), self._tool(self._EVAL, np.arange(n, dtype=np.uint64)))
+
+
 def make_task(task_config, seed: int):
   """The task named by `config.task`."""
   if task_config.name == "addition":

@@ -35,10 +35,10 @@ import numpy as np
 from grpo_jax.data import word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.datasets import load_train_heldout, rows_in_memory, split_rows
-from grpo_jax.data.synthetic import AdditionTask, ChainSumTask
+from grpo_jax.data.synthetic import AdditionTask, ChainSumTask, ToolArithmeticTask
 from grpo_jax.data.templates import tokenize_prompts
 
-TASKS = ("addition", "chain_sum", "dataset", "word_arithmetic")
+TASKS = ("addition", "chain_sum", "dataset", "tool_arithmetic", "word_arithmetic")
 # Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3). An
 # instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -170,6 +170,11 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
     if tokenizer is not None:
       raise ValueError("config.model.hf_path: the chain_sum task uses its own character tokenizer; leave it empty")
     return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, config.seed, t.scratchpad_fraction)
+  if t.name == "tool_arithmetic":
+    if tokenizer is not None:
+      raise ValueError("config.model.hf_path: the tool_arithmetic task uses its own character tokenizer; leave it "
+                       "empty")
+    return ToolArithmeticTask(t.heldout_fraction, config.seed, t.tool_fraction)
   if t.name == "dataset":
     if tokenizer is None:
       raise ValueError("config.model.hf_path: the dataset task needs a checkpoint directory (its tokenizer "

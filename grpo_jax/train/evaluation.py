@@ -7,26 +7,39 @@ compiles one sampler program however many prompts there are.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 
-from grpo_jax.train.rollout import Scoring, decode_completion, encode_prompts, repeat_columns
+from grpo_jax.sampling.episodes import EpisodeResult, completion_texts
+from grpo_jax.train.rollout import Scoring, decode_completion, encode_prompts, episode_metrics, repeat_columns
 
 
 def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key, repeats: int = 1):
-  """Completions (ids, mask, lengths, truncated), `repeats` per prompt (rows of a prompt contiguous), batch by
-  batch of `batch_size` prompts; padded rows are dropped."""
-  comps, masks, lengths, truncated = [], [], [], []
+  """The sampler's result for every prompt, `repeats` per prompt (rows of a prompt contiguous), batch by batch
+  of `batch_size` prompts; padded rows are dropped."""
+  outs = []
   for i, start in enumerate(range(0, len(prompt_ids), batch_size)):
     chunk = prompt_ids[start:start + batch_size]
     real = len(chunk) * repeats
     chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))
     out = sampler.generate(params, chunk, jax.random.fold_in(key, i), repeats=repeats)
-    comps.append(out.completion_BxC[:real])
-    masks.append(out.completion_mask_BxC[:real])
-    lengths.append(out.lengths_B[:real])
-    truncated.append(out.truncated_B[:real])
-  return np.concatenate(comps), np.concatenate(masks), np.concatenate(lengths), np.concatenate(truncated)
+    outs.append(type(out)(*[x[:real] for x in out]))
+  return type(outs[0])(*[np.concatenate(xs) for xs in zip(*outs)])
+
+
+def _graded(tokenizer, out, other: dict, scoring: Scoring, texts: list[str]):
+  """(scoring result, completions as graded): multi-turn episodes are graded on their last message, with the
+  environment's step rewards added to the total."""
+  completions, transcripts = completion_texts(tokenizer, out, decode_completion)
+  cols = dict(other, completion_length=out.lengths_B.tolist())
+  if transcripts is not None:
+    cols["transcript"] = transcripts
+  result = scoring(texts, completions, cols)
+  if isinstance(out, EpisodeResult):
+    result = dataclasses.replace(result, total=np.asarray(result.total) + out.env_reward_B)
+  return result, completions
 
 
 def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scoring: Scoring, *,
@@ -39,24 +52,23 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
   texts = list(columns["prompt"])
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   other = {k: v for k, v in columns.items() if k != "prompt"}
-  comps, masks, lengths, truncated = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
-  completions = [decode_completion(tokenizer, c, m) for c, m in zip(comps, masks)]
-  cols = dict(other, completion_length=lengths.tolist())
-  result = scoring(texts, completions, cols)
+  out = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
+  result, completions = _graded(tokenizer, out, other, scoring, texts)
   metrics = {"eval/accuracy": float(np.mean(result.per_fn[accuracy_reward])),
              "eval/reward": float(np.mean(result.total)),
-             "eval/mean_length": float(np.mean(lengths))}
+             "eval/mean_length": float(np.mean(out.lengths_B))}
+  if isinstance(out, EpisodeResult):
+    metrics.update(episode_metrics(out, prefix="eval/episodes/"))
   if pass_k > 0:
     if pass_k_sampler is None:
       raise ValueError("pass_k > 0 needs pass_k_sampler (a sampler at the pass@k temperature)")
-    comps_k, masks_k, lengths_k, _ = _generate_all(pass_k_sampler, params, prompt_ids, batch_size,
-                                                jax.random.fold_in(key, 1_000_003), repeats=pass_k)
+    out_k = _generate_all(pass_k_sampler, params, prompt_ids, batch_size, jax.random.fold_in(key, 1_000_003),
+                          repeats=pass_k)
     texts_k = [t for t in texts for _ in range(pass_k)]
-    completions_k = [decode_completion(tokenizer, c, m) for c, m in zip(comps_k, masks_k)]
-    cols_k = dict(repeat_columns(other, pass_k), completion_length=lengths_k.tolist())
-    acc_k = scoring(texts_k, completions_k, cols_k).per_fn[accuracy_reward].reshape(-1, pass_k)
+    result_k, _ = _graded(tokenizer, out_k, repeat_columns(other, pass_k), scoring, texts_k)
+    acc_k = np.asarray(result_k.per_fn[accuracy_reward]).reshape(-1, pass_k)
     metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
   if return_details:
     return metrics, {"completions": completions, "accuracy": np.asarray(result.per_fn[accuracy_reward]),
-                     "finished": ~np.asarray(truncated, bool)}
+                     "finished": ~np.asarray(out.truncated_B, bool)}
   return metrics

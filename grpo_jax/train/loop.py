@@ -33,11 +33,13 @@ from grpo_jax import config as config_lib
 from grpo_jax import precision
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.tasks import make_task, stop_ids
+from grpo_jax.envs import env_factory, stop_token_ids
 from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model import lora as lora_lib
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
+from grpo_jax.sampling.episodes import EpisodeSampler
 from grpo_jax.train import distributed
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_params, save_initial_state
@@ -128,23 +130,35 @@ def loss_config(config) -> LossConfig:
                     delta=g.delta, importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
                     kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
                     top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
-                    max_completion_length=config.sampling.max_new_tokens, tis_cap=g.tis_cap or None)
+                    max_completion_length=config_lib.completion_width(config), tis_cap=g.tis_cap or None)
 
 
 def make_samplers(graphdef, config, tokenizer):
-  """(training sampler, greedy evaluation sampler, pass@k sampler or None)."""
-  s = config.sampling
-  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=stop_ids(tokenizer),
+  """(training sampler, greedy evaluation sampler, pass@k sampler or None); with `env.name`, episode samplers
+  (grpo_jax/sampling/episodes.py) around samplers that also stop at the environment's stop strings."""
+  s, e = config.sampling, config.env
+  make_env = env_factory(e.name) if e.name else None
+  extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
+  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=tuple(stop_ids(tokenizer)) + extra_stops,
                 pad_id=tokenizer.pad_token_id)
   # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
-  # at most that many prompt shapes per run, each compiled once.
-  buckets = dict(prompt_widths=bucket_widths(s.max_prompt_length, config.grpo.length_buckets))
-  train = Sampler(graphdef, SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common),
-                  **buckets)
-  greedy = Sampler(graphdef, SamplingConfig(temperature=s.temperature, greedy=True, **common), **buckets)
+  # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so
+  # far) is padded likewise, to buckets of their combined width.
+  context = s.max_prompt_length + (e.max_episode_tokens if make_env else 0)
+  buckets = dict(prompt_widths=bucket_widths(context, config.grpo.length_buckets))
+
+  def sampler(cfg: SamplingConfig):
+    turn = Sampler(graphdef, cfg, **buckets)
+    if make_env is None:
+      return turn
+    return EpisodeSampler(turn, make_env, tokenizer, max_turns=e.max_turns, max_episode_tokens=e.max_episode_tokens,
+                          max_observation_tokens=e.max_observation_tokens)
+
+  train = sampler(SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common))
+  greedy = sampler(SamplingConfig(temperature=s.temperature, greedy=True, **common))
   pass_k = None
   if config.eval.pass_k > 0:
-    pass_k = Sampler(graphdef, SamplingConfig(temperature=config.eval.pass_k_temperature, **common), **buckets)
+    pass_k = sampler(SamplingConfig(temperature=config.eval.pass_k_temperature, **common))
   return train, greedy, pass_k
 
 
@@ -496,7 +510,7 @@ def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
     s = config.sampling
     params, info = run_warmstart(
         config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=run.base_graphdef, params=params,
-        max_prompt_length=s.max_prompt_length, max_new_tokens=s.max_new_tokens,
+        max_prompt_length=s.max_prompt_length, max_new_tokens=config_lib.completion_width(config),
         chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(run.with_initial_adapters(p), 0),
         log=log, mesh=run.mesh)
     if main:

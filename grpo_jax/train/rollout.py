@@ -16,6 +16,7 @@ import numpy as np
 from grpo_jax.algo.advantages import compute_advantages, group_stats
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.rewards.scoring import score_completions
+from grpo_jax.sampling.episodes import EpisodeResult, completion_texts
 from grpo_jax.train.step import RolloutBatch
 
 RewardSpec = tuple[str, Callable, float]
@@ -133,14 +134,21 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], setti
                              "last checkpoint holds the parameters before it diverged")
 
   prompts_B = [t for t in texts for _ in range(G)]
-  completions_B = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxC, out.completion_mask_BxC)]
+  # Multi-turn: the rewards grade each episode's last message (and may read its transcript).
+  completions_B, transcripts_B = completion_texts(tokenizer, out, decode_completion)
   cols_B = repeat_columns({k: v for k, v in columns.items() if k != "prompt"}, G)
   cols_B["completion_length"] = out.lengths_B.tolist()
+  if transcripts_B is not None:
+    cols_B["transcript"] = transcripts_B
   t2 = time.perf_counter()
   result = settings.scoring(prompts_B, completions_B, cols_B)
   rewards_B = np.asarray(result.total, np.float32)
+  per_fn = {k: np.asarray(v) for k, v in result.per_fn.items()}
+  if isinstance(out, EpisodeResult):  # the environment's own step rewards count too
+    rewards_B = rewards_B + out.env_reward_B
+    per_fn["environment"] = out.env_reward_B
   stats = jax.device_get(_group_stats(rewards_B, G, settings.std_ddof))
-  return Scored(out, prompts_B, completions_B, rewards_B, {k: np.asarray(v) for k, v in result.per_fn.items()},
+  return Scored(out, prompts_B, transcripts_B or completions_B, rewards_B, per_fn,
                 dict(result.failures), np.asarray(stats.std_R), np.asarray(stats.zero_std_R),
                 seconds=(t1 - t0, time.perf_counter() - t2))
 
@@ -200,12 +208,22 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
   for label, rows in (("correct", correct), ("incorrect", ~correct)):
     if rows.any():  # the length bias of Dr. GRPO (arXiv:2503.20783) shows in the incorrect ones
       metrics[f"completions/mean_length_{label}"] = float(lengths[rows].mean())
+  if isinstance(scored.sample, EpisodeResult):  # lengths above count the policy's tokens only
+    metrics.update(episode_metrics(scored.sample))
   for name, values in scored.per_fn.items():
     metrics[f"rewards/{name}/mean"] = float(np.mean(values))
     metrics[f"rewards/{name}/std"] = float(np.std(values))
     if scored.failures.get(name):
       metrics[f"rewards/{name}/failures"] = int(scored.failures[name])
   return metrics
+
+
+def episode_metrics(out: EpisodeResult, prefix: str = "episodes/") -> dict[str, float]:
+  """Multi-turn episodes: mean messages per episode (turns), observation tokens per episode, and the fraction
+  the environment did not end (unfinished: out of turns or of tokens)."""
+  return {f"{prefix}turns": float(np.mean(out.turns_B)),
+          f"{prefix}observation_tokens": float(np.mean(out.env_mask_BxC.sum(axis=1))),
+          f"{prefix}unfinished": float(np.mean(out.truncated_B))}
 
 
 def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSettings,

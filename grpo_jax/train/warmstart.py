@@ -25,18 +25,26 @@ from grpo_jax.train.state import init_opt_state
 
 def sft_batch(tokenizer, columns: dict[str, list], max_prompt_length: int, max_new_tokens: int):
   """(prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC) int32 numpy arrays for teacher forcing. The
-  target is the row's `demonstration` when the task gives one (a worked solution), else its `answer`."""
+  target is the row's `demonstration` when the task gives one (a worked solution), else its `answer`. A
+  demonstration may be a list of [text, trained] segments (a multi-turn episode): segments with trained = 0
+  (an environment's observations) are in the context but not targets."""
   prompts = encode_prompts(tokenizer, columns["prompt"], max_prompt_length)
   prompt_BxP, prompt_mask_BxP = left_pad(prompts, max_prompt_length, len(prompts), tokenizer.pad_token_id)
   target_BxC = np.full((len(prompts), max_new_tokens), tokenizer.pad_token_id, np.int32)
   target_mask_BxC = np.zeros((len(prompts), max_new_tokens), np.int32)
   for i, answer in enumerate(columns.get("demonstration", columns["answer"])):
-    ids = encode_text(tokenizer, str(answer)) + [tokenizer.eos_token_id]
+    segments = answer if isinstance(answer, (list, tuple)) else [(str(answer), 1)]
+    ids, trained = [], []
+    for text, is_target in segments:
+      piece = encode_text(tokenizer, str(text))
+      ids += piece
+      trained += [int(bool(is_target))] * len(piece)
+    ids, trained = ids + [tokenizer.eos_token_id], trained + [1]
     if len(ids) > max_new_tokens:
-      raise ValueError(f"answer {answer!r} plus the stop token is {len(ids)} tokens, more than "
-                       f"config.sampling.max_new_tokens={max_new_tokens}")
+      raise ValueError(f"answer {answer!r} plus the stop token is {len(ids)} tokens, more than the completion "
+                       f"width {max_new_tokens} (config.sampling.max_new_tokens, or env.max_episode_tokens)")
     target_BxC[i, :len(ids)] = ids
-    target_mask_BxC[i, :len(ids)] = 1
+    target_mask_BxC[i, :len(ids)] = trained
   return prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC
 
 

@@ -49,7 +49,7 @@ def _batch_structure(config):
   return rollout // mini > 1, mini // config_lib.micro_batch_size(config) > 1
 
 
-@pytest.mark.parametrize("name", sorted(RECIPES) + ["default", "lora"])
+@pytest.mark.parametrize("name", sorted(RECIPES) + ["default", "lora", "calculator"])
 def test_test_preset_changes_sizes_never_structure(name, fixture_paths):
   full, test = load_experiment(name)(None), load_experiment(name)("test")
   full_leaves, test_leaves = _leaves(full), _leaves(test)

@@ -1,0 +1,70 @@
+"""The environment interface of multi-turn episodes (grpo_jax/sampling/episodes.py runs them).
+
+An episode starts from a task's prompt. The policy writes a message (one sampler call, which stops at the stop
+token or at one of the environment's `stop_strings`); the environment answers with `step(message)`: an
+observation (text the episode continues with, in the policy's context but never trained on), a reward, and
+whether the episode is over. The policy's next message continues after the observation; after `max_turns`
+messages the episode ends whatever the environment says.
+
+The episode's reward is the sum of its step rewards plus the configured reward functions scored on its last
+message (so an environment that only executes tools leaves the grading to the task's usual rewards). GRPO
+gives the whole episode one group-relative advantage, shared by every policy token in it.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Callable, NamedTuple
+
+from grpo_jax.data.char_tokenizer import CharTokenizer
+
+
+class StepResult(NamedTuple):
+  observation: str   # appended to the context after the message ("" for none); ignored when done
+  reward: float      # added to the episode's reward
+  done: bool
+
+
+class Environment(abc.ABC):
+  """One episode's environment: made fresh for every row (`make_env`), so it may keep per-episode state."""
+
+  # Strings that end a message besides the stop token, e.g. the end of a tool call. A tokenizer must encode
+  # each to exactly one token (the sampler stops on token ids).
+  stop_strings: tuple[str, ...] = ()
+
+  def reset(self, prompt: str) -> None:
+    """Called once with the episode's prompt, before its first message."""
+
+  @abc.abstractmethod
+  def step(self, message: str) -> StepResult:
+    """The environment's answer to the policy's message (its text without the stop token)."""
+
+
+ENVIRONMENTS: dict[str, Callable[[], Environment]] = {}
+
+
+def register_env(name: str):
+  """Decorator: `@register_env("calculator") class Calculator(Environment): ...` makes `env.name` accept it."""
+  def wrap(factory):
+    if name in ENVIRONMENTS:
+      raise ValueError(f"environment {name!r} is already registered")
+    ENVIRONMENTS[name] = factory
+    return factory
+  return wrap
+
+
+def env_factory(name: str) -> Callable[[], Environment]:
+  if name not in ENVIRONMENTS:
+    raise ValueError(f"config.env.name: unknown environment {name!r} (registered: {', '.join(sorted(ENVIRONMENTS))})")
+  return ENVIRONMENTS[name]
+
+
+def stop_token_ids(env: Environment, tokenizer) -> tuple[int, ...]:
+  """The ids of `env.stop_strings` (ValueError unless each is a single token of `tokenizer`)."""
+  ids = []
+  for s in env.stop_strings:
+    encoded = tokenizer.encode(s) if isinstance(tokenizer, CharTokenizer) else tokenizer.encode(
+        s, add_special_tokens=False)
+    if len(encoded) != 1:
+      raise ValueError(f"environment stop string {s!r} is {len(encoded)} tokens of this tokenizer, not one")
+    ids.append(int(encoded[0]))
+  return tuple(ids)
