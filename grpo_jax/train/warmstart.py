@@ -41,8 +41,9 @@ def sft_batch(tokenizer, columns: dict[str, list], max_prompt_length: int, max_n
       trained += [int(bool(is_target))] * len(piece)
     ids, trained = ids + [tokenizer.eos_token_id], trained + [1]
     if len(ids) > max_new_tokens:
-      raise ValueError(f"answer {answer!r} plus the stop token is {len(ids)} tokens, more than the completion "
-                       f"width {max_new_tokens} (config.sampling.max_new_tokens, or env.max_episode_tokens)")
+      raise ValueError(f"answer {answer!r} plus the stop token is {len(ids)} tokens, more than "
+                       f"config.sampling.max_new_tokens={max_new_tokens} (env.max_episode_tokens with an "
+                       "environment)")
     target_BxC[i, :len(ids)] = ids
     target_mask_BxC[i, :len(ids)] = trained
   return prompt_BxP, prompt_mask_BxP, target_BxC, target_mask_BxC
