@@ -37,6 +37,6 @@ def get_config(preset: str | None = None):
   c.sampling.max_new_tokens = 8
   c.model.max_position_embeddings = 32
   if preset != "test":
-    c.num_steps = 100
+    c.num_steps = 200
     c.log.progress_bar = False
   return c

@@ -15,6 +15,8 @@ from grpo_jax.train.metrics import METRICS_FILE, read_jsonl
 
 PANELS = (("reward", "reward"), ("eval/accuracy", "held-out accuracy"), ("kl", "KL to reference"),
           ("entropy", "entropy"), ("completions/mean_length", "completion length"))
+# Drawn too when some run logged them (multi-turn episodes).
+OPTIONAL_PANELS = (("episodes/turns", "messages per episode"),)
 
 
 def draw_panels(panels, path: str, dpi: int = 80) -> str:
@@ -56,8 +58,10 @@ def draw_panels(panels, path: str, dpi: int = 80) -> str:
   return path
 
 
-def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | None = None) -> str:
-  """Writes a PNG with one panel per metric of PANELS and one line per run; returns out_path.
+def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | None = None,
+              metrics: Sequence[str] | None = None) -> str:
+  """Writes a PNG with one panel per metric and one line per run; returns out_path. The metrics are `metrics`
+  (names in metrics.jsonl) if given, else PANELS and those of OPTIONAL_PANELS that some run logged.
 
   A metric a run never logged (e.g. `kl` with beta = 0) leaves that run out of the panel.
   """
@@ -70,8 +74,12 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
     if not os.path.exists(path):
       raise FileNotFoundError(f"{path} does not exist (is {w} a training workdir?)")
     runs.append(read_jsonl(path))
+  if metrics:
+    chosen = [(name, name) for name in metrics]
+  else:
+    chosen = list(PANELS) + [(k, t) for k, t in OPTIONAL_PANELS if any(k in r for rs in runs for r in rs)]
   panels = []
-  for key, title in PANELS:
+  for key, title in chosen:
     curves = []
     for records, label in zip(runs, labels):
       pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
