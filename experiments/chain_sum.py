@@ -14,7 +14,7 @@ GRPO takes it from there.
 Four updates per rollout batch (mini-batches of 64 rows, mu = 1): only the first is on-policy, so the ratio
 moves away from 1 and the clip range acts (with one update it never would).
 
-The sweep (`get_sweep`), 4 seeds each, every member starting from the `grpo` member's warm start of its seed:
+The sweep (`get_sweep`), 8 seeds each, every member starting from the `grpo` member's warm start of its seed:
   grpo          std-scaled advantages, per-sequence length normalisation (seq_mean_token_mean), eps 0.2 / 0.2
   dr_grpo       Dr. GRPO: mean-centred advantages, token sums over a constant (seq_mean_token_sum_norm)
   clip_higher   grpo with DAPO's clip-higher, eps 0.2 / 0.28
@@ -28,7 +28,7 @@ Predictions, written before the runs (docs/ablations.md has the outcome):
 from grpo_jax import config as base
 from grpo_jax.ablation import spec
 
-SEEDS = (0, 1, 2, 3)
+SEEDS = (0, 1, 2, 3, 4, 5, 6, 7)
 
 
 def get_config(preset: str | None = None):
