@@ -13,6 +13,7 @@ gives the whole episode one group-relative advantage, shared by every policy tok
 from __future__ import annotations
 
 import abc
+import importlib
 from typing import Callable, NamedTuple
 
 from grpo_jax.data.char_tokenizer import CharTokenizer
@@ -43,7 +44,8 @@ ENVIRONMENTS: dict[str, Callable[[], Environment]] = {}
 
 
 def register_env(name: str):
-  """Decorator: `@register_env("calculator") class Calculator(Environment): ...` makes `env.name` accept it."""
+  """Decorator: `@register_env("calculator") class Calculator(Environment): ...` makes `env.name` accept it
+  (an environment outside grpo_jax can also be named by its import path, `env.name = "pkg.module:Class"`)."""
   def wrap(factory):
     if name in ENVIRONMENTS:
       raise ValueError(f"environment {name!r} is already registered")
@@ -53,9 +55,18 @@ def register_env(name: str):
 
 
 def env_factory(name: str) -> Callable[[], Environment]:
-  if name not in ENVIRONMENTS:
-    raise ValueError(f"config.env.name: unknown environment {name!r} (registered: {', '.join(sorted(ENVIRONMENTS))})")
-  return ENVIRONMENTS[name]
+  """A registered environment's factory, or the one at an import path "package.module:Class" (a callable of no
+  arguments returning an `Environment`)."""
+  if name in ENVIRONMENTS:
+    return ENVIRONMENTS[name]
+  if ":" in name:
+    module_name, _, attr = name.partition(":")
+    try:
+      return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as e:
+      raise ValueError(f"config.env.name: cannot import environment {name!r}: {e}") from e
+  raise ValueError(f"config.env.name: unknown environment {name!r} (registered: {', '.join(sorted(ENVIRONMENTS))}; "
+                   "or an import path 'package.module:Class')")
 
 
 def stop_token_ids(env: Environment, tokenizer) -> tuple[int, ...]:

@@ -49,6 +49,9 @@ def test_calculator_protocol():
   assert stop_token_ids(env, TOK) == (TOK.encode("?")[0],)
   with pytest.raises(ValueError, match="unknown environment 'abacus'"):
     env_factory("abacus")
+  assert env_factory("grpo_jax.envs.calculator:Calculator") is Calculator  # an import path
+  with pytest.raises(ValueError, match="cannot import environment"):
+    env_factory("grpo_jax.envs.calculator:Abacus")
 
 
 class _Scripted:
