@@ -3,6 +3,7 @@
 
   python benchmarks/memory_fit.py --recipe experiments/gsm8k.py --model qwen2.5-0.5b
   python benchmarks/memory_fit.py --recipe experiments/countdown.py --model qwen2.5-3b --steps 2   # on a GPU
+  python benchmarks/memory_fit.py --recipe experiments/countdown.py --model qwen2.5-7b --lora-rank 16 --steps 2
 
 The recipe is taken as written (dtypes, remat, the reference model with beta > 0, micro- and mini-batches,
 prompt and completion lengths, G x prompts per step); only the model is swapped for random weights of the
@@ -15,6 +16,9 @@ needed. Printed, in GiB on one device:
    arguments + outputs - donated aliases + temporaries, i.e. what the program holds at its peak. It is computed
    for the backend at hand without running anything, so the CPU gives it too (its buffer assignment differs
    from a GPU's in the temporaries). The ratio estimate / XLA is the check.
+With --lora-rank R the recipe trains rank-R adapters (`model.lora_rank`, on `--lora-targets`): only they have
+gradients and AdamW state, and the reference is the base model itself (so `offload_ref_params` is turned off).
+
 3. With --steps N: N GRPO steps as the trainer runs them (sample G completions per prompt of the fixture data
    with the fixture tokenizer, score, reference log-probs, update), and the device's peak bytes in use after
    each phase (`Device.memory_stats()`, GPUs and TPUs only). Random weights rarely emit a stop token, so the
@@ -45,6 +49,14 @@ def recipe_config(spec: str):
   return load_module(spec).get_config(preset or None)
 
 
+def with_lora(config, rank: int, targets: str = "all"):
+  """The recipe with rank-`rank` adapters; no reference offload (the reference is then the base, in place)."""
+  config.model.lora_rank = rank
+  config.model.lora_targets = targets
+  config.model.offload_ref_params = False
+  return config
+
+
 def shapes(config):
   """(B rollout rows, P prompt length, C completion length, mini-batch, micro-batch) of one step."""
   from grpo_jax import config as config_lib
@@ -62,13 +74,31 @@ def model_config(name: str, config):
                                                                 + config.sampling.max_new_tokens))
 
 
+def make_model(cfg, config, key):
+  """A Transformer of shape `cfg` drawn from `key`, with the config's LoRA adapters if it has any."""
+  from flax import nnx
+
+  from grpo_jax.model import Transformer
+  from grpo_jax.model import lora
+  model = Transformer(cfg, rngs=nnx.Rngs(params=key))
+  adapters = lora.from_config(config.model)
+  return model if adapters is None else lora.add_adapters(model, adapters, nnx.Rngs(params=key))
+
+
+def trainable(params, config):
+  """The parameters the update optimizes: the adapters with LoRA, else all."""
+  from grpo_jax.model import lora
+  return lora.split_adapters(params)[0] if config.model.get("lora_rank", 0) else params
+
+
 def the_estimate(cfg, config) -> dict:
   import memory_estimate as me
   from grpo_jax import config as config_lib
   B, P, C, _, micro = shapes(config)
   w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
                   logprob_chunk=config.model.logprob_chunk_size, use_ref=config.grpo.beta > 0,
-                  offload_ref=config.model.offload_ref_params, prompt_repeats=config_lib.prompt_repeats(config))
+                  offload_ref=config.model.offload_ref_params, prompt_repeats=config_lib.prompt_repeats(config),
+                  lora_rank=config.model.get("lora_rank", 0), lora_targets=config.model.get("lora_targets", "all"))
   est = me.estimate(cfg, me.Mesh(1, 1, 1), w)
   act = est["activations_remat"] if cfg.remat else est["activations"]
   est["update"] = est["params"] + est["grads"] + est["optimizer"] + act
@@ -82,7 +112,6 @@ def build_update(cfg, config):
   from flax import nnx
 
   from grpo_jax import config as config_lib
-  from grpo_jax.model import Transformer
   from grpo_jax.train.loop import loss_config
   from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
   from grpo_jax.train.step import make_train_step
@@ -90,13 +119,15 @@ def build_update(cfg, config):
   g = config.grpo
   updates_per_step = g.num_iterations * (B // mini)
   optimizer = make_optimizer(config.optim, learning_rate_schedule(config.optim, config.num_steps, updates_per_step))
-  graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
-  abstract_opt = jax.eval_shape(optimizer.init, abstract_params)
+  graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
+  abstract_opt = jax.eval_shape(optimizer.init, trainable(abstract_params, config))
   step = jax.jit(make_train_step(graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations,
                                  mini_batch_size=mini, micro_batch_size=micro,
                                  temperature=config.sampling.temperature,
                                  chunk_size=config.model.logprob_chunk_size,
-                                 prompt_repeats=config_lib.prompt_repeats(config)), donate_argnums=(0, 1))
+                                 prompt_repeats=config_lib.prompt_repeats(config),
+                                 trainable=nnx.LoRAParam if config.model.get("lora_rank", 0) else None),
+                 donate_argnums=(0, 1))
   return step, abstract_params, abstract_opt, graphdef, optimizer
 
 
@@ -140,7 +171,7 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   from flax import nnx
 
   from grpo_jax.data import fixtures
-  from grpo_jax.model import Transformer
+  from grpo_jax.model import lora
   from grpo_jax.model import sharding as sharding_lib
   from grpo_jax.train import distributed
   from grpo_jax.train.loop import build_reward_fns, build_tokenizer_and_task, make_samplers
@@ -159,15 +190,18 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   B, _, _, _, micro = shapes(config)
 
   mesh = sharding_lib.make_mesh(data=1, fsdp=1, tensor=1)
-  _, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+  _, abstract = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
   shardings = sharding_lib.param_shardings(abstract, mesh)
-  init = jax.jit(lambda key: nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=key)))[1], out_shardings=shardings)
+  init = jax.jit(lambda key: nnx.split(make_model(cfg, config, key))[1], out_shardings=shardings)
   params = init(jax.random.key(config.seed))
-  opt_state, _ = init_opt_state(optimizer, params, mesh)
+  opt_state, _ = init_opt_state(optimizer, trainable(params, config), mesh)
   offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
   copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings)
-  ref_params = offloader.park(copy(params)) if g.beta > 0 else None
-  ref_logprobs = jax.jit(make_logprob_fn(graphdef, temperature=s.temperature,
+  use_lora = bool(config.model.get("lora_rank", 0))
+  ref_graphdef = lora.base_graphdef(graphdef, params) if use_lora else graphdef
+  # With LoRA the reference is the base inside `params`; otherwise a copy of the parameters.
+  ref_params = None if g.beta <= 0 or use_lora else offloader.park(copy(params))
+  ref_logprobs = jax.jit(make_logprob_fn(ref_graphdef, temperature=s.temperature,
                                          chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
                                          prompt_repeats=config_lib.prompt_repeats(config)))
   sampler = distributed.GlobalSampler(make_samplers(graphdef, config, tokenizer)[0], 0)
@@ -182,8 +216,9 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
     t1 = time.time()
     rows.append({"phase": f"step {i}: sample {B} x {s.max_new_tokens} tokens", "peak": peak_in_use(), "s": t1 - t0})
     batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))
-    if ref_params is not None:
-      batch = batch._replace(ref_logp_BxC=ref_logprobs(offloader.fetch(ref_params), batch))
+    if g.beta > 0:
+      reference = lora.split_adapters(params)[1] if use_lora else offloader.fetch(ref_params)
+      batch = batch._replace(ref_logp_BxC=ref_logprobs(reference, batch))
       jax.block_until_ready(batch.ref_logp_BxC)
     t2 = time.time()
     rows.append({"phase": f"step {i}: reference log-probs", "peak": peak_in_use(), "s": t2 - t1})
@@ -205,14 +240,19 @@ def main(argv=None):
   p.add_argument("--recipe", required=True, help="experiments/<recipe>.py[:preset], taken as written")
   p.add_argument("--model", required=True, help="a preset of scripts/memory_estimate.py (qwen2.5-0.5b, ...)")
   p.add_argument("--steps", type=int, default=0, help="also run this many GRPO steps and read peak memory")
+  p.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (model.lora_rank)")
+  p.add_argument("--lora-targets", default="all", help="model.lora_targets (default all)")
   args = p.parse_args(argv)
 
   import jax
   config = recipe_config(args.recipe)
+  if args.lora_rank:
+    with_lora(config, args.lora_rank, args.lora_targets)
   cfg = model_config(args.model, config)
   B, P, C, mini, micro = shapes(config)
   print(f"{args.recipe} at {args.model} shape ({cfg.num_layers} layers, D {cfg.hidden_size}, V {cfg.vocab_size}), "
-        f"params {cfg.param_dtype}, compute {cfg.dtype}, remat {cfg.remat}, beta {config.grpo.beta}: rollout "
+        f"params {cfg.param_dtype}, compute {cfg.dtype}, remat {cfg.remat}, beta {config.grpo.beta}, LoRA rank "
+        f"{config.model.get('lora_rank', 0)}: rollout "
         f"{B} rows x ({P} prompt + {C} completion), mini-batch {mini}, micro-batch {micro}; "
         f"{jax.devices()[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
   est = the_estimate(cfg, config)
