@@ -545,6 +545,25 @@ def upgrade_saved(saved: dict) -> dict:
   return saved
 
 
+def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
+  """A saved config.json as a ConfigDict: `upgrade_saved`, then every field the run predates (e.g. a config
+  group added later) at its default, so the code of today reads a run of yesterday."""
+  config = get_config()
+  free_form = {"rewards", "reward_gates", "task.field_map"}  # name -> value maps: the saved one replaces ours
+
+  def merge(target, values: dict, prefix: str):
+    for key, value in values.items():
+      if (isinstance(value, dict) and isinstance(target.get(key), ml_collections.ConfigDict)
+          and prefix + key not in free_form):
+        merge(target[key], value, f"{prefix}{key}.")
+      else:
+        with target.ignore_type():
+          target[key] = value
+
+  merge(config, upgrade_saved(saved), "")
+  return config
+
+
 def _set(c, key, value):
   *path, leaf = key.split(".")
   _get(c, ".".join(path))[leaf] = value

@@ -139,3 +139,18 @@ def test_an_old_field_name_still_works_with_a_warning_and_resumes_as_the_new_one
   assert config_lib.resume_differences(saved, c) == ([], [])
   conflicts, _ = config_lib.resume_differences(saved, _config(**{"task.heldout_fraction": 0.2}))
   assert conflicts == ["task.heldout_fraction: 0.3 -> 0.2"]
+
+
+def test_a_saved_config_gets_the_fields_it_predates_at_their_defaults():
+  """scripts/evaluate.py and scripts/export.py read a run's config.json with today's code: a group added since
+  (here `env`) takes its defaults, the saved values stay, and name -> value maps are the saved ones."""
+  import json
+  saved = json.loads(config_lib.get_config().to_json_best_effort())
+  del saved["env"]
+  del saved["model"]["lora_rank"]
+  saved["rewards"] = {"gsm8k_accuracy": 1.0}
+  saved["num_steps"] = 7
+  saved["optim"]["learning_rate"] = 1  # an int where the default is a float
+  config = config_lib.saved_with_defaults(saved)
+  assert config.env.name == "" and config.model.lora_rank == 0 and config.num_steps == 7
+  assert dict(config.rewards) == {"gsm8k_accuracy": 1.0} and config.optim.learning_rate == 1

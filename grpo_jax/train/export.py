@@ -33,7 +33,7 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
   if not os.path.exists(path):
     raise FileNotFoundError(f"{path} does not exist (is {workdir} a training workdir?)")
   with open(path) as f:
-    return ml_collections.ConfigDict(config_lib.upgrade_saved(json.load(f)))
+    return config_lib.saved_with_defaults(json.load(f))
 
 
 def restore_run_params(workdir: str, params, step: int | None = None):
