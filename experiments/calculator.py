@@ -12,16 +12,14 @@ stops at 10% held-out greedy accuracy: the policy then calls the tool on about a
 mostly guesses the rest. GRPO (G = 8 x 32 prompts, beta = 0, Adam lr 3e-4) should raise both the share of
 episodes that call the tool (episodes/turns -> 2) and the accuracy.
 """
-import importlib.util
 import os
+
+from grpo_jax.ablation.spec import load_module
 
 
 def _default_config(preset):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")
-  module_spec = importlib.util.spec_from_file_location("_grpo_jax_default_experiment", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(preset)
+  """experiments/default.py's config (this file starts from it)."""
+  return load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")).get_config(preset)
 
 
 def get_config(preset: str | None = None):

@@ -13,7 +13,6 @@ The sweep (`get_sweep`), 3 seeds each, every member starting from the `full` mem
   lora_r8   adapters of rank 8, lr 1e-3
   lora_r1   adapters of rank 1, lr 1e-3 (Schulman et al. 2025, "LoRA Without Regret": RL needs very little rank)
 """
-import importlib.util
 import os
 
 from grpo_jax.ablation import spec
@@ -22,11 +21,8 @@ SEEDS = (0, 1, 2)
 
 
 def _default_config(preset):
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")
-  module_spec = importlib.util.spec_from_file_location("_grpo_jax_default_experiment", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(preset)
+  """experiments/default.py's config (this file starts from it)."""
+  return spec.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")).get_config(preset)
 
 
 def get_config(preset: str | None = None):
