@@ -29,7 +29,6 @@ gradients and AdamW state, and the reference is the base model itself (so `offlo
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time

@@ -16,17 +16,21 @@ compiles one prefill and one decode per (width, batch bucket) it meets.
 
 An episode ends when the environment says done, after `max_turns` messages, when a message does not fit in the
 episode's C columns (cut), or when an observation leaves no room for another message. `truncated_B` is True
-unless the environment ended it.
+unless the environment ended it. An environment whose `reset` or `step` raises ends that episode there (counted
+in `env_failures_B`, the first error of a call logged); the run goes on.
 """
 from __future__ import annotations
 
+import logging
 from typing import Callable, NamedTuple
 
 import jax
 import numpy as np
 
 from grpo_jax.data.char_tokenizer import CharTokenizer
-from grpo_jax.envs.base import Environment
+from grpo_jax.envs.base import Environment, StepResult
+
+logger = logging.getLogger(__name__)
 
 
 class EpisodeResult(NamedTuple):
@@ -42,6 +46,7 @@ class EpisodeResult(NamedTuple):
   answer_start_B: np.ndarray       # int32 first column of the last message
   env_reward_B: np.ndarray         # float32 sum of the environment's step rewards
   turns_B: np.ndarray              # int32 messages the policy wrote
+  env_failures_B: np.ndarray       # bool: the environment raised (the episode ended there)
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -79,9 +84,22 @@ class EpisodeSampler:
     G, C, tok = repeats, self.max_episode_tokens, self.tokenizer
     prompts = [list(map(int, p)) for p in prompts]
     B = len(prompts) * G
+    failed = np.zeros(B, bool)
+
+    def call(b, fn, *args):
+      """fn(*args), or None after marking episode b failed (the first failure of this call is logged)."""
+      try:
+        return fn(*args)
+      except Exception as e:  # an environment's bug must not end the run: the episode ends, and is counted
+        if not failed.any():
+          logger.warning("environment %s raised %s: %s (episode ended; counted in episodes/env_failures)",
+                         type(envs[b]).__name__, type(e).__name__, e)
+        failed[b] = True
+        return None
+
     envs = [self.make_env() for _ in range(B)]
     for b, env in enumerate(envs):
-      env.reset(_decode(tok, prompts[b // G]))
+      call(b, env.reset, _decode(tok, prompts[b // G]))
     tokens = [[] for _ in range(B)]      # the episode after the prompt
     policy = [[] for _ in range(B)]      # 1: the policy's token, 0: an observation's
     logp = [[] for _ in range(B)]
@@ -105,7 +123,11 @@ class EpisodeSampler:
         logp[b] += lps[:room]
         if len(ids) > room:  # the message does not fit: the episode ends, cut
           continue
-        result = envs[b].step(_decode(tok, ids))
+        result = None if failed[b] else call(b, envs[b].step, _decode(tok, ids))
+        if not isinstance(result, StepResult):
+          if result is not None:  # a step that returned something else is a failure too
+            call(b, _bad_result, result)
+          continue
         env_reward[b] += float(result.reward)
         if result.done:
           finished[b] = True
@@ -122,9 +144,9 @@ class EpisodeSampler:
       active = still
       if not active:
         break
-    return self._pack(first, tokens, policy, logp, answer_start, env_reward, turns, finished)
+    return self._pack(first, tokens, policy, logp, answer_start, env_reward, turns, finished, failed)
 
-  def _pack(self, first, tokens, policy, logp, answer_start, env_reward, turns, finished) -> EpisodeResult:
+  def _pack(self, first, tokens, policy, logp, answer_start, env_reward, turns, finished, failed) -> EpisodeResult:
     B, C = len(tokens), self.max_episode_tokens
     completion = np.full((B, C), self.cfg.pad_id, np.int32)
     mask, env_mask = np.zeros((B, C), np.int32), np.zeros((B, C), np.int32)
@@ -136,7 +158,12 @@ class EpisodeSampler:
       env_mask[b, :n] = 1 - np.asarray(policy[b], np.int32)
       logp_BxC[b, :n] = logp[b]
     return EpisodeResult(first.prompt_BxP, first.prompt_mask_BxP, completion, mask, logp_BxC,
-                         mask.sum(axis=1).astype(np.int32), ~finished, env_mask, answer_start, env_reward, turns)
+                         mask.sum(axis=1).astype(np.int32), ~finished, env_mask, answer_start, env_reward, turns,
+                         failed)
+
+
+def _bad_result(result):
+  raise TypeError(f"Environment.step returned {type(result).__name__}, not a StepResult")
 
 
 def completion_texts(tokenizer, out, decode_completion) -> tuple[list[str], list[str] | None]:

@@ -219,11 +219,13 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
 
 
 def episode_metrics(out: EpisodeResult, prefix: str = "episodes/") -> dict[str, float]:
-  """Multi-turn episodes: mean messages per episode (turns), observation tokens per episode, and the fraction
-  the environment did not end (unfinished: out of turns or of tokens)."""
+  """Multi-turn episodes: mean messages per episode (turns), observation tokens per episode, the fraction the
+  environment did not end (unfinished: out of turns or of tokens, or it raised), and the number of episodes that
+  ended because the environment raised (env_failures)."""
   return {f"{prefix}turns": float(np.mean(out.turns_B)),
           f"{prefix}observation_tokens": float(np.mean(out.env_mask_BxC.sum(axis=1))),
-          f"{prefix}unfinished": float(np.mean(out.truncated_B))}
+          f"{prefix}unfinished": float(np.mean(out.truncated_B)),
+          f"{prefix}env_failures": int(np.sum(out.env_failures_B))}
 
 
 def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSettings,

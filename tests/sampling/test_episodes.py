@@ -3,7 +3,6 @@ scripted policy worked out by hand, and the real sampler's log-probs against the
 on the assembled episodes (which holds only if the trainer sees the contexts the sampler saw)."""
 from __future__ import annotations
 
-import itertools
 import random
 
 import jax
@@ -19,7 +18,8 @@ from grpo_jax.rewards import get_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.sampling.episodes import EpisodeResult, EpisodeSampler
 from grpo_jax.sampling.sampler import SampleResult
-from grpo_jax.train.rollout import RolloutSettings, Scoring, build_rollout, rollout_metrics, sample_and_score
+from grpo_jax.train.rollout import (RolloutSettings, Scoring, build_rollout, episode_metrics, rollout_metrics,
+                                    sample_and_score)
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
@@ -129,6 +129,28 @@ def test_episode_assembly_by_hand():
   assert metrics["episodes/unfinished"] == 0.5 and metrics["completions/mean_length"] == 10
   batch = build_rollout(scored, metrics, settings).batch
   np.testing.assert_array_equal(batch.completion_mask_BxC, out.completion_mask_BxC)  # observations: no loss
+
+
+class _Flaky(Environment):
+  """Raises on a message containing "3", returns a wrong type on one containing "5", else ends the episode."""
+  stop_strings = ("?",)
+
+  def step(self, message):
+    if "3" in message:
+      raise RuntimeError("flaky tool")
+    if "5" in message:
+      return "not a StepResult"
+    return StepResult("", 1.0, True)
+
+
+def test_an_environment_that_raises_ends_its_episode_and_is_counted():
+  sampler = EpisodeSampler(_Scripted(lambda context: context[:-1] + "\x01"), _Flaky, TOK, max_turns=2,
+                           max_episode_tokens=10)
+  out = sampler.generate(None, [TOK.encode(p) for p in ("12*34=", "2*2=", "5*6=")], jax.random.key(0))
+  np.testing.assert_array_equal(out.env_failures_B, [True, False, True])
+  np.testing.assert_array_equal(out.truncated_B, [True, False, True])
+  np.testing.assert_array_equal(out.env_reward_B, [0, 1, 0])
+  assert episode_metrics(out)["episodes/env_failures"] == 2
 
 
 class _Echo(Environment):

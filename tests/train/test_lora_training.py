@@ -3,7 +3,6 @@ gives them; the optimizer state shrinks to the adapters'; remat and the referenc
 a run checkpoints the adapters, resumes exactly and exports the merged model."""
 from __future__ import annotations
 
-import json
 import os
 
 import jax
