@@ -80,6 +80,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.env.max_turns = 3             # messages per episode, at most.
   c.env.max_episode_tokens = 48   # the episode's width after the prompt: messages and observations.
   c.env.max_observation_tokens = 16  # an observation's tokens, at most (longer ones are cut).
+  c.env.step_timeout_s = 10.0     # a reset/step that raises or takes longer ends its episode (episodes/env_failures).
 
   # --- Numerics (grpo_jax/precision.py) ------------------------------------------------------------------
   c.precision = ml_collections.ConfigDict()
@@ -462,6 +463,8 @@ def _validate_env(c) -> None:
     _fail("env.name", str(err))
   for key in ("env.max_turns", "env.max_episode_tokens", "env.max_observation_tokens"):
     _at_least(c, key, 1)
+  if not e.step_timeout_s > 0:
+    _fail("env.step_timeout_s", f"must be > 0, got {e.step_timeout_s}")
   if e.max_episode_tokens < c.sampling.max_new_tokens:
     _fail("env.max_episode_tokens", f"{e.max_episode_tokens} cannot hold one message of sampling.max_new_tokens="
           f"{c.sampling.max_new_tokens}")
@@ -499,7 +502,8 @@ def _validate_lora(c) -> None:
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
                      "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
                      "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
-                     "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf")
+                     "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",
+                     "env.step_timeout_s")
 
 
 def configured_rewards(c) -> dict[str, float]:

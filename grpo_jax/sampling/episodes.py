@@ -16,13 +16,15 @@ compiles one prefill and one decode per (width, batch bucket) it meets.
 
 An episode ends when the environment says done, after `max_turns` messages, when a message does not fit in the
 episode's C columns (cut), or when an observation leaves no room for another message. `truncated_B` is True
-unless the environment ended it. An environment whose `reset` or `step` raises ends that episode there (counted
-in `env_failures_B`, the first error of a call logged); the run goes on.
+unless the environment ended it. An environment whose `reset` or `step` raises, or does not return within
+`step_timeout_s`, ends that episode there (counted in `env_failures_B`, the first failure of a call logged); the
+run goes on. (A step that hangs keeps its thread, a daemon, which cannot be stopped from outside.)
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable, NamedTuple
+import threading
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -62,13 +64,33 @@ def _decode(tokenizer, ids: list[int]) -> str:
   return tokenizer.decode(ids, skip_special_tokens=True)
 
 
+def _call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Any:
+  """fn(*args) in a daemon thread; its exception re-raised, TimeoutError after `timeout_s` seconds."""
+  box: dict[str, Any] = {}
+
+  def target():
+    try:
+      box["value"] = fn(*args)
+    except BaseException as e:  # handed to the caller
+      box["error"] = e
+
+  thread = threading.Thread(target=target, daemon=True)
+  thread.start()
+  thread.join(timeout_s)
+  if thread.is_alive():
+    raise TimeoutError(f"no answer within {timeout_s:g} s")
+  if "error" in box:
+    raise box["error"]
+  return box["value"]
+
+
 class EpisodeSampler:
   """`EpisodeSampler(turn_sampler, make_env, tokenizer, max_turns=, max_episode_tokens=).generate(state, prompts,
   key, repeats)`; `turn_sampler.cfg.max_new_tokens` bounds each message, `max_observation_tokens` each
-  observation (longer ones are cut)."""
+  observation (longer ones are cut), `step_timeout_s` each call of the environment."""
 
   def __init__(self, turn_sampler, make_env: Callable[[], Environment], tokenizer, *, max_turns: int,
-               max_episode_tokens: int, max_observation_tokens: int = 32):
+               max_episode_tokens: int, max_observation_tokens: int = 32, step_timeout_s: float = 10.0):
     if max_turns < 1 or max_episode_tokens < 1 or max_observation_tokens < 1:
       raise ValueError(f"EpisodeSampler: max_turns={max_turns}, max_episode_tokens={max_episode_tokens} and "
                        f"max_observation_tokens={max_observation_tokens} must be >= 1")
@@ -78,6 +100,7 @@ class EpisodeSampler:
     self.max_turns = max_turns
     self.max_episode_tokens = max_episode_tokens
     self.max_observation_tokens = max_observation_tokens
+    self.step_timeout_s = step_timeout_s
     self.cfg = turn_sampler.cfg
 
   def generate(self, state, prompts: list[list[int]], key: jax.Array, repeats: int = 1) -> EpisodeResult:
@@ -89,7 +112,7 @@ class EpisodeSampler:
     def call(b, fn, *args):
       """fn(*args), or None after marking episode b failed (the first failure of this call is logged)."""
       try:
-        return fn(*args)
+        return _call_with_timeout(fn, args, self.step_timeout_s)
       except Exception as e:  # an environment's bug must not end the run: the episode ends, and is counted
         if not failed.any():
           logger.warning("environment %s raised %s: %s (episode ended; counted in episodes/env_failures)",

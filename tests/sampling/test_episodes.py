@@ -4,6 +4,7 @@ on the assembled episodes (which holds only if the trainer sees the contexts the
 from __future__ import annotations
 
 import random
+import time
 
 import jax
 import numpy as np
@@ -132,7 +133,8 @@ def test_episode_assembly_by_hand():
 
 
 class _Flaky(Environment):
-  """Raises on a message containing "3", returns a wrong type on one containing "5", else ends the episode."""
+  """Raises on a message containing "3", returns a wrong type on one containing "5", hangs on one containing "7",
+  else ends the episode."""
   stop_strings = ("?",)
 
   def step(self, message):
@@ -140,17 +142,21 @@ class _Flaky(Environment):
       raise RuntimeError("flaky tool")
     if "5" in message:
       return "not a StepResult"
+    if "7" in message:
+      time.sleep(30)
     return StepResult("", 1.0, True)
 
 
-def test_an_environment_that_raises_ends_its_episode_and_is_counted():
+def test_an_environment_that_raises_or_hangs_ends_its_episode_and_is_counted():
   sampler = EpisodeSampler(_Scripted(lambda context: context[:-1] + "\x01"), _Flaky, TOK, max_turns=2,
-                           max_episode_tokens=10)
-  out = sampler.generate(None, [TOK.encode(p) for p in ("12*34=", "2*2=", "5*6=")], jax.random.key(0))
-  np.testing.assert_array_equal(out.env_failures_B, [True, False, True])
-  np.testing.assert_array_equal(out.truncated_B, [True, False, True])
-  np.testing.assert_array_equal(out.env_reward_B, [0, 1, 0])
-  assert episode_metrics(out)["episodes/env_failures"] == 2
+                           max_episode_tokens=10, step_timeout_s=0.5)
+  t0 = time.perf_counter()
+  out = sampler.generate(None, [TOK.encode(p) for p in ("12*34=", "2*2=", "5*6=", "7*8=")], jax.random.key(0))
+  assert time.perf_counter() - t0 < 10  # the hanging step was given up after 0.5 s
+  np.testing.assert_array_equal(out.env_failures_B, [True, False, True, True])
+  np.testing.assert_array_equal(out.truncated_B, [True, False, True, True])
+  np.testing.assert_array_equal(out.env_reward_B, [0, 1, 0, 0])
+  assert episode_metrics(out)["episodes/env_failures"] == 3
 
 
 class _Echo(Environment):
