@@ -1,5 +1,5 @@
-"""Short runs that must learn: the default experiment through LoRA adapters, and multi-turn calculator episodes.
-Seeds and sizes are fixed; the margins are well below what these runs gain on this machine (in the comments)."""
+"""A short run that must learn: multi-turn calculator episodes (experiments/calculator.py). The seed and sizes are
+fixed; the margins are well below what the run gains on this machine (in the comment)."""
 from __future__ import annotations
 
 import json
@@ -14,17 +14,6 @@ def _evals(workdir):
     return [r for r in map(json.loads, f) if "eval/accuracy" in r]
 
 
-def test_lora_run_of_the_default_experiment_learns(tmp_path):
-  config = load_experiment("lora")(None)  # rank 8 on every projection, lr 1e-3, the default warm start
-  config.num_steps = 100
-  config.eval.every = 100
-  config.checkpoint.every = 100
-  config.log.plot = False
-  summary = loop.train(config, str(tmp_path / "lora"))
-  # Measured: 0.316 -> 0.488 (seed 0).
-  assert summary.accuracy_after >= summary.accuracy_before + 0.08
-
-
 def test_calculator_episodes_learn_to_call_the_tool(tmp_path):
   config = load_experiment("calculator")(None)
   config.warmstart.eval_every = 20
@@ -37,5 +26,6 @@ def test_calculator_episodes_learn_to_call_the_tool(tmp_path):
   workdir = str(tmp_path / "calculator")
   summary = loop.train(config, workdir)
   before, after = _evals(workdir)[0], _evals(workdir)[-1]
+  # Measured: held-out accuracy 8.6% -> 54.7%, greedy messages per episode 1.16 -> 1.95.
   assert after["eval/episodes/turns"] > before["eval/episodes/turns"] + 0.2
   assert summary.accuracy_after >= summary.accuracy_before + 0.2
