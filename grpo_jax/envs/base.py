@@ -16,7 +16,7 @@ import abc
 import importlib
 from typing import Callable, NamedTuple
 
-from grpo_jax.data.char_tokenizer import CharTokenizer
+from grpo_jax.data.text import encode_text
 
 
 class StepResult(NamedTuple):
@@ -73,8 +73,7 @@ def stop_token_ids(env: Environment, tokenizer) -> tuple[int, ...]:
   """The ids of `env.stop_strings` (ValueError unless each is a single token of `tokenizer`)."""
   ids = []
   for s in env.stop_strings:
-    encoded = tokenizer.encode(s) if isinstance(tokenizer, CharTokenizer) else tokenizer.encode(
-        s, add_special_tokens=False)
+    encoded = encode_text(tokenizer, s)
     if len(encoded) != 1:
       raise ValueError(f"environment stop string {s!r} is {len(encoded)} tokens of this tokenizer, not one")
     ids.append(int(encoded[0]))

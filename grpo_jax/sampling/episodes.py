@@ -29,7 +29,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from grpo_jax.data.char_tokenizer import CharTokenizer
+from grpo_jax.data.text import decode_text, encode_text
 from grpo_jax.envs.base import Environment, StepResult
 
 logger = logging.getLogger(__name__)
@@ -49,19 +49,6 @@ class EpisodeResult(NamedTuple):
   env_reward_B: np.ndarray         # float32 sum of the environment's step rewards
   turns_B: np.ndarray              # int32 messages the policy wrote
   env_failures_B: np.ndarray       # bool: the environment raised (the episode ended there)
-
-
-def _encode(tokenizer, text: str) -> list[int]:
-  if isinstance(tokenizer, CharTokenizer):
-    return tokenizer.encode(text)
-  return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def _decode(tokenizer, ids: list[int]) -> str:
-  ids = [t for t in ids if t != tokenizer.eos_token_id]
-  if isinstance(tokenizer, CharTokenizer):
-    return tokenizer.decode(ids)
-  return tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def _call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Any:
@@ -122,7 +109,7 @@ class EpisodeSampler:
 
     envs = [self.make_env() for _ in range(B)]
     for b, env in enumerate(envs):
-      call(b, env.reset, _decode(tok, prompts[b // G]))
+      call(b, env.reset, decode_text(tok, prompts[b // G]))
     tokens = [[] for _ in range(B)]      # the episode after the prompt
     policy = [[] for _ in range(B)]      # 1: the policy's token, 0: an observation's
     logp = [[] for _ in range(B)]
@@ -146,7 +133,7 @@ class EpisodeSampler:
         logp[b] += lps[:room]
         if len(ids) > room:  # the message does not fit: the episode ends, cut
           continue
-        result = None if failed[b] else call(b, envs[b].step, _decode(tok, ids))
+        result = None if failed[b] else call(b, envs[b].step, decode_text(tok, ids))
         if not isinstance(result, StepResult):
           if result is not None:  # a step that returned something else is a failure too
             call(b, _bad_result, result)
@@ -157,7 +144,7 @@ class EpisodeSampler:
           continue
         if turn == self.max_turns - 1:  # out of messages: the observation would be read by nobody
           continue
-        observation = _encode(tok, result.observation)[:self.max_observation_tokens]
+        observation = encode_text(tok, result.observation)[:self.max_observation_tokens]
         if len(tokens[b]) + len(observation) >= C:  # no room left for another message
           continue
         tokens[b] += observation
@@ -188,14 +175,3 @@ class EpisodeSampler:
 def _bad_result(result):
   raise TypeError(f"Environment.step returned {type(result).__name__}, not a StepResult")
 
-
-def completion_texts(tokenizer, out, decode_completion) -> tuple[list[str], list[str] | None]:
-  """(what the rewards grade, the transcripts or None): for a single-turn `SampleResult` the completions; for an
-  `EpisodeResult` each episode's last message, and the whole episode (messages and observations) as text."""
-  if not isinstance(out, EpisodeResult):
-    return [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxC, out.completion_mask_BxC)], None
-  answers, transcripts = [], []
-  for c, m, e, s in zip(out.completion_BxC, out.completion_mask_BxC, out.env_mask_BxC, out.answer_start_B):
-    answers.append(decode_completion(tokenizer, c[s:], m[s:]))
-    transcripts.append(_decode(tokenizer, [int(t) for t, k in zip(c, m + e) if k]))
-  return answers, transcripts

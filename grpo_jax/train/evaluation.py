@@ -7,13 +7,11 @@ compiles one sampler program however many prompts there are.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import numpy as np
 
-from grpo_jax.sampling.episodes import EpisodeResult, completion_texts
-from grpo_jax.train.rollout import Scoring, decode_completion, encode_prompts, episode_metrics, repeat_columns
+from grpo_jax.sampling.episodes import EpisodeResult
+from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
 
 
 def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key, repeats: int = 1):
@@ -29,19 +27,6 @@ def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int,
   return type(outs[0])(*[np.concatenate(xs) for xs in zip(*outs)])
 
 
-def _graded(tokenizer, out, other: dict, scoring: Scoring, texts: list[str]):
-  """(scoring result, completions as graded): multi-turn episodes are graded on their last message, with the
-  environment's step rewards added to the total."""
-  completions, transcripts = completion_texts(tokenizer, out, decode_completion)
-  cols = dict(other, completion_length=out.lengths_B.tolist())
-  if transcripts is not None:
-    cols["transcript"] = transcripts
-  result = scoring(texts, completions, cols)
-  if isinstance(out, EpisodeResult):
-    result = dataclasses.replace(result, total=np.asarray(result.total) + out.env_reward_B)
-  return result, completions
-
-
 def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scoring: Scoring, *,
              accuracy_reward: str, batch_size: int, max_prompt_length: int, key, pass_k: int = 0,
              pass_k_sampler=None, return_details: bool = False) -> dict:
@@ -53,7 +38,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   other = {k: v for k, v in columns.items() if k != "prompt"}
   out = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
-  result, completions = _graded(tokenizer, out, other, scoring, texts)
+  result, completions, _ = grade(tokenizer, out, texts, other, scoring)
   metrics = {"eval/accuracy": float(np.mean(result.per_fn[accuracy_reward])),
              "eval/reward": float(np.mean(result.total)),
              "eval/mean_length": float(np.mean(out.lengths_B))}
@@ -65,7 +50,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
     out_k = _generate_all(pass_k_sampler, params, prompt_ids, batch_size, jax.random.fold_in(key, 1_000_003),
                           repeats=pass_k)
     texts_k = [t for t in texts for _ in range(pass_k)]
-    result_k, _ = _graded(tokenizer, out_k, repeat_columns(other, pass_k), scoring, texts_k)
+    result_k, _, _ = grade(tokenizer, out_k, texts_k, repeat_columns(other, pass_k), scoring)
     acc_k = np.asarray(result_k.per_fn[accuracy_reward]).reshape(-1, pass_k)
     metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
   if return_details:

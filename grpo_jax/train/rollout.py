@@ -6,6 +6,7 @@ length (= max_new_tokens).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from typing import Any, Callable, NamedTuple, Sequence
@@ -14,9 +15,9 @@ import jax
 import numpy as np
 
 from grpo_jax.algo.advantages import compute_advantages, group_stats
-from grpo_jax.data.char_tokenizer import CharTokenizer
-from grpo_jax.rewards.scoring import score_completions
-from grpo_jax.sampling.episodes import EpisodeResult, completion_texts
+from grpo_jax.data.text import decode_text, encode_text
+from grpo_jax.rewards.scoring import RewardResult, score_completions
+from grpo_jax.sampling.episodes import EpisodeResult
 from grpo_jax.train.step import RolloutBatch
 
 RewardSpec = tuple[str, Callable, float]
@@ -26,21 +27,9 @@ _advantages = jax.jit(compute_advantages, static_argnums=(1, 2, 3, 4))
 _group_stats = jax.jit(group_stats, static_argnums=(1, 2))
 
 
-def encode_text(tokenizer, text: str) -> list[int]:
-  """Token ids of a prompt (no special tokens added; the prompt text carries any template)."""
-  if isinstance(tokenizer, CharTokenizer):
-    return tokenizer.encode(text)
-  return list(tokenizer.encode(text, add_special_tokens=False))
-
-
 def decode_completion(tokenizer, ids_N: np.ndarray, mask_N: np.ndarray) -> str:
   """The completion's text: its real tokens, without the stop token."""
-  ids = [int(t) for t, m in zip(ids_N, mask_N) if m]
-  if ids and ids[-1] == tokenizer.eos_token_id:
-    ids = ids[:-1]
-  if isinstance(tokenizer, CharTokenizer):
-    return tokenizer.decode(ids)
-  return tokenizer.decode(ids, skip_special_tokens=True)
+  return decode_text(tokenizer, [t for t, m in zip(ids_N, mask_N) if m])
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], max_prompt_length: int) -> list[list[int]]:
@@ -134,23 +123,34 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], setti
                              "last checkpoint holds the parameters before it diverged")
 
   prompts_B = [t for t in texts for _ in range(G)]
-  # Multi-turn: the rewards grade each episode's last message (and may read its transcript).
-  completions_B, transcripts_B = completion_texts(tokenizer, out, decode_completion)
-  cols_B = repeat_columns({k: v for k, v in columns.items() if k != "prompt"}, G)
-  cols_B["completion_length"] = out.lengths_B.tolist()
-  if transcripts_B is not None:
-    cols_B["transcript"] = transcripts_B
   t2 = time.perf_counter()
-  result = settings.scoring(prompts_B, completions_B, cols_B)
+  result, graded_B, transcripts_B = grade(tokenizer, out, prompts_B, repeat_columns(
+      {k: v for k, v in columns.items() if k != "prompt"}, G), settings.scoring)
   rewards_B = np.asarray(result.total, np.float32)
-  per_fn = {k: np.asarray(v) for k, v in result.per_fn.items()}
-  if isinstance(out, EpisodeResult):  # the environment's own step rewards count too
-    rewards_B = rewards_B + out.env_reward_B
-    per_fn["environment"] = out.env_reward_B
   stats = jax.device_get(_group_stats(rewards_B, G, settings.std_ddof))
-  return Scored(out, prompts_B, transcripts_B or completions_B, rewards_B, per_fn,
-                dict(result.failures), np.asarray(stats.std_R), np.asarray(stats.zero_std_R),
-                seconds=(t1 - t0, time.perf_counter() - t2))
+  return Scored(out, prompts_B, transcripts_B or graded_B, rewards_B,
+                {k: np.asarray(v) for k, v in result.per_fn.items()}, dict(result.failures),
+                np.asarray(stats.std_R), np.asarray(stats.zero_std_R), seconds=(t1 - t0, time.perf_counter() - t2))
+
+
+def grade(tokenizer, out, prompts_B: list[str], columns_B: dict[str, list],
+          scoring: Scoring) -> tuple[RewardResult, list[str], list[str] | None]:
+  """(rewards, the texts graded, the transcripts or None) of a sampler's result `out` ([B] rows, `columns_B` the
+  rows' other columns; `completion_length` is added). Single turn: the completions are graded. Multi-turn
+  (`EpisodeResult`): each episode's last message is graded, the rewards also receive its `transcript` (messages
+  and observations), and the environment's step rewards are added to the total (per_fn "environment")."""
+  columns_B = dict(columns_B, completion_length=out.lengths_B.tolist())
+  if not isinstance(out, EpisodeResult):
+    completions = [decode_completion(tokenizer, c, m) for c, m in zip(out.completion_BxC, out.completion_mask_BxC)]
+    return scoring(prompts_B, completions, columns_B), completions, None
+  answers, transcripts = [], []
+  for c, m, e, s in zip(out.completion_BxC, out.completion_mask_BxC, out.env_mask_BxC, out.answer_start_B):
+    answers.append(decode_completion(tokenizer, c[s:], m[s:]))
+    transcripts.append(decode_completion(tokenizer, c, m + e))
+  result = scoring(prompts_B, answers, dict(columns_B, transcript=transcripts))
+  result = dataclasses.replace(result, total=np.asarray(result.total, np.float32) + out.env_reward_B,
+                               per_fn=dict(result.per_fn, environment=out.env_reward_B))
+  return result, answers, transcripts
 
 
 def concat_scored(parts: Sequence[Scored]) -> Scored:
