@@ -79,9 +79,7 @@ def make_model(cfg, config, key):
 
   from grpo_jax.model import Transformer
   from grpo_jax.model import lora
-  model = Transformer(cfg, rngs=nnx.Rngs(params=key))
-  adapters = lora.from_config(config.model)
-  return model if adapters is None else lora.add_adapters(model, adapters, nnx.Rngs(params=key))
+  return lora.add_configured_adapters(Transformer(cfg, rngs=nnx.Rngs(params=key)), config.model, key)
 
 
 def trainable(params, config):

@@ -118,6 +118,12 @@ def add_adapters(model, lora: LoraConfig, rngs: nnx.Rngs):
   return model
 
 
+def add_configured_adapters(model, model_config, key: jax.Array):
+  """`model` with the adapters `config.model` asks for (`from_config`), drawn from `key`; unchanged without LoRA."""
+  lora = from_config(model_config)
+  return model if lora is None else add_adapters(model, lora, nnx.Rngs(params=key))
+
+
 def split_adapters(params: nnx.State) -> tuple[nnx.State, nnx.State]:
   """(adapter parameters, base parameters) of an adapted model's state."""
   return nnx.split_state(params, nnx.LoRAParam, ...)

@@ -76,7 +76,6 @@ def build_model(config, tokenizer, mesh):
   """(graphdef, params) with params placed on `mesh` by their logical-axis shardings; with `model.lora_rank` > 0
   the model carries LoRA adapters (grpo_jax/model/lora.py), drawn from the seed's own stream."""
   m = config.model
-  lora = lora_lib.from_config(m)
   lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
   if m.hf_path:
     from grpo_jax.model import hf_io
@@ -84,9 +83,9 @@ def build_model(config, tokenizer, mesh):
                                   attention=m.attention, mesh=mesh)
     config_lib.check_context(config, model.cfg.max_position_embeddings,
                              f"max_position_embeddings of {m.hf_path}/config.json")
-    if lora is None:
+    if not m.lora_rank:
       return nnx.split(model)
-    graphdef, params = nnx.split(lora_lib.add_adapters(model, lora, nnx.Rngs(params=lora_key)))
+    graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
     return graphdef, jax.device_put(params, sharding_lib.param_shardings(params, mesh))
   vocab = m.vocab_size or tokenizer.vocab_size
   if vocab < tokenizer.vocab_size:
@@ -99,8 +98,7 @@ def build_model(config, tokenizer, mesh):
                     remat=m.remat, attention=m.attention)
 
   def make(key):
-    model = Transformer(cfg, rngs=nnx.Rngs(params=key))
-    return model if lora is None else lora_lib.add_adapters(model, lora, nnx.Rngs(params=lora_key))
+    return lora_lib.add_configured_adapters(Transformer(cfg, rngs=nnx.Rngs(params=key)), m, lora_key)
 
   graphdef, abstract = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
   shardings = sharding_lib.param_shardings(abstract, mesh)
