@@ -144,7 +144,10 @@ def state_fingerprint(state) -> str:
   state at memory bandwidth where it lives, instead of copying it to the host and hashing it there; on the
   2-core CPU both read host memory and take about as long (2.7 vs 2.9 s for 1.84 GiB, benchmarks/README.md)."""
   flat = jax.tree_util.tree_flatten_with_path(state)[0]
-  sums = [_combine(parts) for parts in jax.device_get([_shard_parts(leaf) for _, leaf in flat])]
+  sums = np.array([_combine(parts) for parts in jax.device_get([_shard_parts(leaf) for _, leaf in flat])],
+                  np.uint32).reshape(-1, 2)
+  if jax.process_count() > 1:  # each process summed the shards it holds: one gather adds up the processes'
+    sums = np.sum(multihost_utils.process_allgather(sums), axis=0, dtype=np.uint32)
   h = hashlib.sha256()
   for (path, leaf), pair in zip(flat, sums):
     h.update(jax.tree_util.keystr(path).encode())
@@ -156,8 +159,7 @@ def state_fingerprint(state) -> str:
 def _check_fingerprint(state, meta: dict) -> None:
   """Raises ValueError if `state` does not match the fingerprint (or, from older checkpoints, the SHA-256 of
   its bytes) stored in `meta` at save time; a checkpoint with neither passes."""
-  single_process = jax.process_count() == 1  # several processes save and check the SHA-256 (Checkpointer)
-  if "state_fingerprint" in meta and single_process and state_fingerprint(state) != meta["state_fingerprint"]:
+  if "state_fingerprint" in meta and state_fingerprint(state) != meta["state_fingerprint"]:
     raise ValueError("the state's fingerprint does not match the one stored at save time")
   if "state_sha256" in meta and state_checksum(state) != meta["state_sha256"]:
     raise ValueError("the state's checksum does not match the one stored at save time")
@@ -170,9 +172,7 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self.keep = keep
     self.verify = verify
-    # Several processes (multi-host) save synchronously, with the SHA-256 checksum: the fingerprint's jitted
-    # per-array programs hung the two-process CPU test (tests/distributed/test_multihost.py); not yet resolved.
-    self.async_save = async_save and jax.process_count() == 1
+    self.async_save = async_save
     self._manager = self._make_manager()
 
   def _make_manager(self):
@@ -189,9 +189,7 @@ class Checkpointer:
     """Starts writing checkpoint `step`; returns when the arrays may change (donated, updated in place),
     before the files are written when `async_save`. A save still running is finished first."""
     meta = dict(meta, step=int(step))
-    if self.verify and jax.process_count() > 1:
-      meta["state_sha256"] = state_checksum(state)
-    elif self.verify:
+    if self.verify:
       meta["state_fingerprint"] = state_fingerprint(state)
     self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                      meta=ocp.args.JsonSave(meta)), force=True)

@@ -407,7 +407,9 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
     if fresh:
       writer.write(0, state.initial_eval)
       checkpointer.save(0, state.arrays(), _meta(config, state, time.time() - t_start, cfg_json))
-    last_eval = dict(state.initial_eval) if state.step == 0 else _last_eval(writer.metrics_path, state.initial_eval)
+    # Every process reads the file (process 0 writes it): they all return the same summary.
+    last_eval = (dict(state.initial_eval) if state.step == 0 else
+                 _last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval, state.step))
     g = config.grpo
     log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f};"
                 f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} update(s)"
@@ -716,10 +718,11 @@ def _meta(config, state: RunState, elapsed_s: float, cfg_json: str) -> dict:
           "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
 
 
-def _last_eval(metrics_path: str, default: dict) -> dict:
-  """The most recent evaluation in metrics.jsonl (after a resume)."""
+def _last_eval(metrics_path: str, default: dict, step: int) -> dict:
+  """The most recent evaluation in metrics.jsonl up to `step` (after a resume from `step`; records past it,
+  from before a crash, are dropped by process 0's writer, which other processes may not have waited for)."""
   last = default
   for rec in metrics_lib.read_jsonl(metrics_path):
-    if "eval/accuracy" in rec:
+    if "eval/accuracy" in rec and rec.get("step", 0) <= step:
       last = {k: v for k, v in rec.items() if k.startswith("eval/")}
   return last

@@ -3,7 +3,8 @@
   python multihost_worker.py WORKDIR PROCESS_ID NUM_PROCESSES PORT LOCAL_DEVICES [--config.x=y ...]
 
 Runs the trainer (`grpo_jax.train.loop.train`) on the tiny default-task preset with jax.distributed started
-from `config.distributed` (when NUM_PROCESSES > 1), then restores the final checkpoint collectively and writes
+from `config.distributed` (when NUM_PROCESSES > 1), resumes it for a third step (the restore checks the
+state fingerprint), then restores the final checkpoint collectively and writes
 this process's full copy of the parameters to WORKDIR/params_<PROCESS_ID>.npz.
 """
 from __future__ import annotations
@@ -49,6 +50,10 @@ def main():
   from grpo_jax.train import checkpoint, loop
   loop.train(config, workdir)
   assert jax.process_count() == nproc and jax.process_index() == pid
+  # Resume for one more step: the restore checks the fingerprint the processes stored together at step 2
+  # (a mismatch would set that checkpoint aside and fall back to step 0).
+  config.num_steps = 3
+  loop.train(config, workdir)
 
   # Restore the last checkpoint (collectively) and dump this process's view of the parameters.
   # No target: plain arrays (whose key paths differ from the saved State's, so no checksum check here).

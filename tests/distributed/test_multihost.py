@@ -73,7 +73,7 @@ def test_processes_end_with_identical_parameters_equal_to_one_process(runs):
 def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
   root, outs = runs
   two, one = _metrics(root / "two"), _metrics(root / "one")
-  assert [r["step"] for r in two] == [0, 1, 2]  # one writer: no duplicated records
+  assert [r["step"] for r in two] == [0, 1, 2, 3]  # one writer: no duplicated records
   for a, b in zip(two[1:], one[1:]):
     # the same prompts and sampled tokens: identical rewards and lengths (merged over the processes)
     for k in ("reward", "completions/mean_length", "completions/min_length", "completions/max_length",
@@ -83,5 +83,8 @@ def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
     for k in ("loss", "grad_norm", "kl"):
       assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-8), k
   assert "[done]" in outs[0] and "[done]" not in outs[1]  # process 1 prints nothing of the run
+  # The resume restored step 2: the fingerprint the two processes stored together matched the restored state.
+  assert "[resume] restored step 2" in outs[0] and "[resume] restored step 2" in outs[2]
+  assert not (root / "two" / "checkpoints_damaged").exists()
   ckpts = sorted(int(d) for d in os.listdir(root / "two" / "checkpoints") if d.isdigit())
-  assert ckpts == [0, 2]
+  assert ckpts == [2, 3]
