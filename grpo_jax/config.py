@@ -81,6 +81,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.env.max_episode_tokens = 48   # the episode's width after the prompt: messages and observations.
   c.env.max_observation_tokens = 16  # an observation's tokens, at most (longer ones are cut).
   c.env.step_timeout_s = 10.0     # a reset/step that raises or takes longer ends its episode (episodes/env_failures).
+  c.env.max_concurrent_steps = 64  # the episodes' reset/step calls of a turn run in threads, this many at once.
 
   # --- Numerics (grpo_jax/precision.py) ------------------------------------------------------------------
   c.precision = ml_collections.ConfigDict()
@@ -465,6 +466,7 @@ def _validate_env(c) -> None:
     _at_least(c, key, 1)
   if not e.step_timeout_s > 0:
     _fail("env.step_timeout_s", f"must be > 0, got {e.step_timeout_s}")
+  _at_least(c, "env.max_concurrent_steps", 1)
   if e.max_episode_tokens < c.sampling.max_new_tokens:
     _fail("env.max_episode_tokens", f"{e.max_episode_tokens} cannot hold one message of sampling.max_new_tokens="
           f"{c.sampling.max_new_tokens}")
@@ -503,7 +505,7 @@ RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep",
                      "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
                      "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
                      "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",
-                     "env.step_timeout_s")
+                     "env.step_timeout_s", "env.max_concurrent_steps")
 
 
 def configured_rewards(c) -> dict[str, float]:

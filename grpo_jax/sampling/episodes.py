@@ -18,12 +18,14 @@ An episode ends when the environment says done, after `max_turns` messages, when
 episode's C columns (cut), or when an observation leaves no room for another message. `truncated_B` is True
 unless the environment ended it. An environment whose `reset` or `step` raises, or does not return within
 `step_timeout_s`, ends that episode there (counted in `env_failures_B`, the first failure of a call logged); the
-run goes on. (A step that hangs keeps its thread, a daemon, which cannot be stopped from outside.)
+run goes on. (A step that hangs keeps its thread, a daemon, which cannot be stopped from outside.) The calls of
+one turn (the resets, then each turn's steps) run concurrently, `max_concurrent_steps` at a time.
 """
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -51,36 +53,43 @@ class EpisodeResult(NamedTuple):
   env_failures_B: np.ndarray       # bool: the environment raised (the episode ended there)
 
 
-def _call_with_timeout(fn: Callable, args: tuple, timeout_s: float) -> Any:
-  """fn(*args) in a daemon thread; its exception re-raised, TimeoutError after `timeout_s` seconds."""
-  box: dict[str, Any] = {}
+def _call_all(calls: list[tuple[Callable, tuple]], timeout_s: float, max_concurrent: int) -> list[tuple[bool, Any]]:
+  """Each fn(*args) of `calls` in a daemon thread, at most `max_concurrent` at once, each given `timeout_s`
+  seconds from its start: (True, value) or (False, the exception; TimeoutError when it did not answer)."""
+  results: list[Any] = [None] * len(calls)
 
-  def target():
+  def target(i, fn, args):
     try:
-      box["value"] = fn(*args)
+      results[i] = (True, fn(*args))
     except BaseException as e:  # handed to the caller
-      box["error"] = e
+      results[i] = (False, e)
 
-  thread = threading.Thread(target=target, daemon=True)
-  thread.start()
-  thread.join(timeout_s)
-  if thread.is_alive():
-    raise TimeoutError(f"no answer within {timeout_s:g} s")
-  if "error" in box:
-    raise box["error"]
-  return box["value"]
+  for lo in range(0, len(calls), max_concurrent):
+    wave = [threading.Thread(target=target, args=(i, *calls[i]), daemon=True)
+            for i in range(lo, min(lo + max_concurrent, len(calls)))]
+    deadline = time.monotonic() + timeout_s
+    for thread in wave:
+      thread.start()
+    for thread in wave:
+      thread.join(max(0.0, deadline - time.monotonic()))
+  # A thread still running is abandoned (it cannot be stopped from outside); its late result is ignored.
+  return [r if r is not None else (False, TimeoutError(f"no answer within {timeout_s:g} s")) for r in results]
 
 
 class EpisodeSampler:
   """`EpisodeSampler(turn_sampler, make_env, tokenizer, max_turns=, max_episode_tokens=).generate(state, prompts,
   key, repeats)`; `turn_sampler.cfg.max_new_tokens` bounds each message, `max_observation_tokens` each
-  observation (longer ones are cut), `step_timeout_s` each call of the environment."""
+  observation (longer ones are cut), `step_timeout_s` each call of the environment; the episodes' calls of one
+  turn run concurrently in threads, at most `max_concurrent_steps` at once (tools that wait on I/O, a sandbox
+  or a server overlap; pure-Python ones take turns on the GIL as they would one after another)."""
 
   def __init__(self, turn_sampler, make_env: Callable[[], Environment], tokenizer, *, max_turns: int,
-               max_episode_tokens: int, max_observation_tokens: int = 32, step_timeout_s: float = 10.0):
-    if max_turns < 1 or max_episode_tokens < 1 or max_observation_tokens < 1:
-      raise ValueError(f"EpisodeSampler: max_turns={max_turns}, max_episode_tokens={max_episode_tokens} and "
-                       f"max_observation_tokens={max_observation_tokens} must be >= 1")
+               max_episode_tokens: int, max_observation_tokens: int = 32, step_timeout_s: float = 10.0,
+               max_concurrent_steps: int = 64):
+    if min(max_turns, max_episode_tokens, max_observation_tokens, max_concurrent_steps) < 1:
+      raise ValueError(f"EpisodeSampler: max_turns={max_turns}, max_episode_tokens={max_episode_tokens}, "
+                       f"max_observation_tokens={max_observation_tokens} and max_concurrent_steps="
+                       f"{max_concurrent_steps} must be >= 1")
     self.turn_sampler = turn_sampler
     self.make_env = make_env
     self.tokenizer = tokenizer
@@ -88,6 +97,7 @@ class EpisodeSampler:
     self.max_episode_tokens = max_episode_tokens
     self.max_observation_tokens = max_observation_tokens
     self.step_timeout_s = step_timeout_s
+    self.max_concurrent_steps = max_concurrent_steps
     self.cfg = turn_sampler.cfg
 
   def generate(self, state, prompts: list[list[int]], key: jax.Array, repeats: int = 1) -> EpisodeResult:
@@ -96,20 +106,26 @@ class EpisodeSampler:
     B = len(prompts) * G
     failed = np.zeros(B, bool)
 
-    def call(b, fn, *args):
-      """fn(*args), or None after marking episode b failed (the first failure of this call is logged)."""
-      try:
-        return _call_with_timeout(fn, args, self.step_timeout_s)
-      except Exception as e:  # an environment's bug must not end the run: the episode ends, and is counted
+    def call_all(calls: list[tuple[int, Callable, tuple]], steps: bool) -> dict[int, Any]:
+      """Episode b -> its fn(*args), or None after marking b failed (the first failure of a generate is logged):
+      an environment's bug or hang must not end the run, only its episode, and it is counted. A step must
+      return a StepResult; what a reset returns is ignored."""
+      out = {}
+      done = _call_all([(fn, args) for _, fn, args in calls], self.step_timeout_s, self.max_concurrent_steps)
+      for (b, _, _), (ok, value) in zip(calls, done):
+        if ok and (not steps or isinstance(value, StepResult)):
+          out[b] = value
+          continue
+        if ok:  # a step that returned something else is a failure too
+          value = TypeError(f"Environment.step returned {type(value).__name__}, not a StepResult")
         if not failed.any():
           logger.warning("environment %s raised %s: %s (episode ended; counted in episodes/env_failures)",
-                         type(envs[b]).__name__, type(e).__name__, e)
-        failed[b] = True
-        return None
+                         type(envs[b]).__name__, type(value).__name__, value)
+        failed[b], out[b] = True, None
+      return out
 
     envs = [self.make_env() for _ in range(B)]
-    for b, env in enumerate(envs):
-      call(b, env.reset, decode_text(tok, prompts[b // G]))
+    call_all([(b, env.reset, (decode_text(tok, prompts[b // G]),)) for b, env in enumerate(envs)], steps=False)
     tokens = [[] for _ in range(B)]      # the episode after the prompt
     policy = [[] for _ in range(B)]      # 1: the policy's token, 0: an observation's
     logp = [[] for _ in range(B)]
@@ -122,7 +138,7 @@ class EpisodeSampler:
       else:
         contexts = [prompts[b // G] + tokens[b] for b in active]
         out = self.turn_sampler.generate(state, contexts, jax.random.fold_in(key, turn))
-      still = []
+      stepping = []  # the episodes whose message fits, and whose environment still works, take a step
       for i, b in enumerate(active):
         real = out.completion_mask_BxC[i].astype(bool)
         ids, lps = out.completion_BxC[i][real].tolist(), out.logp_BxC[i][real].tolist()
@@ -131,12 +147,13 @@ class EpisodeSampler:
         tokens[b] += ids[:room]
         policy[b] += [1] * len(ids[:room])
         logp[b] += lps[:room]
-        if len(ids) > room:  # the message does not fit: the episode ends, cut
-          continue
-        result = None if failed[b] else call(b, envs[b].step, decode_text(tok, ids))
-        if not isinstance(result, StepResult):
-          if result is not None:  # a step that returned something else is a failure too
-            call(b, _bad_result, result)
+        if len(ids) <= room and not failed[b]:  # else the episode ends: cut, or its environment failed
+          stepping.append((b, envs[b].step, (decode_text(tok, ids),)))
+      results = call_all(stepping, steps=True)
+      still = []
+      for b, _, _ in stepping:
+        result = results[b]
+        if result is None:  # failed
           continue
         env_reward[b] += float(result.reward)
         if result.done:
@@ -170,8 +187,3 @@ class EpisodeSampler:
     return EpisodeResult(first.prompt_BxP, first.prompt_mask_BxP, completion, mask, logp_BxC,
                          mask.sum(axis=1).astype(np.int32), ~finished, env_mask, answer_start, env_reward, turns,
                          failed)
-
-
-def _bad_result(result):
-  raise TypeError(f"Environment.step returned {type(result).__name__}, not a StepResult")
-

@@ -150,7 +150,8 @@ def make_samplers(graphdef, config, tokenizer):
     if make_env is None:
       return turn
     return EpisodeSampler(turn, make_env, tokenizer, max_turns=e.max_turns, max_episode_tokens=e.max_episode_tokens,
-                          max_observation_tokens=e.max_observation_tokens, step_timeout_s=e.step_timeout_s)
+                          max_observation_tokens=e.max_observation_tokens, step_timeout_s=e.step_timeout_s,
+                          max_concurrent_steps=e.max_concurrent_steps)
 
   train = sampler(SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common))
   greedy = sampler(SamplingConfig(temperature=s.temperature, greedy=True, **common))

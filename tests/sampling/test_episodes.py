@@ -4,6 +4,7 @@ on the assembled episodes (which holds only if the trainer sees the contexts the
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import jax
@@ -157,6 +158,27 @@ def test_an_environment_that_raises_or_hangs_ends_its_episode_and_is_counted():
   np.testing.assert_array_equal(out.truncated_B, [True, False, True, True])
   np.testing.assert_array_equal(out.env_reward_B, [0, 1, 0, 0])
   assert episode_metrics(out)["episodes/env_failures"] == 3
+
+
+class _Meeting(Environment):
+  """Every step waits at one barrier of 4 parties (1 s at most): it passes only when 4 steps run at once."""
+  stop_strings = ("?",)
+  barrier = None
+
+  def step(self, message):
+    self.barrier.wait(timeout=1.0)
+    return StepResult("", 1.0, True)
+
+
+@pytest.mark.parametrize("max_concurrent", [4, 2])
+def test_the_episodes_environment_steps_of_a_turn_run_concurrently(max_concurrent):
+  _Meeting.barrier = threading.Barrier(4)
+  sampler = EpisodeSampler(_Scripted(lambda context: context[:-1] + "\x01"), _Meeting, TOK, max_turns=1,
+                           max_episode_tokens=10, step_timeout_s=5.0, max_concurrent_steps=max_concurrent)
+  out = sampler.generate(None, [TOK.encode("1+1="), TOK.encode("2+2=")], jax.random.key(0), repeats=2)
+  # 4 at once: all meet; 2 at a time: the barrier breaks, and each failed step ends its episode, counted.
+  np.testing.assert_array_equal(out.env_failures_B, [max_concurrent < 4] * 4)
+  np.testing.assert_array_equal(out.env_reward_B, [float(max_concurrent >= 4)] * 4)
 
 
 class _Echo(Environment):
