@@ -34,6 +34,7 @@ from jax.experimental import multihost_utils
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"  # WORKDIR/checkpoints/STEP
+WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started from; never rotated out
 
 
 class Restored(NamedTuple):
@@ -239,18 +240,20 @@ class Checkpointer:
     self._manager.close()
 
 
-def restore_params(directory: str, step: int, abstract_params, verify: bool = True) -> tuple[Any, dict]:
+def restore_params(directory: str, step: int, abstract_params, verify: bool = True,
+                   item: str = "params") -> tuple[Any, dict]:
   """(params, meta) of checkpoint `step` in another run's `directory`, opened read-only (nothing there is
-  moved, cleaned or rotated, even while that run is still writing). Only `state["params"]` is read, so the
-  checkpoint may hold more (optimizer state, a reference model). The checksum is checked when the checkpoint
-  holds nothing but the parameters (a warm-start directory); a full checkpoint's covers state we do not read."""
+  moved, cleaned or rotated, even while that run is still writing). Only `state[item]` is read ("params", or a
+  LoRA run's "adapters"), so the checkpoint may hold more (optimizer state, a reference model). The checksum is
+  checked when the checkpoint holds nothing but the parameters (a warm-start directory); a full checkpoint's
+  covers state we do not read."""
   options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False)
   manager = ocp.CheckpointManager(os.path.abspath(directory), options=options, item_names=("state", "meta"))
   try:
     if step not in manager.all_steps():
       raise FileNotFoundError(f"{directory} has no complete checkpoint at step {step} (steps: "
                               f"{sorted(manager.all_steps())})")
-    target = {"params": abstract_params}
+    target = {item: abstract_params}
     restore_args = jax.tree.map(lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding), target)
     restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.PyTreeRestore(item=target, restore_args=restore_args, partial_restore=True),
@@ -258,12 +261,30 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
   finally:
     manager.close()
   state, meta = restored["state"], dict(restored["meta"])
+  # A partial restore leaves what the checkpoint does not hold as the abstract target: refuse it by name.
+  missing = [jax.tree_util.keystr(path) for path, x in jax.tree_util.tree_flatten_with_path(state[item])[0]
+             if isinstance(x, jax.ShapeDtypeStruct)]
+  if missing:
+    raise ValueError(f"{directory} (step {step}) holds no {item}{missing[0]} ({len(missing)} of the arrays "
+                     "asked for are missing)" + (
+                         "; it is a LoRA run's checkpoint, which holds the adapters alone: the run's starting point "
+                         f"is its {WARMSTART_DIR}/ (after a warm start), else the base model its config builds"
+                         if _holds_adapters(directory, step) else ""))
   if verify and meta.get("params_only"):
     try:
       _check_fingerprint(state, meta)
     except ValueError as e:
       raise ValueError(f"the parameters in {directory} (step {step}): {e}") from None
-  return state["params"], meta
+  return state[item], meta
+
+
+def _holds_adapters(directory: str, step: int) -> bool:
+  """Whether checkpoint `step` in `directory` is a LoRA run's (its array tree has an "adapters" branch)."""
+  path = os.path.join(directory, str(step), "state", "_METADATA")  # orbax's tree metadata: key paths
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    return "('adapters'," in f.read()
 
 
 def save_initial_state(directory: str, params, meta: dict, verify: bool = True) -> None:
@@ -273,3 +294,48 @@ def save_initial_state(directory: str, params, meta: dict, verify: bool = True) 
     checkpointer.save(0, {"params": params}, dict(meta, params_only=True))
   finally:
     checkpointer.close()
+
+
+def initial_state_dir(source: str) -> tuple[str, int]:
+  """(orbax directory, step) of the starting point in `source`: a run's workdir (its warmstart/ directory,
+  else its step-0 checkpoint) or a warmstart/ or checkpoints/ directory itself."""
+  candidates = [(os.path.join(source, WARMSTART_DIR), 0), (os.path.join(source, CHECKPOINT_DIR), 0), (source, 0)]
+  for directory, step in candidates:
+    if os.path.exists(os.path.join(directory, str(step), "commit_success.txt")) or (
+        os.path.isdir(os.path.join(directory, str(step), "state")) and
+        os.path.isdir(os.path.join(directory, str(step), "meta"))):
+      return directory, step
+  raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (expected "
+                          f"{WARMSTART_DIR}/0 or {CHECKPOINT_DIR}/0 of a run's workdir, written after its warm "
+                          "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
+
+
+def has_initial_state(directory: str) -> bool:
+  try:
+    initial_state_dir(directory)
+    return True
+  except FileNotFoundError:
+    return False
+
+
+def lora_base_fingerprint(base_params) -> str:
+  """What a LoRA run's checkpoints store of their frozen base (`lora_base_fingerprint` in the meta)."""
+  return state_fingerprint({"params": base_params})
+
+
+def restore_lora_base(workdir: str, initial_base, fingerprint: str | None):
+  """The frozen base model of the LoRA run in `workdir`, whose checkpoints hold the adapters alone: the run's
+  saved starting point (WORKDIR/warmstart, written after a warm start or from warmstart.init_checkpoint) when
+  it has one, else `initial_base` (the base its config builds: the Hugging Face checkpoint, or the seed's
+  initialization). ValueError when it is not the base the checkpoints were trained on (`fingerprint`)."""
+  own_start = os.path.join(workdir, WARMSTART_DIR)
+  base, source = initial_base, "the model its config builds"
+  if os.path.isdir(own_start) and has_initial_state(own_start):
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), initial_base)
+    base, _ = restore_params(own_start, 0, abstract)
+    source = own_start
+  if fingerprint is not None and lora_base_fingerprint(base) != fingerprint:
+    raise ValueError(f"{workdir}: its LoRA checkpoints hold the adapters alone, and the base model read from "
+                     f"{source} is not the one they were trained on (fingerprint mismatch: were model.hf_path's "
+                     f"files or {WARMSTART_DIR}/ changed?)")
+  return base

@@ -21,7 +21,7 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.model import lora
-from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_params
+from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_lora_base, restore_params
 
 EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
 GENERATION_CONFIG = "generation_config.json"
@@ -38,7 +38,8 @@ def load_run_config(workdir: str) -> ml_collections.ConfigDict:
 
 def restore_run_params(workdir: str, params, step: int | None = None):
   """(parameters of checkpoint `step` of the run in `workdir`, or of its latest; that step). `params`: a tree of
-  the same structure (the freshly built model's), whose shapes, dtypes and shardings the restore takes."""
+  the same structure (the freshly built model's), whose shapes, dtypes and shardings the restore takes; with
+  LoRA adapters in it, the adapters come from the checkpoint and the base from `restore_lora_base`."""
   directory = os.path.join(workdir, CHECKPOINT_DIR)
   checkpointer = Checkpointer(directory, keep=1, verify=False)
   steps = checkpointer.all_steps()
@@ -49,9 +50,15 @@ def restore_run_params(workdir: str, params, step: int | None = None):
     step = steps[-1]
   elif step not in steps:
     raise FileNotFoundError(f"{directory} has no checkpoint {step}; it has {steps}")
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)
-  restored, _ = restore_params(directory, step, abstract)
-  return restored, step
+  spec = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+  if not lora.count(params)[0]:  # no adapters: a full fine-tuning run
+    restored, _ = restore_params(directory, step, spec(params))
+    return restored, step
+  # A LoRA run's checkpoints hold the adapters: the frozen base is its starting point (checked).
+  adapters, base = lora.split_adapters(params)
+  adapters, meta = restore_params(directory, step, spec(adapters), item="adapters")
+  base = restore_lora_base(workdir, base, meta.get("lora_base_fingerprint"))
+  return lora.join(adapters, base), step
 
 
 def write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> str:

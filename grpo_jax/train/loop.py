@@ -42,7 +42,9 @@ from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.sampling.episodes import EpisodeSampler
 from grpo_jax.train import distributed
 from grpo_jax.train import metrics as metrics_lib
-from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_params, save_initial_state
+from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, WARMSTART_DIR, Checkpointer, restore_params,
+                                       save_initial_state)
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
@@ -57,7 +59,6 @@ from grpo_jax.train.warmstart import run_warmstart
 
 logger = logging.getLogger(__name__)
 
-WARMSTART_DIR = "warmstart"  # the parameters GRPO started from (after the warm start); never garbage-collected
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
 MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates that stop a run
@@ -260,6 +261,7 @@ class _Run:
     # LoRA: only the adapters train; the reference (and the warm start) is the base model, without adapters.
     self.lora = lora_lib.from_config(config.model)
     self.trainable = nnx.LoRAParam if self.lora else None
+    self.base_fingerprint: str | None = None  # LoRA: of the frozen base, stored with every checkpoint
     self.base_graphdef = (lora_lib.base_graphdef(self.graphdef, self.initial_params) if self.lora
                           else self.graphdef)
     if self.lora:
@@ -307,6 +309,21 @@ class _Run:
            else None)
     opt_state, _ = init_opt_state(self.optimizer, self.trainable_part(params), self.mesh)
     return RunState(params, opt_state, ref, step, data_position, initial_eval, run_id, wall_before)
+
+  def checkpoint_arrays(self, state: RunState) -> dict:
+    """The arrays a checkpoint holds: `state.arrays()`; with LoRA the adapters and their optimizer state alone,
+    since the base never changes (`restore_lora_base` reads it back, checked against the fingerprint that
+    `save_checkpoint` stores)."""
+    if not self.lora:
+      return state.arrays()
+    return {"adapters": self.trainable_part(state.params), "opt_state": state.opt_state}
+
+  def save_checkpoint(self, checkpointer: Checkpointer, step: int, state: RunState, meta: dict) -> None:
+    if self.lora:
+      if self.base_fingerprint is None:  # once per process: the base is frozen
+        self.base_fingerprint = checkpoint_lib.lora_base_fingerprint(self.base_part(state.params))
+      meta = dict(meta, lora_base_fingerprint=self.base_fingerprint)
+    checkpointer.save(step, self.checkpoint_arrays(state), meta)
 
   def trainable_part(self, params):
     """The parameters the update optimizes: the adapters with LoRA, else all of them."""
@@ -407,7 +424,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
               if main else distributed.NullWriter())
     if fresh:
       writer.write(0, state.initial_eval)
-      checkpointer.save(0, state.arrays(), _meta(config, state, time.time() - t_start, cfg_json))
+      run.save_checkpoint(checkpointer, 0, state, _meta(config, state, time.time() - t_start, cfg_json))
     # Every process reads the file (process 0 writes it): they all return the same summary.
     last_eval = (dict(state.initial_eval) if state.step == 0 else
                  _last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval, state.step))
@@ -433,7 +450,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
       if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
         writer.flush()
-        checkpointer.save(step, state.arrays(), _meta(config, state, state.wall_before + time.time() - t_start,
+        run.save_checkpoint(checkpointer, step, state, _meta(config, state, state.wall_before + time.time() - t_start,
                                                        cfg_json))
       if stop:
         log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
@@ -472,7 +489,7 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
     template = run.new_state(run.initial_params, 0, 0, {}, "")
     # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                            template.arrays())
+                            run.checkpoint_arrays(template))
     restored = checkpointer.restore_latest(abstract)
   if restored is None:
     _refuse_to_overwrite_history(workdir)
@@ -486,9 +503,15 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
   if not own:
     log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
         "counted in wall_s_total")
-  log(f"[resume] restored step {restored.step} from {checkpointer.directory}")
   arrays = restored.state
-  return RunState(arrays["params"], arrays["opt_state"], arrays.get("ref_params"), restored.step,
+  params = arrays.get("params")
+  if run.lora:  # the checkpoint holds the adapters: the base is the run's starting point, checked
+    base = checkpoint_lib.restore_lora_base(workdir, run.base_part(run.initial_params),
+                                            meta.get("lora_base_fingerprint"))
+    run.base_fingerprint = meta.get("lora_base_fingerprint")
+    params = lora_lib.join(arrays["adapters"], base)
+  log(f"[resume] restored step {restored.step} from {checkpointer.directory}")
+  return RunState(params, arrays["opt_state"], arrays.get("ref_params"), restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
                   meta.get("run_id") if own else _new_run_id(workdir, main),
                   float(meta.get("elapsed_s", 0.0)) if own else 0.0)
@@ -503,7 +526,7 @@ def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
   params, data_position = run.base_part(run.initial_params), 0
   own_start = os.path.join(workdir, WARMSTART_DIR)
-  start_saved = _has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
+  start_saved = checkpoint_lib.has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
   source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
   if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
     params, data_position, initial_eval = _load_initial_state(source, params, workdir, main, log)
@@ -641,35 +664,13 @@ class WorkdirLock:
     self._file.close()  # releases the lock
 
 
-def _initial_state_dir(source: str) -> tuple[str, int]:
-  """(orbax directory, step) of the starting point in `source`: a run's workdir (its warmstart/ directory,
-  else its step-0 checkpoint) or a warmstart/ or checkpoints/ directory itself."""
-  candidates = [(os.path.join(source, WARMSTART_DIR), 0), (os.path.join(source, CHECKPOINT_DIR), 0), (source, 0)]
-  for directory, step in candidates:
-    if os.path.exists(os.path.join(directory, str(step), "commit_success.txt")) or (
-        os.path.isdir(os.path.join(directory, str(step), "state")) and
-        os.path.isdir(os.path.join(directory, str(step), "meta"))):
-      return directory, step
-  raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (expected "
-                          f"{WARMSTART_DIR}/0 or {CHECKPOINT_DIR}/0 of a run's workdir, written after its warm "
-                          "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
-
-
-def _has_initial_state(directory: str) -> bool:
-  try:
-    _initial_state_dir(directory)
-    return True
-  except FileNotFoundError:
-    return False
-
-
 def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
   """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
   or of this run's own warm start saved before a kill.
 
   The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
   exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
-  directory, step = _initial_state_dir(source)
+  directory, step = checkpoint_lib.initial_state_dir(source)
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)
   params, meta = restore_params(directory, step, abstract)
   warmstart_log = os.path.join(source, metrics_lib.WARMSTART_FILE)

@@ -185,3 +185,20 @@ def test_fingerprint_of_arrays_in_host_memory_equals_their_device_copies():
   host = jax.device_put(x, x.sharding.with_memory_kind("pinned_host"))
   assert host.sharding.memory_kind == "pinned_host"
   assert state_fingerprint({"ref": host}) == state_fingerprint({"ref": x})
+
+
+def test_restore_params_refuses_what_the_checkpoint_does_not_hold(tmp_path):
+  """orbax's partial restore hands back the abstract target for arrays a checkpoint lacks; restore_params names
+  them instead (and says when the checkpoint is a LoRA run's, which holds the adapters alone)."""
+  one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  want = {"w": jax.ShapeDtypeStruct((3,), jnp.float32, sharding=one)}
+  for name, state in [("full", {"params": {"v": np.ones(3, np.float32)}}),
+                      ("lora", {"adapters": {"w": np.ones(3, np.float32)}, "opt_state": {"m": np.zeros(2)}})]:
+    ck = Checkpointer(str(tmp_path / name), keep=1)
+    ck.save(0, state, {})
+    ck.close()
+    with pytest.raises(ValueError, match=r"holds no params\['w'\]") as err:
+      checkpoint.restore_params(str(tmp_path / name), 0, want)
+    assert ("LoRA run's checkpoint" in str(err.value)) == (name == "lora")
+  adapters, _ = checkpoint.restore_params(str(tmp_path / "lora"), 0, want, item="adapters")
+  np.testing.assert_array_equal(adapters["w"], np.ones(3))

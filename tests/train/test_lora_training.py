@@ -3,6 +3,8 @@ gives them; the optimizer state shrinks to the adapters'; remat and the referenc
 a run checkpoints the adapters, resumes exactly and exports the merged model."""
 from __future__ import annotations
 
+import ast
+import json
 import os
 
 import jax
@@ -16,6 +18,7 @@ from grpo_jax import config as config_lib
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model import lora
+from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import export as export_lib
 from grpo_jax.train import loop
 from grpo_jax.train.metrics import read_jsonl
@@ -136,15 +139,20 @@ def test_lora_run_reference_is_the_base_checkpoints_resume_and_export(tmp_path, 
   adapters_final, base_final = lora.split_adapters(final)
   # The starting point (after the warm start) is saved as a base model, in a full fine-tuning run's layout.
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), base_final)
-  base_start, _ = loop.restore_params(os.path.join(straight, loop.WARMSTART_DIR), 0, abstract)
+  base_start, _ = checkpoint_lib.restore_params(os.path.join(straight, checkpoint_lib.WARMSTART_DIR), 0,
+                                                abstract)
   for x, y in zip(jax.tree.leaves(base_final), jax.tree.leaves(base_start)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   assert max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(adapters_final),
                                                           jax.tree.leaves(lora.split_adapters(first)[0]))) > 1e-4
-  # The checkpoint holds the adapters and no reference copy.
+  # The checkpoint holds the adapters and their optimizer state alone: neither the frozen base nor a reference
+  # copy, so it is the adapters' size; the base's fingerprint in its meta ties it to the saved starting point.
   with open(os.path.join(straight, "checkpoints", "4", "state", "_METADATA")) as f:
-    saved = f.read()
-  assert "lora_b" in saved and "ref_params" not in saved
+    saved = [ast.literal_eval(k) for k in json.load(f)["tree_metadata"]]  # key paths, e.g. ('adapters', ...)
+  assert {path[0] for path in saved} == {"adapters", "opt_state"}
+  assert all(path[-2] in ("lora_a", "lora_b") for path in saved if path[0] == "adapters"), saved
+  with pytest.raises(ValueError, match="not the one they were trained on"):
+    checkpoint_lib.restore_lora_base(straight, base_final, "0" * 64)
 
   # Stopped after step 2 and resumed: the same final state, bit for bit.
   resumed = str(tmp_path / "resumed")
