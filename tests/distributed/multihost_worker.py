@@ -1,10 +1,10 @@
 """One process of a multi-process GRPO run (run by test_multihost.py; also the single-process reference).
 
-  python multihost_worker.py WORKDIR PROCESS_ID NUM_PROCESSES PORT LOCAL_DEVICES [--config.x=y ...]
+  python multihost_worker.py WORKDIR PROCESS_ID NUM_PROCESSES PORT LOCAL_DEVICES [--resume] [--config.x=y ...]
 
 Runs the trainer (`grpo_jax.train.loop.train`) on the tiny default-task preset with jax.distributed started
-from `config.distributed` (when NUM_PROCESSES > 1), resumes it for a third step (the restore checks the
-state fingerprint), then restores the final checkpoint collectively and writes
+from `config.distributed` (when NUM_PROCESSES > 1) for 3 steps (with --resume: 2, then a resume for the third,
+whose restore checks the state fingerprint), then restores the final checkpoint collectively and writes
 this process's full copy of the parameters to WORKDIR/params_<PROCESS_ID>.npz.
 """
 from __future__ import annotations
@@ -28,14 +28,14 @@ from tests.train.conftest import load_experiment  # noqa: E402
 
 def main():
   config = load_experiment("default")("test")
-  config.num_steps = 2
   config.warmstart.enabled = False
   config.log.plot = False
   config.log.tensorboard = False
   config.eval.every = 100         # evaluation at steps 0 and 2 only
   config.checkpoint.every = 100   # checkpoints at steps 0 and 2
   config.grpo.beta = 0.04         # exercise the reference model too
-  for arg in sys.argv[6:]:        # --config.a.b=value (int/float/str)
+  resume = "--resume" in sys.argv[6:]  # 2 steps, then a resume for the third; else 3 steps straight
+  for arg in [a for a in sys.argv[6:] if a != "--resume"]:  # --config.a.b=value (int/float/str)
     key, value = arg[len("--config."):].split("=", 1)
     node = config
     *parents, leaf = key.split(".")
@@ -48,12 +48,12 @@ def main():
     config.distributed.process_id = pid
 
   from grpo_jax.train import checkpoint, loop
+  config.num_steps = 2 if resume else 3
   loop.train(config, workdir)
   assert jax.process_count() == nproc and jax.process_index() == pid
-  # Resume for one more step: the restore checks the fingerprint the processes stored together at step 2
-  # (a mismatch would set that checkpoint aside and fall back to step 0).
-  config.num_steps = 3
-  loop.train(config, workdir)
+  if resume:  # the restore checks the fingerprint the processes stored together at step 2 (a mismatch would
+    config.num_steps = 3  # set that checkpoint aside and fall back to step 0)
+    loop.train(config, workdir)
 
   # Restore the last checkpoint (collectively) and dump this process's view of the parameters.
   # No target: plain arrays (whose key paths differ from the saved State's, so no checksum check here).
