@@ -98,6 +98,8 @@ def _shard_parts(x) -> list[jax.Array]:
   collective. A program per array over a sharded array runs all-reduces and all-gathers, and many of them in
   flight at once deadlocked XLA's CPU devices (8 virtual devices, arrays arriving from a restore)."""
   if not isinstance(x, jax.Array):
+    if jax.process_index() != 0:  # a host value every process holds whole: counted once, by process 0
+      return []
     x = jnp.asarray(x)
   k = _words_per_element(x)
   strides = [k] * (x.ndim + 1)  # row-major strides, in words, of the array read as x.shape + (k,)
@@ -116,7 +118,7 @@ def _shard_parts(x) -> list[jax.Array]:
 
 
 def _combine(parts) -> np.ndarray:
-  """The uint32[2] sum, wrapping, of one array's shard parts (host values)."""
+  """The uint32[2] sum, wrapping, of one array's shard parts (host values; none: zeros)."""
   return np.sum(np.asarray(parts, np.uint32).reshape(-1, 2), axis=0, dtype=np.uint32)
 
 
