@@ -53,6 +53,17 @@ class EpisodeResult(NamedTuple):
   env_failures_B: np.ndarray       # bool: the environment raised (the episode ended there)
 
 
+_hung: set[threading.Thread] = set()  # threads of timed-out environment calls, pruned once they return
+_hung_lock = threading.Lock()
+
+
+def hung_env_calls() -> int:
+  """How many timed-out environment calls are still running in threads in the background."""
+  with _hung_lock:
+    _hung.difference_update([t for t in _hung if not t.is_alive()])
+    return len(_hung)
+
+
 def _call_all(calls: list[tuple[Callable, tuple]], timeout_s: float, max_concurrent: int) -> list[tuple[bool, Any]]:
   """Each fn(*args) of `calls` in a daemon thread, at most `max_concurrent` at once, each given `timeout_s`
   seconds from its start: (True, value) or (False, the exception; TimeoutError when it did not answer)."""
@@ -72,6 +83,8 @@ def _call_all(calls: list[tuple[Callable, tuple]], timeout_s: float, max_concurr
       thread.start()
     for thread in wave:
       thread.join(max(0.0, deadline - time.monotonic()))
+    with _hung_lock:
+      _hung.update(t for t in wave if t.is_alive())
   # A thread still running is abandoned (it cannot be stopped from outside); its late result is ignored.
   return [r if r is not None else (False, TimeoutError(f"no answer within {timeout_s:g} s")) for r in results]
 
@@ -119,8 +132,9 @@ class EpisodeSampler:
         if ok:  # a step that returned something else is a failure too
           value = TypeError(f"Environment.step returned {type(value).__name__}, not a StepResult")
         if not failed.any():
-          logger.warning("environment %s raised %s: %s (episode ended; counted in episodes/env_failures)",
-                         type(envs[b]).__name__, type(value).__name__, value)
+          logger.warning("environment %s raised %s: %s (episode ended; counted in episodes/env_failures); "
+                         "timed-out calls still running in the background: %d", type(envs[b]).__name__,
+                         type(value).__name__, value, hung_env_calls())
         failed[b], out[b] = True, None
       return out
 

@@ -17,7 +17,7 @@ import numpy as np
 from grpo_jax.algo.advantages import compute_advantages, group_stats
 from grpo_jax.data.text import decode_text, encode_text
 from grpo_jax.rewards.scoring import RewardResult, score_completions
-from grpo_jax.sampling.episodes import EpisodeResult
+from grpo_jax.sampling.episodes import EpisodeResult, hung_env_calls
 from grpo_jax.train.step import RolloutBatch
 
 RewardSpec = tuple[str, Callable, float]
@@ -220,12 +220,17 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
 
 def episode_metrics(out: EpisodeResult, prefix: str = "episodes/") -> dict[str, float]:
   """Multi-turn episodes: mean messages per episode (turns), observation tokens per episode, the fraction the
-  environment did not end (unfinished: out of turns or of tokens, or it raised), and the number of episodes that
-  ended because the environment raised (env_failures)."""
-  return {f"{prefix}turns": float(np.mean(out.turns_B)),
-          f"{prefix}observation_tokens": float(np.mean(out.env_mask_BxC.sum(axis=1))),
-          f"{prefix}unfinished": float(np.mean(out.truncated_B)),
-          f"{prefix}env_failures": int(np.sum(out.env_failures_B))}
+  environment did not end (unfinished: out of turns or of tokens, or it raised), the number of episodes that
+  ended because the environment raised or timed out (env_failures), and, when there are any, the timed-out
+  environment calls still running in background threads (hung_calls: a thread cannot be stopped)."""
+  metrics = {f"{prefix}turns": float(np.mean(out.turns_B)),
+             f"{prefix}observation_tokens": float(np.mean(out.env_mask_BxC.sum(axis=1))),
+             f"{prefix}unfinished": float(np.mean(out.truncated_B)),
+             f"{prefix}env_failures": int(np.sum(out.env_failures_B))}
+  hung = hung_env_calls()
+  if hung:
+    metrics[f"{prefix}hung_calls"] = hung
+  return metrics
 
 
 def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSettings,

@@ -18,7 +18,7 @@ from grpo_jax.envs.calculator import Calculator, evaluate_expression
 from grpo_jax.model import ModelConfig, Transformer, completion_logprobs
 from grpo_jax.rewards import get_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
-from grpo_jax.sampling.episodes import EpisodeResult, EpisodeSampler
+from grpo_jax.sampling.episodes import EpisodeResult, EpisodeSampler, hung_env_calls
 from grpo_jax.sampling.sampler import SampleResult
 from grpo_jax.train.rollout import (RolloutSettings, Scoring, build_rollout, episode_metrics, rollout_metrics,
                                     sample_and_score)
@@ -157,7 +157,9 @@ def test_an_environment_that_raises_or_hangs_ends_its_episode_and_is_counted():
   np.testing.assert_array_equal(out.env_failures_B, [True, False, True, True])
   np.testing.assert_array_equal(out.truncated_B, [True, False, True, True])
   np.testing.assert_array_equal(out.env_reward_B, [0, 1, 0, 0])
-  assert episode_metrics(out)["episodes/env_failures"] == 3
+  metrics = episode_metrics(out)
+  assert metrics["episodes/env_failures"] == 3
+  assert metrics["episodes/hung_calls"] == hung_env_calls() >= 1  # the sleeping step still runs in its thread
 
 
 class _Meeting(Environment):
