@@ -188,10 +188,13 @@ def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
   if jax.process_count() == 1:
     return dict(metrics)
   metrics = dict(metrics)
-  # A failure count exists only where a reward function failed: give every process the same names.
+  # A failure count exists only where a reward function failed, a hung-call count only where an environment
+  # call hangs: give every process the same names.
   for k in list(metrics):
     if k.startswith("rewards/") and k.endswith("/mean"):
       metrics.setdefault(k[:-len("/mean")] + "/failures", 0)
+    if k.endswith("episodes/turns"):
+      metrics.setdefault(k[:-len("turns")] + "hung_calls", 0)
   names = sorted(metrics)
   values = allgather(np.array([float(metrics[k]) for k in names], np.float64))  # [num_processes, K]
   if values.shape[1] != len(names):
@@ -203,7 +206,7 @@ def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
       out[k] = float(col.min())
     elif k.endswith("max_length"):
       out[k] = float(col.max())
-    elif k.endswith("/failures"):
+    elif k.endswith("/failures") or k.endswith("/hung_calls"):
       if col.sum() > 0:
         out[k] = int(col.sum())
     else:

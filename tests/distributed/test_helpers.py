@@ -84,3 +84,27 @@ def test_offloader_parks_in_host_memory_and_fetches_back():
   np.testing.assert_array_equal(np.asarray(back["w"]), 1.0)
   off_disabled = offload.RefOffloader(False, mesh)
   assert off_disabled.park(tree) is tree and off_disabled.fetch(None) is None
+
+
+def test_merge_gives_every_process_the_same_names_for_counts_only_some_report(monkeypatch):
+  """Two processes (the gather simulated): process 0 had a reward failure and a hung environment call, process
+  1 neither. Both must gather the same names in the same order; counts are summed, the rest averaged."""
+  p0 = {"reward": 0.5, "rewards/r/mean": 0.5, "rewards/r/failures": 3, "episodes/turns": 2.0,
+        "episodes/hung_calls": 1}
+  p1 = {"reward": 0.25, "rewards/r/mean": 0.25, "episodes/turns": 1.0}
+  gathered = []
+
+  def fake_allgather(x):
+    gathered.append(x)
+    if len(gathered) == 1:  # this process is process 1: return what both sent
+      return np.stack([other, x])
+    raise AssertionError("one gather per merge")
+
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(distributed, "allgather", fake_allgather)
+  names = sorted(set(p0) | set(p1))
+  other = np.array([float(p0[k]) for k in names])  # what process 0 sends (it has every name)
+  out = distributed.merge_metrics(p1)
+  assert len(gathered[0]) == len(names)
+  assert out == {"reward": 0.375, "rewards/r/mean": 0.375, "rewards/r/failures": 3, "episodes/turns": 1.5,
+                 "episodes/hung_calls": 1}
