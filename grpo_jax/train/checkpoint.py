@@ -37,6 +37,11 @@ CHECKPOINT_DIR = "checkpoints"  # WORKDIR/checkpoints/STEP
 WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started from; never rotated out
 
 
+def abstract_like(tree):
+  """`tree` as a restore target: each array's shape, dtype and sharding, no data."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
 class Restored(NamedTuple):
   step: int
   state: Any
@@ -332,9 +337,8 @@ def restore_lora_base(workdir: str, initial_base, fingerprint: str | None):
   initialization). ValueError when it is not the base the checkpoints were trained on (`fingerprint`)."""
   own_start = os.path.join(workdir, WARMSTART_DIR)
   base, source = initial_base, "the model its config builds"
-  if os.path.isdir(own_start) and has_initial_state(own_start):
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), initial_base)
-    base, _ = restore_params(own_start, 0, abstract)
+  if has_initial_state(own_start):
+    base, _ = restore_params(own_start, 0, abstract_like(initial_base))
     source = own_start
   if fingerprint is not None and lora_base_fingerprint(base) != fingerprint:
     raise ValueError(f"{workdir}: its LoRA checkpoints hold the adapters alone, and the base model read from "

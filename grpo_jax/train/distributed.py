@@ -209,6 +209,8 @@ def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
     elif k.endswith("/failures") or k.endswith("/hung_calls"):
       if col.sum() > 0:
         out[k] = int(col.sum())
+    elif k.endswith("/env_failures"):  # a count of episodes, always reported
+      out[k] = int(col.sum())
     else:
       out[k] = float(col.mean())
   return out

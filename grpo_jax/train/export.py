@@ -21,7 +21,8 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.model import lora
-from grpo_jax.train.checkpoint import CHECKPOINT_DIR, Checkpointer, restore_lora_base, restore_params
+from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, Checkpointer, abstract_like, restore_lora_base,
+                                       restore_params)
 
 EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
 GENERATION_CONFIG = "generation_config.json"
@@ -50,13 +51,12 @@ def restore_run_params(workdir: str, params, step: int | None = None):
     step = steps[-1]
   elif step not in steps:
     raise FileNotFoundError(f"{directory} has no checkpoint {step}; it has {steps}")
-  spec = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
   if not lora.count(params)[0]:  # no adapters: a full fine-tuning run
-    restored, _ = restore_params(directory, step, spec(params))
+    restored, _ = restore_params(directory, step, abstract_like(params))
     return restored, step
   # A LoRA run's checkpoints hold the adapters: the frozen base is its starting point (checked).
   adapters, base = lora.split_adapters(params)
-  adapters, meta = restore_params(directory, step, spec(adapters), item="adapters")
+  adapters, meta = restore_params(directory, step, abstract_like(adapters), item="adapters")
   base = restore_lora_base(workdir, base, meta.get("lora_base_fingerprint"))
   return lora.join(adapters, base), step
 

@@ -488,9 +488,7 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
   if checkpointer.all_steps():
     template = run.new_state(run.initial_params, 0, 0, {}, "")
     # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                            run.checkpoint_arrays(template))
-    restored = checkpointer.restore_latest(abstract)
+    restored = checkpointer.restore_latest(checkpoint_lib.abstract_like(run.checkpoint_arrays(template)))
   if restored is None:
     _refuse_to_overwrite_history(workdir)
     return None
@@ -671,8 +669,7 @@ def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> t
   The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
   exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
   directory, step = checkpoint_lib.initial_state_dir(source)
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params)
-  params, meta = restore_params(directory, step, abstract)
+  params, meta = restore_params(directory, step, checkpoint_lib.abstract_like(params))
   warmstart_log = os.path.join(source, metrics_lib.WARMSTART_FILE)
   if main and os.path.exists(warmstart_log):
     shutil.copy(warmstart_log, os.path.join(workdir, metrics_lib.WARMSTART_FILE))

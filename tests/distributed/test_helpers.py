@@ -88,10 +88,11 @@ def test_offloader_parks_in_host_memory_and_fetches_back():
 
 def test_merge_gives_every_process_the_same_names_for_counts_only_some_report(monkeypatch):
   """Two processes (the gather simulated): process 0 had a reward failure and a hung environment call, process
-  1 neither. Both must gather the same names in the same order; counts are summed, the rest averaged."""
+  1 neither. Both must gather the same names in the same order; counts (failures, env_failures, hung calls) are
+  summed, the rest averaged."""
   p0 = {"reward": 0.5, "rewards/r/mean": 0.5, "rewards/r/failures": 3, "episodes/turns": 2.0,
-        "episodes/hung_calls": 1}
-  p1 = {"reward": 0.25, "rewards/r/mean": 0.25, "episodes/turns": 1.0}
+        "episodes/env_failures": 2, "episodes/hung_calls": 1}
+  p1 = {"reward": 0.25, "rewards/r/mean": 0.25, "episodes/turns": 1.0, "episodes/env_failures": 1}
   gathered = []
 
   def fake_allgather(x):
@@ -107,4 +108,4 @@ def test_merge_gives_every_process_the_same_names_for_counts_only_some_report(mo
   out = distributed.merge_metrics(p1)
   assert len(gathered[0]) == len(names)
   assert out == {"reward": 0.375, "rewards/r/mean": 0.375, "rewards/r/failures": 3, "episodes/turns": 1.5,
-                 "episodes/hung_calls": 1}
+                 "episodes/env_failures": 3, "episodes/hung_calls": 1}
