@@ -18,6 +18,8 @@ from typing import Sequence
 import ml_collections
 from ml_collections import config_dict
 
+from grpo_jax.errors import ConfigError
+
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -253,7 +255,7 @@ def get_config() -> ml_collections.ConfigDict:
 
 
 def _fail(key: str, msg: str):
-  raise ValueError(f"config.{key}: {msg}")
+  raise ConfigError(f"config.{key}: {msg}")
 
 
 def _choice(c, key, choices):
@@ -408,6 +410,9 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   except (KeyError, ValueError) as e:
     _fail("grpo.policy_loss", f"{c.grpo.policy_loss!r}: {e}")
 
+  if c.model.hf_path and not os.path.isdir(c.model.hf_path):
+    _fail("model.hf_path", f"{c.model.hf_path!r} is not a directory (a Hugging Face checkpoint: config.json, "
+          "safetensors, tokenizer); for SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first")
   if not c.model.hf_path:
     context = c.model.max_position_embeddings
     if c.model.num_heads % c.model.num_kv_heads:

@@ -1,14 +1,23 @@
 #!/usr/bin/env python
-"""Expands an experiment file's get_sweep() and runs its members one after another, or prints their commands.
+"""Expands an experiment file's get_sweep() and runs its members: one after another on this machine (default),
+as Ray tasks on a cluster (--backend=ray), or prints their commands.
 
   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/ablation_variants
+  python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir /mnt/shared/av --backend=ray \
+      --ray_address=auto --member_resources='{"GPU": 1}'
   python scripts/sweep.py --config experiments/ablation_variants.py --sweep_dir runs/av --print_commands
   python scripts/sweep.py ... --only 'grpo_.*_seed0' --set num_steps=50 --set eval.every=10
 
 Each member trains into SWEEP_DIR/<name> (log: train.log). A member is finished once its workdir has DONE
 (written after the trainer exits with code 0); started again, the sweep skips finished members and re-runs the
 others, which resume from their latest checkpoint. Failures write FAILED (exit code + log tail) and do not stop
-the sweep; the exit code is 1 if any member failed in this invocation.
+the sweep; the exit code is 1 if any member failed in this invocation. A member whose trainer crashes or is
+killed is retried up to --max_attempts times in all (resuming from its checkpoint); one that fails with a user
+error (exit code 2: a bad key or value) fails once.
+--backend=ray (the `ray` extra) runs the members as Ray tasks: --ray_address picks the cluster (absent: a local
+Ray instance), --member_resources what one member needs per host ({"GPU": 1}, {"TPU": 4, "hosts": 2}, ...; else
+the experiment file's get_member_resources(), else one GPU / a TPU host / a whole CPU node, whichever the
+cluster has). SWEEP_DIR must be storage every node mounts at the same path (docs/clusters.md).
 --print_commands prints one line per member for a job array: by default a `scripts/sweep.py --only '^NAME$'`
 line (same markers, logs and skipping), with --print_format=train the bare trainer command (which knows nothing
 of markers or of `init_from`: each such member then repeats its own warm start). In a job array, a member with
@@ -23,10 +32,12 @@ import re
 import shlex
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from grpo_jax.ablation import runner, spec  # noqa: E402
+from grpo_jax.ablation import progress, runner, spec  # noqa: E402
+from grpo_jax.errors import EXIT_USER_ERROR, UserError  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -65,7 +76,18 @@ def main(argv=None) -> int:
   parser.add_argument("--train_cmd", default=None,
                       help="trainer command line to which --config/--workdir/--config.k=v are appended "
                            "(default: this Python + scripts/train.py)")
+  parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                      help="local: members one after another on this machine; ray: Ray tasks on a cluster")
+  parser.add_argument("--ray_address", default=None,
+                      help="Ray cluster: 'auto', 'ray://host:10001', ... (absent: start a local Ray instance)")
+  parser.add_argument("--member_resources", default=None,
+                      help='JSON: what one member needs per host, e.g. \'{"GPU": 1}\' or \'{"TPU": 4, "hosts": 2}\'')
+  parser.add_argument("--max_attempts", type=int, default=3,
+                      help="attempts per member while it fails for a reason other than a user error")
+  parser.add_argument("--debug", action="store_true", help="show the traceback of a user error")
   args = parser.parse_args(argv)
+  if args.max_attempts < 1:
+    parser.error(f"--max_attempts must be >= 1, got {args.max_attempts}")
 
   members = spec.select(spec.load_sweep(args.config, check_keys=not args.no_check_keys), args.only)
   common = dict(args.common)
@@ -84,6 +106,9 @@ def main(argv=None) -> int:
     train_cmd = shlex.split(args.train_cmd)
   else:
     train_cmd = [sys.executable, os.path.relpath(os.path.join(REPO, "scripts", "train.py"))]
+  if args.backend == "ray" and not args.print_commands:
+    from grpo_jax.ablation import ray_backend
+    ray_backend.import_ray()  # a missing extra is reported before anything is written
 
   if args.print_commands:
     for m in members:
@@ -105,8 +130,19 @@ def main(argv=None) -> int:
     runner.write_plan(args.sweep_dir, args.config, spec.load_sweep(args.config), common)
   # SIGTERM (e.g. a cluster's time limit) unwinds like Ctrl-C: the trainer is stopped, the member stays unfinished.
   signal.signal(signal.SIGTERM, _interrupt)
-  outcomes = runner.run_sweep(members, config_spec=args.config, sweep_dir=args.sweep_dir, train_cmd=train_cmd,
-                              common=common, skip_failed=args.skip_failed)
+  if args.backend == "ray":
+    resources = args.member_resources or getattr(spec.load_module(args.config), "get_member_resources",
+                                                 lambda: None)()
+    outcomes = ray_backend.run_sweep(
+        members, config_spec=args.config, sweep_dir=args.sweep_dir, common=common, skip_failed=args.skip_failed,
+        train_cmd=shlex.split(args.train_cmd) if args.train_cmd else None, max_attempts=args.max_attempts,
+        resources=resources and ray_backend.MemberResources.parse(resources), address=args.ray_address)
+  else:
+    started = time.time()
+    outcomes = runner.run_sweep(members, config_spec=args.config, sweep_dir=args.sweep_dir, train_cmd=train_cmd,
+                                common=common, skip_failed=args.skip_failed, max_attempts=args.max_attempts)
+    print(progress.summary_table([progress.read_member(args.sweep_dir, m.name, outcomes[m.name])
+                                  for m in members], time.time() - started))
   counts = {k: list(outcomes.values()).count(k) for k in sorted(set(outcomes.values()))}
   print(f"[sweep] {len(members)} members: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
   return 1 if "failed" in outcomes.values() else 0
@@ -115,6 +151,9 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
   try:
     sys.exit(main())
-  except (ValueError, KeyError, TypeError, FileNotFoundError, AttributeError) as e:
-    # A bad sweep file, flag or key: one line naming it, not a traceback.
-    sys.exit(f"sweep.py: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}")
+  except (UserError, ValueError, KeyError, TypeError, FileNotFoundError, AttributeError) as e:
+    # A bad sweep file, flag or key, a missing extra, an unshared sweep directory: one line naming it.
+    if "--debug" in sys.argv:
+      raise
+    print(f"sweep.py: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)

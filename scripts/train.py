@@ -22,7 +22,41 @@ from ml_collections import config_flags  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally FILE.py:PRESET.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error (bad key or value, busy workdir).")
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _one_line(message: str) -> None:
+  """A user's mistake: one line naming it (no traceback) and exit code 2 (grpo_jax.errors)."""
+  from grpo_jax.errors import EXIT_USER_ERROR
+  print(f"train.py: error: {' '.join(str(message).split())}", file=sys.stderr)
+  sys.exit(EXIT_USER_ERROR)
+
+
+def _parse_flags(argv):
+  # absl exits with code 1 and a usage hint on a bad flag value; ml_collections raises AttributeError (a bare
+  # key name) for a --config.KEY that the config lacks. Both are the user's to fix.
+  for i, arg in enumerate(argv):  # ml_collections reports a missing config file only when the config is first read
+    path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[len("--config="):] \
+        if arg.startswith("--config=") else None
+    if path is not None and not os.path.isfile(path.partition(":")[0]):
+      _one_line(f"--config {path}: no such file {path.partition(':')[0]!r} (relative to {os.getcwd()})")
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    if "--debug" in argv:
+      raise
+    _one_line(e)
+  except (AttributeError, KeyError) as e:
+    # ml_collections' message: the quoted key, and a 'Did you mean' line when a key is close.
+    key, _, hint = str(e).strip("\"'").partition("\\n")
+    key = key.strip("\"'\\")
+    given = [a.split("=", 1)[0] for a in argv if a.startswith("--config.")
+             and key in a.split("=", 1)[0][len("--config."):].split(".")]
+    if "--debug" in argv or not given:
+      raise
+    _one_line(f"{given[0]}: the config has no key {key!r}. {hint.strip(chr(39))} The base config with every key "
+              "and its default: grpo_jax/config.py")
 
 
 def main(argv):
@@ -30,9 +64,15 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO level.
+  from grpo_jax.errors import UserError
   from grpo_jax.train.loop import train
-  train(_CONFIG.value, _WORKDIR.value)
+  try:
+    train(_CONFIG.value, _WORKDIR.value)
+  except UserError as e:
+    if _DEBUG.value:
+      raise
+    _one_line(e)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=_parse_flags)

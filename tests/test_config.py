@@ -99,14 +99,16 @@ def test_every_experiment_file_starts_with_its_command():
     ("--config.num_steps=many", "num_steps"),
     ("--config.grpo.mini_batch_size=5", "config.grpo.mini_batch_size: 5 does not divide"),
     ("--config.reward_funcs=no_such_package.rewards:f", "config.reward_funcs: unknown reward function"),
+    ("--config.model.hf_path=/no/such/model", "model.hf_path"),
 ])
 def test_launcher_stops_before_compiling(flag, message, tmp_path):
   workdir = tmp_path / "run"
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config",
                          os.path.join(ROOT, "experiments", "default.py:test"), flag, "--workdir", str(workdir)],
                         capture_output=True, text=True, timeout=120, cwd=ROOT)
-  assert proc.returncode != 0
-  assert message in proc.stderr, proc.stderr[-2000:]
+  # A user error: one line naming it, exit code 2 (grpo_jax/errors.py; the sweep runners do not retry it).
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert message in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
   assert not (workdir / "checkpoints").exists()
 
 

@@ -1,13 +1,15 @@
-"""Runs sweep members one after another, each in its own workdir, and records how each run ended.
+"""Runs a sweep member's trainer in its own workdir and records how each attempt ended; the local backend runs
+the members one after another (grpo_jax/ablation/ray_backend.py runs the same attempts as Ray tasks).
 
 Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
   member.json     the member (name, group, overrides) and the exact trainer command,
   train.log       the trainer's stdout and stderr, appended to by every attempt,
-  attempts.jsonl  one line per attempt: start time, wall seconds, exit code,
+  attempts.jsonl  two lines per attempt: when it started and on which node; then its wall seconds and exit code,
   DONE            written after the trainer exited with code 0: the member is finished and is skipped from then on,
   FAILED          written after a non-zero exit: exit code and the tail of that attempt's log. A failed member is
                   re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint) unless
-                  --skip_failed is given; the new attempt removes FAILED when it starts.
+                  --skip_failed is given; the new attempt removes FAILED when it starts. A failure other than a
+                  user error (exit code 2, grpo_jax/errors.py) is retried at once up to --max_attempts times.
 A member with neither marker is unfinished (never started, still running, or killed) and is (re)run.
 The trainer's own completion marker, `summary.json` (written by scripts/train.py after its last step), also
 counts as finished, so runs launched with the bare trainer commands (`--print_format=train`) are reported too.
@@ -17,10 +19,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.errors import EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
 
 DONE, FAILED, TRAINER_SUMMARY = "DONE", "FAILED", "summary.json"
@@ -78,9 +82,9 @@ def _tail(text: str, lines: int = ERROR_TAIL_LINES) -> str:
 def previous_wall_s(workdir: str) -> float:
   """Seconds spent in all earlier attempts of this member."""
   total = 0.0
-  for attempt in read_jsonl(os.path.join(workdir, ATTEMPTS)):
+  for row in read_jsonl(os.path.join(workdir, ATTEMPTS)):
     try:
-      total += float(attempt["wall_s"])
+      total += float(row["wall_s"])
     except (ValueError, KeyError, TypeError):
       continue
   return total
@@ -119,10 +123,10 @@ def init_overrides(member: spec_lib.Member, sweep_dir: str, workdir: str, before
   return {INIT_KEY: donor}
 
 
-def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
-               common: Mapping[str, Any] | None = None, skip_failed: bool = False,
-               env: Mapping[str, str] | None = None, echo=print) -> str:
-  """Runs one member unless it is finished; returns its status afterwards ('done', 'failed', 'skipped-*')."""
+def prepare(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
+            common: Mapping[str, Any] | None = None, skip_failed: bool = False,
+            echo=print) -> tuple[str, list[str]] | str:
+  """(workdir, trainer argv) for a member to run, with member.json written; or 'skipped-done'/'skipped-failed'."""
   workdir = member_dir(sweep_dir, member)
   before = status(workdir)
   if before == "done":
@@ -139,42 +143,134 @@ def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, tra
   argv = spec_lib.train_command(train_cmd, config_spec, workdir,
                                 {**spec_lib.merge_overrides(common or {}, member), **init})
   _write_json(os.path.join(workdir, MEMBER_JSON), {**member.to_json(), "command": argv})
-  if before == "failed":
-    os.remove(os.path.join(workdir, FAILED))
   echo(f"[sweep] {member.name}: {'resuming' if before != 'pending' else 'starting'} "
        f"(log: {os.path.join(workdir, LOG)})")
-  log_path = os.path.join(workdir, LOG)
+  return workdir, argv
+
+
+def _die_with_parent() -> None:
+  """Runs in the trainer's process before exec: the kernel sends it SIGTERM when its parent dies, however the
+  parent dies (a SIGKILLed sweep driver, a Ray worker killed by `ray.cancel(force=True)` or a lost node)."""
+  import ctypes
+  import signal
+  ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1 (Linux)
+
+
+def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+            log_name: str = LOG, node: str = "", abort: Callable[[], bool] | None = None) -> tuple[int, int]:
+  """Runs the trainer once, appending its output to WORKDIR/LOG_NAME; returns (exit code, log offset of this
+  attempt). attempts.jsonl gets a line when the attempt starts and one with its exit code when it ends (a lost
+  node leaves only the first). `abort()`, polled every second, stops the trainer early (rc -SIGTERM)."""
+  if os.path.exists(os.path.join(workdir, FAILED)):
+    os.remove(os.path.join(workdir, FAILED))
+  _wait_until_unlocked(workdir)
+  log_path = os.path.join(workdir, log_name)
   with open(log_path, "a") as log:
     log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {spec_lib.shell_join(argv)}\n")
     log.flush()
-    attempt_offset = log.tell()
+    offset = log.tell()
     start = time.time()
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env=None if env is None else dict(env))
+    if log_name == LOG:
+      _append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "node": node or os.uname().nodename})
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
+                            env=None if env is None else dict(env),
+                            preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     try:
-      rc = proc.wait()
+      while True:
+        try:
+          rc = proc.wait(timeout=1.0 if abort else None)
+          break
+        except subprocess.TimeoutExpired:
+          if abort():
+            _stop(proc)
+            rc = proc.returncode
+            break
     except BaseException:
-      # Interrupted (Ctrl-C, SIGTERM): stop the trainer and leave the member unfinished, so a re-run resumes it.
-      proc.terminate()
-      try:
-        proc.wait(timeout=30)
-      except subprocess.TimeoutExpired:
-        proc.kill()
+      # Interrupted (Ctrl-C, SIGTERM, a cancelled Ray task): stop the trainer and leave the member unfinished,
+      # so a re-run resumes it.
+      _stop(proc)
       raise
-  wall_s = time.time() - start
-  with open(os.path.join(workdir, ATTEMPTS), "a") as f:
-    f.write(json.dumps({"start": start, "wall_s": wall_s, "rc": rc}) + "\n")
+  if log_name == LOG:
+    _append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "wall_s": time.time() - start, "rc": rc})
+  return rc, offset
+
+
+def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
+  """Waits while the trainer of an earlier attempt still holds the workdir's lock (WORKDIR/.lock, taken by
+  scripts/train.py): after a lost Ray worker, that trainer is still saving and exiting when the retry starts."""
+  import fcntl
+  path, deadline = os.path.join(workdir, ".lock"), time.time() + timeout_s
+  if not os.path.exists(path):
+    return
+  with open(path, "a") as f:
+    while True:
+      try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return
+      except BlockingIOError:
+        if time.time() > deadline:
+          return  # the trainer reports the busy workdir itself
+        time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+  proc.terminate()
+  try:
+    proc.wait(timeout=30)
+  except subprocess.TimeoutExpired:
+    proc.kill()
+    proc.wait()
+
+
+def _append_jsonl(path: str, row: Mapping[str, Any]) -> None:
+  with open(path, "a") as f:
+    f.write(json.dumps(row) + "\n")
+
+
+def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=print) -> str:
+  """Writes DONE (rc 0) or FAILED (exit code and the tail of the attempt's log); returns 'done' or 'failed'."""
   total_wall_s = previous_wall_s(workdir)
   if rc == 0:
     _write_json(os.path.join(workdir, DONE), {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
-    echo(f"[sweep] {member.name}: done in {wall_s:.1f}s")
+    echo(f"[sweep] {member.name}: done ({total_wall_s:.1f}s in all)")
     return "done"
-  with open(log_path) as f:
-    f.seek(attempt_offset)
+  with open(os.path.join(workdir, LOG)) as f:
+    f.seek(offset)
     error = _tail(f.read())
-  _write_json(os.path.join(workdir, FAILED), {"rc": rc, "wall_s": total_wall_s, "error": error})
+  mark_failed(workdir, rc, error)
   echo(f"[sweep] {member.name}: FAILED with exit code {rc}; last lines:\n{_tail(error, 5)}")
   return "failed"
+
+
+def mark_failed(workdir: str, rc: int | None, error: str) -> None:
+  """FAILED: the exit code (None: the process was lost with its node), wall time so far and the error."""
+  _write_json(os.path.join(workdir, FAILED), {"rc": rc, "wall_s": previous_wall_s(workdir), "error": error})
+
+
+def retryable(rc: int) -> bool:
+  """A crash or a kill may pass on a new attempt (which resumes from the last checkpoint); a user error (exit
+  code 2: a bad key or value, a workdir that holds another run) will not."""
+  return rc not in (0, EXIT_USER_ERROR)
+
+
+def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
+               common: Mapping[str, Any] | None = None, skip_failed: bool = False, max_attempts: int = 1,
+               env: Mapping[str, str] | None = None, echo=print) -> str:
+  """Runs one member unless it is finished, up to `max_attempts` times while it fails for a retryable reason;
+  returns its status afterwards ('done', 'failed', 'skipped-*')."""
+  prepared = prepare(member, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=train_cmd, common=common,
+                     skip_failed=skip_failed, echo=echo)
+  if isinstance(prepared, str):
+    return prepared
+  workdir, argv = prepared
+  for n in range(1, max_attempts + 1):
+    rc, offset = attempt(workdir, argv, env=env)
+    outcome = record(member, workdir, rc, offset, echo)
+    if outcome == "done" or not retryable(rc) or n == max_attempts:
+      return outcome
+    echo(f"[sweep] {member.name}: attempt {n + 1} of {max_attempts}, resuming from its last checkpoint")
+  raise AssertionError("unreachable")
 
 
 def run_sweep(members: Sequence[spec_lib.Member], **kwargs) -> dict[str, str]:

@@ -28,7 +28,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import compile_cache
+from grpo_jax import compile_cache, errors
 from grpo_jax import config as config_lib
 from grpo_jax import precision
 from grpo_jax.algo.objective import LossConfig
@@ -494,7 +494,7 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
     return None
   meta = restored.meta
   if meta.get("seed") != config.seed:
-    raise ValueError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
+    raise errors.ConfigError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
                      f"{config.seed}; use another workdir")
   # Legacy checkpoints (no run id) count as this run's.
   own = meta.get("run_id") in (None, _read_run_id(workdir))
@@ -614,7 +614,7 @@ def _check_resumable(config, workdir: str, log) -> None:
     saved = json.load(f)
   conflicts, accepted = config_lib.resume_differences(saved, config)
   if conflicts:
-    raise ValueError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
+    raise errors.ConfigError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
                      "one history:\n  " + "\n  ".join(conflicts) + "\nUse a new --workdir for the changed "
                      "experiment, or resume with the original values.")
   for line in accepted:
@@ -627,7 +627,7 @@ def _refuse_to_overwrite_history(workdir: str) -> None:
   steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)] if os.path.exists(path) else []
   if any(step > 0 for step in steps):
     damaged = os.path.join(workdir, CHECKPOINT_DIR + "_damaged")
-    raise RuntimeError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
+    raise errors.WorkdirError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
                        f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
                        "or use a new --workdir.")
 
@@ -650,7 +650,7 @@ class WorkdirLock:
       self._file.seek(0)
       holder = self._file.read().strip() or "another process"
       self._file.close()
-      raise RuntimeError(f"workdir {os.path.dirname(self.path)} is in use by {holder}; wait for it to finish or "
+      raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} is in use by {holder}; wait for it to finish or "
                          "use another --workdir") from None
     self._file.seek(0)
     self._file.truncate()

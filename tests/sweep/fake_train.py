@@ -7,17 +7,22 @@ start shared by the sweep runner). A workdir that already has checkpoints/0 skip
 must match).
 Then steps 1..num_steps are logged, with an evaluation at the last one.
 Understood overrides: --config.num_steps=N (default 4), --config.seed=S, --config.fail=true (exit 3 at once with
-a ValueError on stderr), --config.crash_at=K (the first attempt stops before step K, "checkpoints" K and exits
-1; a later attempt resumes there). Every invocation is appended to WORKDIR/invocations.jsonl, and how it
+a ValueError on stderr), --config.config_error=true (exit 2 at once: a user error), --config.sleep=S (seconds per
+step), --config.crash_at=K (the first attempt stops before step K, "checkpoints" K and exits
+1; a later attempt resumes there). Every invocation is appended to WORKDIR/invocations.jsonl with its
+CUDA_VISIBLE_DEVICES, start and end times (invocations_env.jsonl), and how it
 started ("warm start", "from checkpoint 0" or "from DONOR") to WORKDIR/starts.txt.
 """
 import json
 import os
 import sys
+import time
 
 
 def main(argv):
-  args = {"num_steps": "4", "seed": "0", "fail": "false", "crash_at": "-1", "warmstart.init_checkpoint": ""}
+  args = {"num_steps": "4", "seed": "0", "fail": "false", "crash_at": "-1", "warmstart.init_checkpoint": "",
+          "config_error": "false", "sleep": "0"}
+  started = time.time()
   workdir = config = None
   i = 0
   while i < len(argv):
@@ -35,6 +40,9 @@ def main(argv):
   with open(os.path.join(workdir, "invocations.jsonl"), "a") as f:
     f.write(json.dumps(argv) + "\n")
   print(f"fake_train starting in {workdir}")
+  if args["config_error"] == "true":
+    print("train.py: error: config.fake: a user error for the test", file=sys.stderr)
+    return 2
   if args["fail"] == "true":
     print("Traceback (most recent call last):\nValueError: fake failure for the test", file=sys.stderr)
     return 3
@@ -82,6 +90,11 @@ def main(argv):
       if step == num_steps:
         row["eval/accuracy"] = 0.2 + 0.1 * step
       metrics.write(json.dumps(row) + "\n")
+      metrics.flush()
+      time.sleep(float(args["sleep"]))
+  with open(os.path.join(workdir, "invocations_env.jsonl"), "a") as f:
+    f.write(json.dumps({"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": started,
+                        "end": time.time()}) + "\n")
   return 0
 
 

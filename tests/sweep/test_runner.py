@@ -41,7 +41,7 @@ def test_run_marks_done_and_failed_and_skips_finished(tmp_path, fake_train_cmd, 
   assert len(_invocations(done_dir)) == 1
   assert len(_invocations(os.path.join(sweep_dir, "broken"))) == 2
   with open(os.path.join(sweep_dir, "broken", "attempts.jsonl")) as f:
-    assert [json.loads(line)["rc"] for line in f] == [3, 3]
+    assert [json.loads(line).get("rc") for line in f] == [None, 3, None, 3]  # start and end of each attempt
   assert runner.run_sweep(members[-1:], skip_failed=True, **kwargs) == {"broken": "skipped-failed"}
 
 
@@ -131,5 +131,5 @@ def test_members_start_from_their_donors_warm_start(tmp_path, fake_train_cmd):
 
 def test_cli_rejects_an_unknown_key_before_running_anything(tmp_path, experiment_file):
   result = _cli("--config", experiment_file, "--sweep_dir", str(tmp_path / "s"), "--set", "num_step=2")
-  assert result.returncode == 1 and not os.path.exists(tmp_path / "s")
+  assert result.returncode == 2 and not os.path.exists(tmp_path / "s")
   assert result.stderr.strip() == "sweep.py: error: --set: override 'num_step': the config has no field 'num_step'"

@@ -1,0 +1,114 @@
+"""A study's progress read from its sweep directory: the live line while members run and the summary at the end.
+
+Everything comes from the files a member's attempts write (grpo_jax/ablation/runner.py), so the same view works
+whichever backend runs the members and from any machine that mounts the sweep directory.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Iterable, Sequence
+
+from grpo_jax.ablation import runner
+from grpo_jax.train.metrics import read_jsonl
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberProgress:
+  name: str
+  state: str            # queued, running, done, failed (or the runner's skipped-* outcomes)
+  step: int             # last logged step (-1: none yet)
+  num_steps: int        # from the member's config.json (0: not written yet)
+  attempts: int
+  wall_s: float         # all attempts, the running one included
+
+  def remaining_s(self) -> float | None:
+    """Seconds left at this member's pace so far (warm start and compilation included), None if unknown."""
+    if self.state != "running" or self.step <= 0 or not self.num_steps:
+      return None
+    return max(self.num_steps - self.step, 0) * self.wall_s / self.step
+
+
+def _last_step(workdir: str) -> int:
+  path = os.path.join(workdir, "metrics.jsonl")
+  try:
+    with open(path, "rb") as f:
+      f.seek(max(os.path.getsize(path) - 4096, 0))
+      lines = f.read().decode(errors="replace").splitlines()
+  except OSError:
+    return -1
+  for line in reversed(lines):
+    try:
+      return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+      continue
+  return -1
+
+
+def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: float | None = None) -> MemberProgress:
+  """A member's progress; `outcome` (the backend's word, e.g. 'skipped-done') wins over what the files say."""
+  workdir = os.path.join(sweep_dir, name)
+  rows = read_jsonl(os.path.join(workdir, runner.ATTEMPTS)) if os.path.exists(
+      os.path.join(workdir, runner.ATTEMPTS)) else []
+  starts = [r["start"] for r in rows if "start" in r and "rc" not in r]
+  ended = {r.get("start") for r in rows if "rc" in r}
+  open_starts = [s for s in starts if s not in ended]
+  wall_s = runner.previous_wall_s(workdir)
+  disk = runner.status(workdir)
+  if outcome:
+    state = outcome
+  elif disk in ("done", "failed"):
+    state = disk
+  elif open_starts:
+    state = "running"
+  else:
+    state = "queued"
+  if state == "running" and open_starts:
+    wall_s += (now or time.time()) - open_starts[-1]
+  config = runner.read_json(os.path.join(workdir, "config.json")) or {}
+  return MemberProgress(name, state, _last_step(workdir), int(config.get("num_steps", 0) or 0),
+                        len(set(starts) | ended - {None}), wall_s)
+
+
+def eta_s(members: Sequence[MemberProgress]) -> float | None:
+  """Seconds until the last member ends: running members at their own pace, queued ones at the mean length of
+  the members finished or projected so far, spread over as many slots as run now. None before any estimate."""
+  running = [m for m in members if m.state == "running"]
+  remaining = [r for r in (m.remaining_s() for m in running) if r is not None]
+  lengths = [m.wall_s for m in members if m.state == "done"]
+  lengths += [m.wall_s + r for m, r in ((m, m.remaining_s()) for m in running) if r is not None]
+  queued = sum(m.state == "queued" for m in members)
+  if queued and not lengths or running and not remaining:
+    return None
+  mean = sum(lengths) / len(lengths) if lengths else 0.0
+  slots = max(len(running), 1)
+  return max(max(remaining, default=0.0), (sum(remaining) + queued * mean) / slots)
+
+
+def _duration(seconds: float) -> str:
+  seconds = int(round(seconds))
+  h, rem = divmod(seconds, 3600)
+  return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
+
+def status_line(members: Sequence[MemberProgress]) -> str:
+  """'[sweep] 2 queued, 1 running (a_seed0 step 12/50), 3 done, 0 failed; ~4m10s left'."""
+  count = lambda *states: sum(m.state in states for m in members)  # noqa: E731
+  running = [f"{m.name} step {max(m.step, 0)}/{m.num_steps or '?'}" for m in members if m.state == "running"]
+  eta = eta_s(members)
+  return (f"[sweep] {count('queued')} queued, {count('running')} running"
+          + (f" ({', '.join(running)})" if running else "")
+          + f", {count('done', 'skipped-done')} done, {count('failed', 'skipped-failed')} failed"
+          + (f"; ~{_duration(eta)} left" if eta is not None and count('queued', 'running') else ""))
+
+
+def summary_table(members: Iterable[MemberProgress], wall_s: float) -> str:
+  """One row per member (state, attempts, wall time of all its attempts) and the study's wall time."""
+  members = list(members)
+  width = max([len(m.name) for m in members] + [6])
+  lines = [f"{'member':<{width}}  {'state':<14} {'attempts':>8} {'wall':>9}"]
+  lines += [f"{m.name:<{width}}  {m.state:<14} {m.attempts:>8} {_duration(m.wall_s):>9}" for m in members]
+  lines.append(f"[sweep] {len(members)} members in {_duration(wall_s)}")
+  return "\n".join(lines)

@@ -1,0 +1,364 @@
+"""Runs a sweep's members as Ray tasks, as many at once as the cluster's resources allow.
+
+Each member is one Ray task holding the member's resources (`MemberResources`: e.g. {"GPU": 1} per host). The
+task runs the same attempt as the local backend (runner.prepare / attempt / record: the trainer as a
+subprocess, the same files in SWEEP_DIR/<name>), so reports, plots and resumes do not care where it ran. Ray
+does the rest:
+- scheduling: a task starts when a node has its resources free; the trainer sees only the accelerators Ray
+  assigned to the task (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS, set from Ray's assignment);
+- retries: `max_retries` re-runs a task whose worker or node died, and `retry_exceptions=[MemberFailed]` one
+  whose trainer exited with a retryable code (runner.retryable); each new attempt resumes from the member's
+  last checkpoint. A user error (exit code 2) fails once;
+- multi-host members (hosts > 1): a placement group of `hosts` bundles, one per node (STRICT_SPREAD). The task
+  on bundle 0 runs process 0 and starts processes 1..N-1 as tasks on the other bundles; all get
+  JAX_COORDINATOR_ADDRESS (process 0's node), JAX_NUM_PROCESSES and JAX_PROCESS_ID, which
+  grpo_jax/train/distributed.py passes to `jax.distributed.initialize`. If one process fails, the others are
+  stopped and the whole member is retried.
+The trainer subprocess dies with its Ray worker (runner._die_with_parent), so a cancelled task, a killed
+driver or Ctrl-C leaves no trainer behind.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import time
+import uuid
+from typing import Any, Mapping, Sequence
+
+from grpo_jax.ablation import progress, runner
+from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.errors import UserError
+
+EXTRA_HINT = "--backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
+PROBE_DIR = ".ray_probe"
+
+
+def import_ray():
+  try:
+    import ray
+  except ImportError:
+    raise UserError(EXTRA_HINT) from None
+  return ray
+
+
+class MemberFailed(Exception):
+  """A member's trainer exited with a retryable code; raising it lets Ray retry the task."""
+
+  def __init__(self, name: str, rc: int):
+    super().__init__(f"{name}: trainer exited with code {rc}")
+    self.name, self.rc = name, rc
+
+  def __reduce__(self):
+    return MemberFailed, (self.name, self.rc)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberResources:
+  """What one member needs: `per_host` Ray resources ({"GPU": 1}, {"TPU": 4}, {"CPU": 2}) on each of `hosts`
+  nodes. Written as one dict where the key "hosts" (default 1) is the number of nodes."""
+  per_host: Mapping[str, float]
+  hosts: int = 1
+
+  @classmethod
+  def parse(cls, value: str | Mapping[str, Any], where: str = "--member_resources") -> "MemberResources":
+    if isinstance(value, str):
+      try:
+        value = json.loads(value)
+      except ValueError:
+        raise UserError(f"{where}: {value!r} is not JSON; write e.g. '{{\"GPU\": 1}}' or '{{\"TPU\": 4, \"hosts\": 2}}'")
+    if not isinstance(value, Mapping) or not value:
+      raise UserError(f"{where}: expected a non-empty dict of resources, e.g. {{\"GPU\": 1}}, got {value!r}")
+    per_host = dict(value)
+    hosts = per_host.pop("hosts", 1)
+    if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
+      raise UserError(f"{where}: 'hosts' must be an integer >= 1, got {hosts!r}")
+    for key, amount in per_host.items():
+      if not isinstance(amount, (int, float)) or isinstance(amount, bool) or amount <= 0:
+        raise UserError(f"{where}: {key!r} must be a number > 0, got {amount!r}")
+    per_host.setdefault("CPU", 1)  # the task itself runs a Python process
+    return cls(per_host, hosts)
+
+  def task_options(self) -> dict[str, Any]:
+    opts: dict[str, Any] = {"num_cpus": self.per_host["CPU"]}
+    if "GPU" in self.per_host:
+      opts["num_gpus"] = self.per_host["GPU"]
+    custom = {k: v for k, v in self.per_host.items() if k not in ("CPU", "GPU")}
+    if custom:
+      opts["resources"] = custom
+    return opts
+
+  def __str__(self) -> str:
+    return json.dumps({**self.per_host, **({"hosts": self.hosts} if self.hosts > 1 else {})})
+
+
+def default_resources(nodes: Sequence[Mapping[str, float]]) -> MemberResources:
+  """One GPU per member on a cluster with GPUs; a TPU host's chips on a TPU cluster; else a whole CPU node (XLA
+  uses every core of a machine, so two members on one node would only share it)."""
+  gpus = [n.get("GPU", 0) for n in nodes if n.get("GPU", 0)]
+  if gpus:
+    return MemberResources({"CPU": 1, "GPU": 1})
+  tpus = [n.get("TPU", 0) for n in nodes if n.get("TPU", 0)]
+  if tpus:
+    return MemberResources({"CPU": 1, "TPU": max(tpus)})
+  return MemberResources({"CPU": max(min(n.get("CPU", 1) for n in nodes), 1)})
+
+
+def visible_devices_env(env: Mapping[str, str], accelerator_ids: Mapping[str, Sequence[str]]) -> dict[str, str]:
+  """The trainer's environment: the worker's, with device visibility set to the accelerators Ray assigned."""
+  out = dict(env)
+  if accelerator_ids.get("GPU"):
+    out["CUDA_VISIBLE_DEVICES"] = ",".join(accelerator_ids["GPU"])
+  if accelerator_ids.get("TPU"):
+    out["TPU_VISIBLE_CHIPS"] = ",".join(accelerator_ids["TPU"])
+  return out
+
+
+def _repo_root() -> str:
+  import grpo_jax
+  return os.path.dirname(os.path.dirname(os.path.abspath(grpo_jax.__file__)))
+
+
+def _train_cmd(train_cmd: Sequence[str] | None) -> list[str]:
+  """The trainer command on this node: scripts/train.py of this node's copy of the code (a `ray job submit
+  --working-dir` unpacks it on every node) under this node's Python."""
+  return list(train_cmd) if train_cmd else [sys.executable, os.path.join(_repo_root(), "scripts", "train.py")]
+
+
+def portable_path(config_spec: str) -> str:
+  """An experiment path the member tasks can open: relative to the repository root when inside it (each node
+  runs the trainer there, in its own copy of the code), else absolute."""
+  path, colon, preset = config_spec.partition(":")
+  absolute = os.path.abspath(path)
+  relative = os.path.relpath(absolute, _repo_root())
+  return (absolute if relative.startswith("..") else relative) + colon + preset
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("", 0))
+    return s.getsockname()[1]
+
+
+def _trainer_env(ray, rank: int, hosts: int, coordinator: str) -> dict[str, str]:
+  env = visible_devices_env(os.environ, ray.get_runtime_context().get_accelerator_ids())
+  if hosts > 1:
+    env.update(JAX_COORDINATOR_ADDRESS=coordinator, JAX_NUM_PROCESSES=str(hosts), JAX_PROCESS_ID=str(rank))
+  return env
+
+
+def _host_task(workdir: str, args: Sequence[str], train_cmd: Sequence[str] | None, rank: int, hosts: int,
+               coordinator: str) -> int:
+  """Process `rank` (> 0) of a multi-host member; its output goes to WORKDIR/train.<rank>.log."""
+  import ray
+  rc, _ = runner.attempt(workdir, _train_cmd(train_cmd) + list(args), cwd=_repo_root(),
+                         env=_trainer_env(ray, rank, hosts, coordinator), log_name=f"train.{rank}.log")
+  return rc
+
+
+def _member_task(member: dict[str, Any], *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str] | None,
+                 common: Mapping[str, Any], skip_failed: bool, resources: MemberResources, pg=None) -> str:
+  """One attempt of a member (process 0 of it if multi-host); raises MemberFailed to have Ray retry it."""
+  import ray
+  from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+  m = spec_lib.validate([member])[0]
+  cmd = _train_cmd(train_cmd)
+  prepared = runner.prepare(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=cmd, common=common,
+                            skip_failed=skip_failed)
+  if isinstance(prepared, str):
+    return prepared
+  workdir, argv = prepared
+  node = ray.util.get_node_ip_address()
+  coordinator = f"{node}:{_free_port()}"
+  peers = [ray.remote(_host_task).options(
+      max_retries=0, **resources.task_options(),
+      scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)).remote(
+          workdir, argv[len(cmd):], train_cmd, rank, resources.hosts, coordinator)
+           for rank in range(1, resources.hosts)]
+
+  def peer_failed() -> bool:
+    ready, _ = ray.wait(peers, num_returns=len(peers), timeout=0)
+    for ref in ready:
+      try:
+        if ray.get(ref) != 0:
+          return True
+      except Exception:  # the peer's worker or node died
+        return True
+    return False
+
+  rc, offset = runner.attempt(workdir, argv, cwd=_repo_root(), node=node,
+                              env=_trainer_env(ray, 0, resources.hosts, coordinator),
+                              abort=peer_failed if peers else None)
+  if peers:
+    if rc != 0:
+      for ref in peers:
+        ray.cancel(ref, force=True)
+    else:
+      try:
+        rc = next((r for r in ray.get(peers) if r != 0), 0)
+      except Exception:
+        rc = 1
+  outcome = runner.record(m, workdir, rc, offset)
+  if outcome == "failed" and runner.retryable(rc):
+    raise MemberFailed(m.name, rc)
+  return outcome
+
+
+def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
+  """Before any member starts: a task on every node writes a file into SWEEP_DIR, and the driver must read it
+  back. Members on several nodes write their workdirs there, so it must be storage every node mounts."""
+  from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+  probe_dir = os.path.join(sweep_dir, PROBE_DIR)
+  os.makedirs(probe_dir, exist_ok=True)
+  token = uuid.uuid4().hex
+  nodes = [n for n in ray.nodes() if n.get("Alive")]
+
+  def write(path: str, text: str) -> str:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+      f.write(text)
+    return socket.gethostname()
+
+  writer = ray.remote(write)
+  refs = {n["NodeManagerAddress"]: writer.options(
+      num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+          os.path.join(probe_dir, n["NodeID"]), token) for n in nodes}
+  errors = {}
+  for address, ref in refs.items():
+    try:
+      ray.get(ref, timeout=timeout_s)
+    except Exception as e:  # noqa: BLE001 (any failure to write is the finding)
+      errors[address] = f"{type(e).__name__}: {str(e).splitlines()[-1] if str(e) else ''}"
+  verify_probes(sweep_dir, {n["NodeManagerAddress"]: n["NodeID"] for n in nodes}, token, errors)
+
+
+def verify_probes(sweep_dir: str, nodes: Mapping[str, str], token: str, errors: Mapping[str, str]) -> None:
+  """Raises a UserError naming the nodes whose probe file (PROBE_DIR/<node id>, holding `token`) the driver
+  cannot read; removes the probe files otherwise."""
+  probe_dir = os.path.join(sweep_dir, PROBE_DIR)
+  missing = []
+  for address, node_id in nodes.items():
+    path = os.path.join(probe_dir, node_id)
+    try:
+      with open(path) as f:
+        ok = f.read() == token
+    except OSError:
+      ok = False
+    if not ok:
+      missing.append(address + (f" ({errors[address]})" if address in errors else ""))
+  if missing:
+    raise UserError(f"--sweep_dir {sweep_dir}: what a Ray worker writes there does not reach this driver (nodes "
+                    f"{', '.join(missing)}); put the sweep directory on storage every node mounts (NFS, or GCS/S3 "
+                    "through a FUSE mount such as gcsfuse) at the same path")
+  for node_id in nodes.values():
+    try:
+      os.remove(os.path.join(probe_dir, node_id))
+    except OSError:
+      pass
+
+
+def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir: str,
+              train_cmd: Sequence[str] | None, common: Mapping[str, Any] | None = None, skip_failed: bool = False,
+              max_attempts: int = 3, resources: MemberResources | None = None, address: str | None = None,
+              poll_s: float = 2.0, echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
+  """Runs the members as Ray tasks on the cluster at `address` (None: a local Ray instance); returns
+  name -> outcome as the local runner does. Shows a live status line and, at the end, a summary table."""
+  ray = import_ray()
+  from ray.util.placement_group import placement_group, remove_placement_group
+  from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+  sweep_dir = os.path.abspath(sweep_dir)
+  config_spec = portable_path(config_spec)
+  started = time.time()
+  ray.init(address=address or None, log_to_driver=False, **(init_kwargs or {}))
+  outcomes: dict[str, str] = {}
+  refs: dict[Any, spec_lib.Member] = {}
+  groups = []
+  try:
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    resources = resources or default_resources(nodes)
+    echo(f"[sweep] Ray at {ray.get_runtime_context().gcs_address}: {len(nodes)} node(s), "
+         f"{ {k: v for k, v in ray.cluster_resources().items() if k in ('CPU', 'GPU', 'TPU')} }; "
+         f"each member needs {resources}")
+    if not any(all(n.get(k, 0) >= v for k, v in resources.per_host.items()) for n in nodes):
+      echo(f"[sweep] warning: no node has {dict(resources.per_host)} now; members wait until one joins")
+    check_shared_dir(ray, sweep_dir)
+    task = ray.remote(_member_task)
+    for m in members:
+      if runner.status(runner.member_dir(sweep_dir, m)) == "done":
+        outcomes[m.name] = "skipped-done"
+        continue
+      opts = dict(max_retries=max_attempts - 1, retry_exceptions=[MemberFailed], **resources.task_options())
+      pg = None
+      if resources.hosts > 1:
+        pg = placement_group([dict(resources.per_host)] * resources.hosts, strategy="STRICT_SPREAD")
+        groups.append(pg)
+        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+      refs[task.options(**opts).remote(m.to_json(), config_spec=config_spec, sweep_dir=sweep_dir,
+                                       train_cmd=train_cmd, common=dict(common or {}), skip_failed=skip_failed,
+                                       resources=resources, pg=pg)] = m
+    live = _LiveLine(echo)
+    pending = list(refs)
+    while pending:
+      ready, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
+      for ref in ready:
+        m = refs[ref]
+        try:
+          outcomes[m.name] = ray.get(ref)
+        except MemberFailed:
+          outcomes[m.name] = "failed"
+        except Exception as e:  # retries spent on lost workers or nodes: no attempt wrote FAILED
+          outcomes[m.name] = _record_lost(sweep_dir, m, e)
+      live.show(progress.status_line(_progress(sweep_dir, members, outcomes)))
+    live.end()
+  except KeyboardInterrupt:
+    echo("[sweep] interrupted: stopping every member (they resume when the sweep is started again)")
+    for ref in refs:
+      ray.cancel(ref, force=True, recursive=True)
+    raise
+  finally:
+    for pg in groups:
+      try:
+        remove_placement_group(pg)
+      except Exception:  # noqa: BLE001 (the cluster may be gone)
+        pass
+    ray.shutdown()
+  echo(progress.summary_table(_progress(sweep_dir, members, outcomes), time.time() - started))
+  return {m.name: outcomes[m.name] for m in members}
+
+
+def _progress(sweep_dir: str, members: Sequence[spec_lib.Member], outcomes: Mapping[str, str]):
+  return [progress.read_member(sweep_dir, m.name, outcomes.get(m.name)) for m in members]
+
+
+def _record_lost(sweep_dir: str, member: spec_lib.Member, error: Exception) -> str:
+  workdir = runner.member_dir(sweep_dir, member)
+  if runner.status(workdir) not in ("done", "failed"):
+    os.makedirs(workdir, exist_ok=True)
+    runner.mark_failed(workdir, None, f"{type(error).__name__}: {error}"[-4000:])
+  return runner.status(workdir)
+
+
+class _LiveLine:
+  """One status line: rewritten in place on a terminal, else printed when it changes (at most every 30 s)."""
+
+  def __init__(self, echo, every_s: float = 30.0):
+    self.echo, self.every_s, self.tty = echo, every_s, sys.stdout.isatty() and echo is print
+    self.last, self.last_time = "", 0.0
+
+  def show(self, line: str) -> None:
+    if self.tty:
+      sys.stdout.write("\r\033[K" + line)
+      sys.stdout.flush()
+    elif line != self.last and time.time() - self.last_time >= self.every_s or self._counts_changed(line):
+      self.echo(line)
+      self.last_time = time.time()
+    self.last = line
+
+  def _counts_changed(self, line: str) -> bool:
+    return line.split(" (")[0].split(";")[0] != self.last.split(" (")[0].split(";")[0]
+
+  def end(self) -> None:
+    if self.tty:
+      sys.stdout.write("\n")

@@ -1,0 +1,21 @@
+"""Errors that are the user's to fix: a bad config value, a workdir that holds another run or is in use, a
+missing file or optional extra. The launchers (scripts/train.py, scripts/sweep.py) print such an error as one
+line and exit with `EXIT_USER_ERROR`; `--debug` shows the traceback. Anything else is a bug and raises.
+
+The sweep runners read that exit code too: retrying a member cannot fix a user error, so it fails once.
+"""
+from __future__ import annotations
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+  """A mistake in what was asked for; the message names the problem and the fix."""
+
+
+class ConfigError(UserError, ValueError):
+  """A config key or value that is wrong (also a ValueError, as config errors always were)."""
+
+
+class WorkdirError(UserError, RuntimeError):
+  """A workdir that holds another run, is in use, or would lose its history."""
