@@ -1,0 +1,112 @@
+"""The Ray backend with the real trainer (experiments/default.py:test): a member whose Ray worker dies is retried
+by Ray and ends with the metrics of an uninterrupted run; a two-host member on a two-node local cluster trains as
+tests/distributed/test_multihost.py's two processes do."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+
+from grpo_jax.ablation import progress, ray_backend, runner, spec  # noqa: E402
+from tests.sweep.conftest import REPO  # noqa: E402
+
+CONFIG = "experiments/default.py:test"
+COMMON = {"log.plot": False, "log.tensorboard": False}
+TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
+
+
+def _metrics(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  return [{k: v for k, v in r.items() if k not in TIMING and not k.startswith("timing/")} for r in rows]
+
+
+def _trainer_pids(workdir):
+  out = subprocess.run(["pgrep", "-f", f"train.py .*--workdir {workdir} "], capture_output=True, text=True)
+  return [int(p) for p in out.stdout.split()]
+
+
+def _parent(pid):
+  with open(f"/proc/{pid}/stat") as f:
+    return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_member_whose_worker_dies_is_retried_and_ends_as_if_never_interrupted(tmp_path):
+  sweep_dir = str(tmp_path)
+  members = spec.validate([{"name": n, "overrides": {"num_steps": 5}} for n in ("killed", "straight")])
+  victim = os.path.join(sweep_dir, "killed")
+  killed = []
+
+  def kill_the_worker_after_the_step_2_checkpoint():
+    deadline = time.time() + 300
+    while time.time() < deadline and not killed:
+      pids = _trainer_pids(victim)
+      if os.path.isdir(os.path.join(victim, "checkpoints", "2")) and pids:
+        worker = _parent(pids[0])
+        os.kill(worker, signal.SIGKILL)  # the Ray worker running the member's task, as if its node died
+        killed.append(worker)
+      time.sleep(0.1)
+
+  watcher = threading.Thread(target=kill_the_worker_after_the_step_2_checkpoint, daemon=True)
+  watcher.start()
+  outcomes = ray_backend.run_sweep(members, config_spec=CONFIG, sweep_dir=sweep_dir, train_cmd=None,
+                                   common=COMMON, resources=ray_backend.MemberResources.parse({"CPU": 1}),
+                                   init_kwargs={"num_cpus": 2}, echo=lambda *_: None)
+  watcher.join(timeout=1)
+  assert killed and outcomes == {"killed": "done", "straight": "done"}
+  assert progress.read_member(sweep_dir, "killed").attempts == 2
+  with open(os.path.join(victim, "train.log")) as f:  # the second attempt resumed from a GRPO checkpoint
+    assert re.search(r"\[resume\] restored step [24] ", f.read())
+  assert _metrics(victim) == _metrics(os.path.join(sweep_dir, "straight"))  # CPU: exactly
+
+
+def _free_port():
+  import socket
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+# As tests/distributed/test_multihost.py: data=2 spans the two processes, fsdp=2 the two devices of each.
+MULTIHOST = {"warmstart.enabled": False, "eval.every": 100, "checkpoint.every": 100, "grpo.beta": 0.04,
+             "num_steps": 3, "grpo.overlong_buffer": 3, **COMMON}
+
+
+def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_path):
+  from ray.cluster_utils import Cluster
+  two_devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+  try:
+    cluster.add_node(num_cpus=1)
+    members = spec.validate([{"name": "two", "overrides": {"mesh.data": 2, "mesh.fsdp": 2}}])
+    outcomes = ray_backend.run_sweep(
+        members, config_spec=CONFIG, sweep_dir=str(tmp_path), train_cmd=None, common=MULTIHOST,
+        resources=ray_backend.MemberResources.parse({"CPU": 1, "hosts": 2}), address=cluster.address,
+        init_kwargs={"runtime_env": {"env_vars": two_devices}}, echo=lambda *_: None)
+  finally:
+    cluster.shutdown()
+  two = os.path.join(tmp_path, "two")
+  logs = [open(os.path.join(two, name)).read() for name in ("train.log", "train.1.log")]
+  assert outcomes == {"two": "done"}, logs[0][-3000:] + logs[1][-3000:]
+  # One process on each node (STRICT_SPREAD), process 0 the only writer.
+  nodes = {r["node"] for r in runner.read_jsonl(os.path.join(two, runner.ATTEMPTS)) if "node" in r}
+  assert len(nodes) == 1 and "[done]" in logs[0] and "[done]" not in logs[1]
+  # The one-process, one-device reference of the same global batch.
+  one = str(tmp_path / "one")
+  subprocess.run([sys.executable, "scripts/train.py", "--config", CONFIG, "--workdir", one,
+                  *(f"--config.{k}={spec.format_value(v)}" for k, v in MULTIHOST.items())],
+                 cwd=REPO, check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  a, b = _metrics(two), _metrics(one)
+  assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2, 3]
+  for x, y in zip(a[1:], b[1:]):
+    for k in ("reward", "completions/mean_length", "frac_reward_zero_std"):
+      assert x[k] == y[k], k
+    for k in ("loss", "grad_norm", "kl"):
+      assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-8), k
