@@ -94,7 +94,7 @@ def main(argv):
       time.sleep(float(args["sleep"]))
   with open(os.path.join(workdir, "invocations_env.jsonl"), "a") as f:
     f.write(json.dumps({"CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "start": started,
-                        "end": time.time()}) + "\n")
+                        "end": time.time(), "file": os.path.abspath(__file__)}) + "\n")
   return 0
 
 
