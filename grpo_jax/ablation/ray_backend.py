@@ -171,7 +171,7 @@ def _member_task(member: dict[str, Any], *, config_spec: str, sweep_dir: str, tr
     return prepared
   workdir, argv = prepared
   node = ray.util.get_node_ip_address()
-  coordinator = f"{node}:{_free_port()}"
+  coordinator = f"{node}:{_free_port()}" if resources.hosts > 1 else ""
   peers = [ray.remote(_host_task).options(
       max_retries=0, **resources.task_options(),
       scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)).remote(
@@ -310,7 +310,8 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
           outcomes[m.name] = "failed"
         except Exception as e:  # retries spent on lost workers or nodes: no attempt wrote FAILED
           outcomes[m.name] = _record_lost(sweep_dir, m, e)
-      live.show(progress.status_line(_progress(sweep_dir, members, outcomes)))
+      states = _progress(sweep_dir, members, outcomes)
+      live.show(progress.status_line(states), key=sorted(m.state for m in states))
     live.end()
   except KeyboardInterrupt:
     echo("[sweep] interrupted: stopping every member (they resume when the sweep is started again)")
@@ -345,19 +346,16 @@ class _LiveLine:
 
   def __init__(self, echo, every_s: float = 30.0):
     self.echo, self.every_s, self.tty = echo, every_s, sys.stdout.isatty() and echo is print
-    self.last, self.last_time = "", 0.0
+    self.last_key, self.last_time = None, 0.0
 
-  def show(self, line: str) -> None:
+  def show(self, line: str, key) -> None:
+    """`key` (the members' states): a change of it is printed at once."""
     if self.tty:
       sys.stdout.write("\r\033[K" + line)
       sys.stdout.flush()
-    elif line != self.last and time.time() - self.last_time >= self.every_s or self._counts_changed(line):
+    elif key != self.last_key or time.time() - self.last_time >= self.every_s:
       self.echo(line)
-      self.last_time = time.time()
-    self.last = line
-
-  def _counts_changed(self, line: str) -> bool:
-    return line.split(" (")[0].split(";")[0] != self.last.split(" (")[0].split(";")[0]
+      self.last_key, self.last_time = key, time.time()
 
   def end(self) -> None:
     if self.tty:
