@@ -111,7 +111,7 @@ def get_config() -> ml_collections.ConfigDict:
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
   t.name = "addition"             # one of grpo_jax/data/tasks.py's TASKS: addition, chain_sum, dataset,
-                                  # word_arithmetic.
+                                  # tool_arithmetic, word_arithmetic; or reasoning_gym:<dataset>.
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
   t.min_terms = 3                 # chain_sum: each prompt sums min_terms..max_terms single digits;
   t.max_terms = 8
@@ -132,6 +132,14 @@ def get_config() -> ml_collections.ConfigDict:
   t.system_prompt = ""            # chat template: the system message ("": none).
   t.prefill_think = False         # end the prompt with "<think>" (score with the format_*_prefilled rewards).
   # word_arithmetic (grpo_jax/data/word_arithmetic.py): sums asked in English, chat template, needs hf_path.
+  # reasoning_gym:<dataset> (grpo_jax/data/reasoning_gym.py, pip install -e '.[gym]'): any reasoning-gym
+  # dataset, its items rendered like dataset rows (template, system_prompt), needs hf_path; reward "reasoning_gym".
+  t.options = ml_collections.ConfigDict()  # the dataset's own options, e.g. {"min_animals": 2}; composite:
+                                  # {"datasets": {"leg_counting": {"weight": 2.0, "config": {...}}, ...}}.
+  t.train_size = 10000            # training items: 0 .. train_size-1 of the dataset seeded train_seed ...
+  t.train_seed = 1
+  t.heldout_size = 500            # ... held-out items: of the one seeded heldout_seed (eval.size of them are
+  t.heldout_seed = 1_000_000      # evaluated), minus any whose question is a training question (counted).
   t.transfer = ""                 # word_arithmetic: further held-out sets, never trained on, comma-separated
                                   # ("three_digit,reworded"), evaluated at steps 0 and num_steps as
                                   # transfer/<name>/accuracy ...; "": none.
@@ -317,8 +325,11 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
   choices = named_choices()
   for key in ("grpo.advantage", "grpo.importance_level", "grpo.kl_estimator", "grpo.aggregation",
-              "optim.schedule", "task.name", "model.attention"):
+              "optim.schedule", "model.attention"):
     _choice(c, key, choices[key])
+  from grpo_jax.data import tasks as tasks_lib
+  if not tasks_lib.is_known_task(c.task.name):
+    _fail("task.name", f"{c.task.name!r} is not one of {list(tasks_lib.TASKS + tasks_lib.TASK_PATTERNS)}")
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
   if c.model.attention == "cudnn" and c.model.dtype == "float32":
@@ -330,6 +341,12 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   _choice(c, "log.wandb_mode", ("online", "offline"))
   if c.task.name == "dataset":
     _validate_dataset_task(c, in_memory_dataset)
+  from grpo_jax.data import reasoning_gym
+  if reasoning_gym.is_gym_task(c.task.name):
+    reasoning_gym.validate_config(c)
+    _validate_rendered_task(c)
+  elif c.task.options:
+    _fail("task.options", f"only reasoning_gym tasks take options, not {c.task.name!r}")
   if c.task.name == "chain_sum":
     _validate_chain_sum_task(c)
   if c.task.name == "tool_arithmetic" and not 0 <= c.task.tool_fraction <= 1:
@@ -447,15 +464,21 @@ def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
   for key in ("task.train_path", "task.heldout_path"):
     if _get(c, key) and not os.path.exists(_get(c, key)):
       _fail(key, f"{_get(c, key)!r} does not exist")
+  _validate_rendered_task(c)
+  _at_least(c, "task.max_rows", 0)
+
+
+def _validate_rendered_task(c) -> None:
+  """Tasks whose rows are rendered with a template and the checkpoint's tokenizer (dataset, reasoning_gym)."""
+  t = c.task
   if not c.model.hf_path:
-    _fail("model.hf_path", "the dataset task needs a Hugging Face checkpoint directory (its tokenizer encodes "
+    _fail("model.hf_path", f"the {t.name} task needs a Hugging Face checkpoint directory (its tokenizer encodes "
           "the prompts)")
   _choice(c, "task.template", named_choices()["task.template"])
   if t.prefill_think and t.template == "plain":
     _fail("task.prefill_think", "needs the r1_zero or chat template (the plain template asks for no <think>)")
   if t.system_prompt and t.template != "chat":
     _fail("task.system_prompt", f"only the chat template has a system prompt, not {t.template!r}")
-  _at_least(c, "task.max_rows", 0)
 
 
 def _validate_env(c) -> None:
@@ -560,7 +583,7 @@ def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
   """A saved config.json as a ConfigDict: `upgrade_saved`, then every field the run predates (e.g. a config
   group added later) at its default, so the code of today reads a run of yesterday."""
   config = get_config()
-  free_form = {"rewards", "reward_gates", "task.field_map"}  # name -> value maps: the saved one replaces ours
+  free_form = {"rewards", "reward_gates", "task.field_map", "task.options"}  # name -> value maps: the saved one replaces ours
 
   def merge(target, values: dict, prefix: str):
     for key, value in values.items():
@@ -583,7 +606,7 @@ def _set(c, key, value):
 def _flatten(tree: dict, prefix: str = "") -> dict:
   out = {}
   for key, value in tree.items():
-    if isinstance(value, dict) and key not in ("rewards", "reward_gates", "field_map"):
+    if isinstance(value, dict) and key not in ("rewards", "reward_gates", "field_map", "options"):
       out.update(_flatten(value, f"{prefix}{key}."))
     else:
       out[prefix + key] = value

@@ -6,6 +6,7 @@ write the checkpoint out as a Hugging Face model.
   python scripts/evaluate.py runs/smollm2_s0 --base             # the model the run started from (hf_path)
   python scripts/evaluate.py runs/smollm2_s0 --set three_digit  # a transfer set of the run's task
   python scripts/evaluate.py runs/smollm2_s0 --export out/policy   # and write it out (as scripts/export.py)
+  python scripts/evaluate.py --config experiments/gym.py:syllogism --size 50   # an experiment's starting model
 
 Besides accuracy it splits the completions into: finished (a stop token within max_new_tokens) or cut off, and
 correct or not, so a gain can be read as format / brevity (fewer cut off) or arithmetic (more finished ones
@@ -22,7 +23,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("workdir")
+  parser.add_argument("workdir", nargs="?", default=None, help="a run's directory (or give --config)")
+  parser.add_argument("--config", default=None,
+                      help="FILE.py[:PRESET]: evaluate that experiment's starting model, without a run (implies --base)")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
   parser.add_argument("--base", action="store_true", help="evaluate the starting model (model.hf_path)")
   parser.add_argument("--set", default="heldout", help="'heldout' or a transfer set of the task")
@@ -39,7 +42,17 @@ def main(argv=None):
   from grpo_jax.train.rollout import scoring_of
   from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 
-  config = load_run_config(args.workdir)
+  if (args.workdir is None) == (args.config is None):
+    parser.error("give a run's workdir or --config FILE.py[:PRESET], not both")
+  if args.config:
+    from grpo_jax.ablation.spec import load_module
+    from grpo_jax import config as config_lib
+    preset = args.config.partition(":")[2]
+    config = load_module(args.config).get_config(preset or None)
+    config_lib.validate(config)
+    args.base, args.workdir = True, args.config
+  else:
+    config = load_run_config(args.workdir)
   size = args.size or config.eval.size
   tokenizer, task = loop.build_tokenizer_and_task(config)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)

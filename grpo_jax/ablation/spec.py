@@ -211,8 +211,8 @@ def check_keys_exist(config, overrides: Mapping[str, Any], where: str) -> None:
       except (KeyError, TypeError, AttributeError):
         prefix = ".".join(key.split(".")[:i]) or "the config"
         raise KeyError(f"{where}: override {key!r}: {prefix} has no field {part!r}") from None
-    if node is None:
-      continue
+    if node is None or (hasattr(node, "items") and isinstance(value, str)):
+      continue   # a map field (task.options) takes a dict literal, which the trainer's command line parses
     if _kind(node) != _kind(value):
       raise TypeError(f"{where}: override {key}={value!r} is a {_kind(value)}, but the field is a {_kind(node)} "
                       f"({node!r})")

@@ -19,6 +19,9 @@ Tasks (`config.task.name`):
               and tokenized by the checkpoint's tokenizer. Prompts longer than
               `config.sampling.max_prompt_length` tokens are dropped and counted (one log line). Each epoch
               visits the training rows in a fresh seeded order.
+  "reasoning_gym:<dataset>"  any reasoning-gym dataset, or a weighted composite (`reasoning_gym.py`, the optional
+              extra [gym]): items from seeded generators, training and held-out from different seeds, rendered and
+              tokenized like dataset rows, scored by the `reasoning_gym` reward (the dataset's own verifier).
   "word_arithmetic"  sums asked in English ("What is 37 + 45?", `word_arithmetic.py`), generated in memory and
               served like dataset rows (chat template, checkpoint's tokenizer), for instruct models.
 
@@ -32,13 +35,15 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from grpo_jax.data import word_arithmetic
+from grpo_jax.data import reasoning_gym, word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.datasets import load_train_heldout, rows_in_memory, split_rows
 from grpo_jax.data.synthetic import AdditionTask, ChainSumTask, ToolArithmeticTask
 from grpo_jax.data.templates import tokenize_prompts
 
 TASKS = ("addition", "chain_sum", "dataset", "tool_arithmetic", "word_arithmetic")
+# Task names by pattern: any reasoning-gym dataset ("reasoning_gym:leg_counting", "reasoning_gym:composite").
+TASK_PATTERNS = (reasoning_gym.PREFIX + "<dataset>",)
 # Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3). An
 # instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
@@ -214,7 +219,35 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
     log(f"[data] word_arithmetic: {task.num_train} train / {task.num_heldout} held-out prompts"
         + (f", transfer sets {', '.join(task.transfer_sets)}" if task.transfer_sets else ""))
     return task
-  raise ValueError(f"config.task.name: unknown task {t.name!r} (known: {', '.join(TASKS)})")
+  if reasoning_gym.is_gym_task(t.name):
+    return _make_gym_task(config, tokenizer, log)
+  raise ValueError(f"config.task.name: unknown task {t.name!r} (known: {', '.join(TASKS + TASK_PATTERNS)})")
+
+
+def is_known_task(name: str) -> bool:
+  """A name of TASKS, or one that matches TASK_PATTERNS (whether its dataset exists is checked later)."""
+  return name in TASKS or reasoning_gym.is_gym_task(name)
+
+
+def _make_gym_task(config, tokenizer, log: Callable[[str], None]) -> DatasetTask:
+  t = config.task
+  if tokenizer is None:
+    raise ValueError(f"config.model.hf_path: the {t.name} task needs a checkpoint directory (its tokenizer "
+                     "encodes the prompts)")
+  data = reasoning_gym.split(t.name, t.options, train_seed=t.train_seed, train_size=t.train_size,
+                             heldout_seed=t.heldout_seed, heldout_size=t.heldout_size)
+  if not data.heldout:
+    raise ValueError(f"config.task.heldout_seed: all {t.heldout_size} held-out questions of {t.name} are also "
+                     "training questions (a small generator); give it more room (options) or fewer training items")
+  task = DatasetTask(data.train, data.heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                     template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                     seed=config.seed, source=t.name)
+  dropped = task.num_dropped
+  log(f"[data] {t.name}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
+      f"{data.num_duplicates} held-out questions that are also training questions, and "
+      f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
+      f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+  return task
 
 
 def transfer_names(config) -> list[str]:

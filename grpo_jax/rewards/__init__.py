@@ -9,3 +9,4 @@ from grpo_jax.rewards.format_rewards import (format_lenient, format_strict, gate
                                              make_format_reward)
 from grpo_jax.rewards.countdown import countdown, evaluate_expression, make_countdown_reward
 from grpo_jax.rewards.overlong import make_overlong_reward, soft_overlong_penalty
+from grpo_jax.rewards.reasoning_gym import reasoning_gym_score

@@ -3,6 +3,8 @@
 strict:  the completion (surrounding whitespace ignored) is exactly one think block followed by one answer
          block, separated only by whitespace, nothing before or after, each tag used once, answer not blank.
 lenient: somewhere in the completion a think block is followed (later) by a non-blank answer block.
+answer_tag: the completion holds a complete, non-blank <answer> </answer> pair (no <think> asked for: chat
+         models told to put the answer in tags, e.g. reasoning-gym tasks).
 
 With the R1-Zero template the prompt already ends in "<think>", so the completion starts inside the think
 block: pass `think_prefilled=True` to `make_format_reward`, which then checks "<think>" + completion.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from grpo_jax.rewards.answers import answer_tag_content
 from grpo_jax.rewards.registry import get_reward, register_reward
 
 _STRICT_RE = re.compile(r"\s*<think>(?P<think>.*?)</think>\s*<answer>(?P<answer>.*?)</answer>\s*", re.DOTALL)
@@ -66,6 +69,13 @@ format_strict_prefilled = register_reward("format_strict_prefilled")(
     make_format_reward(strict=True, think_prefilled=True))
 format_lenient_prefilled = register_reward("format_lenient_prefilled")(
     make_format_reward(strict=False, think_prefilled=True))
+
+
+@register_reward("answer_tag")
+def answer_tag(prompts: list[str], completions: list[str], **unused_columns) -> list[float]:
+  """1.0 when the last complete <answer> </answer> pair of the completion is not blank, else 0.0."""
+  del prompts, unused_columns
+  return [float(bool((answer_tag_content(c) or "").strip())) for c in completions]
 
 
 class gate_on_format:  # pylint: disable=invalid-name  (used as a function: a reward built from two others)

@@ -18,18 +18,24 @@ RECIPES = {
     "gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<|im_start|>system\n"},
     "countdown": {"rewards": ("countdown", "format_strict_prefilled"), "prompt_start": "A conversation between"},
     "smollm2_arithmetic": {"rewards": ("gsm8k_accuracy",), "prompt_start": "<|im_start|>"},
+    "gym": {"rewards": ("reasoning_gym", "answer_tag"), "prompt_start": "<|im_start|>system\nSolve the problem"},
 }
 # What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
 SIZE_FIELDS = {
     "num_steps", "model.hf_path", "model.logprob_chunk_size", "task.train_path", "task.heldout_path",
-    "task.heldout_fraction", "task.max_rows", "sampling.max_prompt_length", "sampling.max_new_tokens",
+    "task.heldout_fraction", "task.max_rows", "task.train_size", "task.heldout_size", "sampling.max_prompt_length", "sampling.max_new_tokens",
     "grpo.group_size", "grpo.prompts_per_step", "grpo.mini_batch_size", "grpo.micro_batch_size",
     "optim.learning_rate", "optim.warmup_steps", "eval.every", "eval.size", "eval.batch_size",
     "checkpoint.every", "model.hidden_size", "model.intermediate_size", "model.num_layers", "model.num_heads",
     "model.num_kv_heads", "model.head_dim", "model.vocab_size", "model.max_position_embeddings",
     "warmstart.batch_size", "warmstart.max_steps", "warmstart.eval_every", "warmstart.target_accuracy",
 }
+
+
+def _needs_extra(name):
+  if name == "gym":
+    pytest.importorskip("reasoning_gym")   # the [gym] extra (in the test extra, so CI has it)
 
 
 def _leaves(config, prefix=""):
@@ -51,6 +57,7 @@ def _batch_structure(config):
 
 @pytest.mark.parametrize("name", sorted(RECIPES) + ["default", "lora", "calculator"])
 def test_test_preset_changes_sizes_never_structure(name, fixture_paths):
+  _needs_extra(name)
   full, test = load_experiment(name)(None), load_experiment(name)("test")
   full_leaves, test_leaves = _leaves(full), _leaves(test)
   assert full_leaves.keys() == test_leaves.keys()
@@ -61,6 +68,7 @@ def test_test_preset_changes_sizes_never_structure(name, fixture_paths):
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile_cache, tmp_path, capsys):
+  _needs_extra(name)
   config = load_experiment(name)("test")
   assert config.model.hf_path == fixture_paths["checkpoint"]
   # A reward that varies between random completions, so the update has a non-zero gradient.
@@ -87,6 +95,8 @@ def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile
   if name == "countdown":
     assert prompt.endswith("Assistant: <think>")
   out = capsys.readouterr().out
+  if config.task.name.startswith("reasoning_gym:"):
+    assert "held-out questions that are also training questions" in out
   if config.task.name == "dataset":
     assert "dropped 0 prompts longer than sampling.max_prompt_length=192 tokens" in out
   for name in filter(None, config.task.transfer.split(",")):  # transfer sets: evaluated at the first and last step

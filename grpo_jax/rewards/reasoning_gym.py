@@ -1,0 +1,51 @@
+"""The `reasoning_gym` reward: a reasoning-gym task's own verifier (grpo_jax/data/reasoning_gym.py).
+
+The answer is what reasoning-gym's `extract_answer` takes: the content of the LAST complete <answer> </answer>
+pair, stripped of surrounding whitespace (found with a linear scan, `answers.answer_tag_content`, where
+reasoning-gym's regular expression is quadratic on many unclosed tags); a completion without one gives the
+verifier None, which every dataset scores 0. The score is the dataset's `score_answer(answer, entry)` in [0, 1]
+(some datasets give partial credit), from a dataset built with the row's options (`gym_source`), so that
+options that change the verifier (tolerances, formats) are honoured, and composites score each item with the
+dataset it came from.
+
+Like every reward it runs in the reward worker process by default (grpo_jax/rewards/isolation.py): a verifier
+that raises or hangs on a completion scores `reward_fallback` there and is counted in `rewards/<name>/failures`,
+never stopping the run. A verifier that prints (bf) prints to the worker's stderr.
+"""
+from __future__ import annotations
+
+import json
+
+from grpo_jax.rewards.answers import answer_tag_content
+from grpo_jax.rewards.registry import register_reward
+
+_SCORERS: dict[str, object] = {}   # gym_source -> dataset, built once per process
+
+
+def extract_answer(completion: str) -> str | None:
+  """The stripped content of the last complete <answer> </answer> pair, or None (reasoning-gym's rule)."""
+  content = answer_tag_content(completion)
+  return None if content is None else content.strip()
+
+
+def _dataset(source: str):
+  dataset = _SCORERS.get(source)
+  if dataset is None:
+    from grpo_jax.data import reasoning_gym as gym_data  # pylint: disable=import-outside-toplevel
+    spec = json.loads(source)
+    dataset = gym_data.import_gym().create_dataset(spec["name"], **spec["options"])
+    _SCORERS[source] = dataset
+  return dataset
+
+
+def score(completion: str, entry: dict, source: str) -> float:
+  """The dataset's own score of the completion's answer."""
+  return float(_dataset(source).score_answer(extract_answer(completion), entry))
+
+
+@register_reward("reasoning_gym")
+def reasoning_gym_score(prompts: list[str], completions: list[str], gym_entry: list, gym_source: list,
+                        **unused_columns) -> list[float]:
+  """Each completion scored by its row's reasoning-gym verifier (columns `gym_entry`, `gym_source`)."""
+  del prompts, unused_columns
+  return [score(c, e, s) for c, e, s in zip(completions, gym_entry, gym_source, strict=True)]
