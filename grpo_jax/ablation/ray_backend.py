@@ -271,7 +271,9 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
   sweep_dir = os.path.abspath(sweep_dir)
   config_spec = portable_path(config_spec)
   started = time.time()
-  ray.init(address=address or None, log_to_driver=False, **(init_kwargs or {}))
+  # Absent: the cluster of the Ray job this driver runs in (RAY_ADDRESS), else a new local instance of our own
+  # ("local"), never one that an earlier `ray start` left running on this machine.
+  ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False, **(init_kwargs or {}))
   outcomes: dict[str, str] = {}
   refs: dict[Any, spec_lib.Member] = {}
   groups = []
