@@ -95,7 +95,7 @@ def jax_logits(model, tokens, mask, keep: int = 0) -> np.ndarray:
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
   """name -> (directory, torch model), built on first use."""
-  specs = {"1b": ("1b", (S_, F_), 16), "4b": ("4b", (S_, F_), 16), "1b_w512": ("1b", (S_, S_), 512),
+  specs = {"1b": ("1b", (S_, F_), 16), "4b": ("4b", (F_,), 16), "1b_w512": ("1b", (S_, S_), 512),
            "tiny": ("tiny", (S_, F_, S_), 4)}
   built = {}
 
@@ -112,14 +112,14 @@ def checkpoints(tmp_path_factory):
 
 @pytest.mark.parametrize("name,lengths,total", [
     ("1b", (40, 23, 9), 40),   # longer and shorter than the window of 16, left padded
-    ("4b", (40, 12), 40),      # linear RoPE scaling on the global layer
+    ("4b", (40, 12), 40),      # one global layer, with linear RoPE scaling
     ("tiny", (30, 3), 30),
 ])
 def test_logits_match_transformers(checkpoints, name, lengths, total):
   path, torch_model = checkpoints(name)
   tokens, mask = left_padded(np.random.default_rng(1), lengths, total)
   model = hf_io.from_pretrained(path)
-  assert model.cfg.family == "gemma3_text" and model.cfg.has_sliding
+  assert model.cfg.family == "gemma3_text"
   ours, ref = jax_logits(model, tokens, mask), torch_logits(torch_model, tokens, mask)
   err = np.abs(ours[mask] - ref[mask]).max()
   print(f"{name}: max |logit diff| {err:.2e}, max |logit| {np.abs(ref[mask]).max():.1f}")
@@ -159,11 +159,10 @@ def _torch_greedy(torch_model, prompts, n):
   return out[:, P:].numpy()
 
 
-@pytest.mark.parametrize("name", ["1b", "tiny"])
-def test_greedy_64_tokens_equal_transformers_generate(checkpoints, name):
-  """The sampler (ring-buffer caches for sliding layers: 16 or 4 slots) and transformers' generate, left
-  padded prompts longer and shorter than the window."""
-  path, torch_model = checkpoints(name)
+def test_greedy_64_tokens_equal_transformers_generate(checkpoints):
+  """The sampler (ring-buffer caches of 4 slots in sliding layers) and transformers' generate, left padded
+  prompts longer and shorter than the window (the real 270M model: test_gemma3_270m.py)."""
+  path, torch_model = checkpoints("tiny")
   rng = np.random.default_rng(3)
   prompts = [[2, *rng.integers(3, VOCAB, size=n - 1)] for n in (21, 5, 13)]
   sampler, ours = _sampler_greedy(hf_io.from_pretrained(path), prompts, 64)
@@ -180,7 +179,7 @@ def test_sliding_layers_cache_only_the_window(checkpoints):
   assert [c.v_BxKxSxH.shape[2] for c in init_cache(cfg, 2, 3)] == [3, 3, 3]
 
 
-@pytest.mark.parametrize("chunks", [(9, 1, 1, 1, 5, 1, 2), (2, 6, 1, 3, 1, 1, 1, 1, 1, 1, 2)])
+@pytest.mark.parametrize("chunks", [(6, 1, 1, 5, 2)])
 def test_cached_forward_in_chunks_equals_full_forward(checkpoints, chunks):
   """Prefill and decode in chunks of any length (1 = a decode step) over a ring of 4 slots: the same
   logits as one forward pass, with left padding."""
@@ -190,11 +189,20 @@ def test_cached_forward_in_chunks_equals_full_forward(checkpoints, chunks):
   tokens, mask = left_padded(np.random.default_rng(4), (S, S - 5, S - 8), S)
   full = jax_logits(model, tokens, mask)
   positions = np.asarray(positions_from_mask(mask))
+  graphdef, state = nnx.split(model)
+
+  @jax.jit  # one compilation per chunk length
+  def run(state, tokens, positions, attn, cache, start):
+    m = nnx.merge(graphdef, state)
+    hidden, cache = m(tokens, positions, attn, cache, start)
+    return m.logits(hidden), cache
+
   cache, start, got = init_cache(model.cfg, 3, S), 0, []
   for n in chunks:
     attn = (np.arange(S)[None, :] <= np.arange(start, start + n)[:, None])[None] & mask[:, None, :]
-    hidden, cache = model(tokens[:, start:start + n], positions[:, start:start + n], attn, cache, start)
-    got.append(np.asarray(model.logits(hidden)))
+    logits, cache = run(state, tokens[:, start:start + n], positions[:, start:start + n], attn, cache,
+                        jnp.int32(start))
+    got.append(np.asarray(logits))
     start += n
   np.testing.assert_allclose(np.concatenate(got, 1)[mask], full[mask], atol=1e-5, rtol=0)
 
@@ -206,12 +214,14 @@ def test_shared_prompt_logprobs_equal_per_row(checkpoints):
   rng = np.random.default_rng(5)
   prompt, pmask = left_padded(rng, (7, 3), 7)
   prompt, pmask = np.repeat(prompt, 3, 0), np.repeat(pmask, 3, 0)
+  graphdef, state = nnx.split(model)
+  logprobs = jax.jit(lambda state, *args, repeats: completion_logprobs(
+      nnx.merge(graphdef, state), *args, prompt_repeats=repeats)[0], static_argnames="repeats")
   for C in (1, 6):
     completion = rng.integers(3, VOCAB, size=(6, C)).astype(np.int32)
-    cmask = np.ones_like(completion)
-    per_row, _ = completion_logprobs(model, prompt, pmask, completion, cmask)
-    shared, _ = completion_logprobs(model, prompt, pmask, completion, cmask, prompt_repeats=3)
-    np.testing.assert_allclose(np.asarray(shared), np.asarray(per_row), atol=1e-5, rtol=0)
+    args = (prompt, pmask, completion, np.ones_like(completion))
+    np.testing.assert_allclose(np.asarray(logprobs(state, *args, repeats=3)),
+                               np.asarray(logprobs(state, *args, repeats=1)), atol=1e-5, rtol=0)
 
 
 def test_chunked_logprobs_for_a_262k_vocabulary():
