@@ -313,7 +313,7 @@ def test_hub_style_configs():
     from_hf_config({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})
 
 
-def test_lora_on_gemma_starts_at_the_base_and_trains(checkpoints):
+def test_lora_on_gemma_starts_at_the_base(checkpoints):
   path, _ = checkpoints("tiny")
   model = hf_io.from_pretrained(path)
   tokens, mask = left_padded(np.random.default_rng(7), (9, 5), 9)
