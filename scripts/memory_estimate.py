@@ -5,6 +5,7 @@ training activations, for a model config on a ('data', 'fsdp', 'tensor') mesh.
   python scripts/memory_estimate.py --model qwen2.5-7b --mesh 1,8,1
   python scripts/memory_estimate.py --hf-config path/to/config.json --mesh 2,4,1 --param-dtype bfloat16
   python scripts/memory_estimate.py --table     # the docs/scaling.md table
+  python scripts/memory_estimate.py --table gemma3   # the docs/models.md table (Gemma 3 1B-27B)
 
 Parameters are counted exactly, shard by shard, with the trainer's own sharding rules (`LOGICAL_RULES` applied
 to the model's logical axis names; a dimension its mesh axes do not divide is replicated). Gradients are held
@@ -14,13 +15,16 @@ more set of parameters (none with beta = 0, none on the device with `offload_ref
 
 Estimates (not measured; XLA's buffer reuse and fusion change them):
 - KV cache of the sampler: layers x 2 (k, v) x batch x (prompt + new tokens) x kv_heads x head_dim in the compute
-  dtype, the batch split over data x fsdp and the kv heads over tensor (when they divide).
+  dtype, the batch split over data x fsdp and the kv heads over tensor (when they divide). A sliding-window
+  layer (Gemma 3) holds min(window, prompt + new tokens) slots instead.
 - Activations kept for the backward pass of one micro-batch (rows split over data x fsdp), per token and layer:
   4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
   output) + 3 F (gate, up, their product) in the compute dtype, the head and MLP terms split over tensor, plus
   the attention scores N x T in float32 and the probabilities in the compute dtype. With remat only each
   layer's input (D per token) is kept, plus one layer's activations while it is recomputed. Both add the
-  log-prob chunk: micro-batch rows x chunk x V float32 logits, twice (softmax and its gradient).
+  log-prob chunk: micro-batch rows x chunk x V float32 logits, twice (softmax and its gradient). The
+  attention scores are counted over all T keys in sliding-window layers too (the full-sequence forward masks
+  the window; it does not skip the keys outside it).
 - With a shared prompt forward (`prompt_repeats` s > 1, `model.share_prompt_forward`), a micro-batch of b rows
   runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
   instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
@@ -59,6 +63,30 @@ PRESETS = {
                         num_heads=40, num_kv_heads=8, head_dim=128, tie_word_embeddings=False,
                         attention_bias=True, family="qwen2"),
 }
+
+
+def _gemma3(vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim=256,
+            sliding_window=1024, query_pre_attn_scalar=256, linear_rope_factor=None) -> dict:
+  """A Gemma 3 preset: every 6th layer global, the others sliding (window `sliding_window`)."""
+  from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling
+  return dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+              num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+              tie_word_embeddings=True, qk_norm=True, family="gemma3_text", rope_theta=1_000_000.0,
+              local_rope_theta=10_000.0, sliding_window=sliding_window, query_pre_attn_scalar=query_pre_attn_scalar,
+              layer_types=tuple(SLIDING if (i + 1) % 6 else FULL for i in range(num_layers)),
+              rope_scaling=None if linear_rope_factor is None else LinearRopeScaling(linear_rope_factor))
+
+
+# Gemma 3 from the public config.json files of google/gemma-3-{270m,1b}-pt and the text_config of
+# google/gemma-3-{4b,12b,27b}-pt (their language models; the vision tower is not counted).
+PRESETS.update({
+    "gemma3-270m": _gemma3(262144, 640, 2048, 18, 4, 1, sliding_window=512),
+    "gemma3-1b": _gemma3(262144, 1152, 6912, 26, 4, 1, sliding_window=512),
+    "gemma3-4b": _gemma3(262208, 2560, 10240, 34, 8, 4, linear_rope_factor=8.0),
+    "gemma3-12b": _gemma3(262208, 3840, 15360, 48, 16, 8, linear_rope_factor=8.0),
+    "gemma3-27b": _gemma3(262208, 5376, 21504, 62, 32, 16, head_dim=128, query_pre_attn_scalar=168,
+                          linear_rope_factor=8.0),
+})
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024 ** 3
 
@@ -153,7 +181,9 @@ def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
     out = {"num_params": total, "trainable": total, "params": local * pb, "grads": local * pb,
            "optimizer": 2 * local * pb, "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
   kv_heads = _split(K, tp)
-  out["kv_cache"] = L * 2 * _split(w.sampler_batch, mesh.batch_ways) * T * kv_heads * H * ab
+  from grpo_jax.model.transformer import cache_slots  # a sliding-window layer caches its window only
+  slots = sum(cache_slots(cfg, i, T) for i in range(L))
+  out["kv_cache"] = slots * 2 * _split(w.sampler_batch, mesh.batch_ways) * kv_heads * H * ab
   rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
   heads, kv, mlp = _split(N, tp), kv_heads, _split(F, tp)
   per_token_layer = ((4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp + lora_per_token) * ab
@@ -198,12 +228,21 @@ TABLE = [
 ]
 
 
+# The Gemma 3 configurations of docs/models.md: one 80 GB GPU (1,1,1) and a TPU slice of 8 chips (fsdp 8), bf16
+# compute; the sampler batch is 64 x (512 + 1024) tokens here, a GSM8K-sized GRPO step.
+GEMMA3_TABLE = [(name, mesh, pdt, Workload(sampler_batch=64, micro_batch=mesh.batch_ways * 4, lora_rank=lora))
+                for name in ("gemma3-1b", "gemma3-4b", "gemma3-12b", "gemma3-27b")
+                for mesh, pdt, lora in ((Mesh(1, 1, 1), "bfloat16", 0), (Mesh(1, 1, 1), "bfloat16", 16),
+                                        (Mesh(1, 8, 1), "float32", 0), (Mesh(1, 8, 1), "bfloat16", 0))]
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   src = p.add_mutually_exclusive_group()
   src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
   src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")
-  src.add_argument("--table", action="store_true", help="print the docs/scaling.md table")
+  src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3"),
+                   help="print the docs/scaling.md table (qwen) or the docs/models.md one (gemma3)")
   p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor (default 1,1,1)")
   p.add_argument("--param-dtype", default="float32", choices=sorted(DTYPE_BYTES))
   p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES), help="compute dtype")
@@ -223,11 +262,13 @@ def main(argv=None):
   args = p.parse_args(argv)
   if args.table:
     print(header())
-    for name, mesh, pdt, w in TABLE:
+    for name, mesh, pdt, w in (GEMMA3_TABLE if args.table == "gemma3" else TABLE):
       cfg = model_config(name, pdt, "bfloat16")
       est = estimate(cfg, mesh, w)
       extra = ", ref offloaded" if w.offload_ref else ""
-      if w.sampler_batch != Workload._field_defaults["sampler_batch"]:
+      if w.lora_rank:
+        extra += f", LoRA r{w.lora_rank}"
+      if w.sampler_batch != Workload._field_defaults["sampler_batch"] and args.table == "qwen":
         extra += f" (sampler batch {w.sampler_batch})"
       print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)}, {pdt}{extra}", est))
     return

@@ -44,9 +44,9 @@ from grpo_jax.data.templates import tokenize_prompts
 TASKS = ("addition", "chain_sum", "dataset", "tool_arithmetic", "word_arithmetic")
 # Task names by pattern: any reasoning-gym dataset ("reasoning_gym:leg_counting", "reasoning_gym:composite").
 TASK_PATTERNS = (reasoning_gym.PREFIX + "<dataset>",)
-# Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3). An
+# Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3, Gemma). An
 # instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
-END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>")
+END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>")
 _INTERNAL = ("prompt_ids", "prompt_text")
 
 

@@ -85,3 +85,30 @@ def tokenize_prompts(rows: Sequence[dict], tokenizer: Any, max_prompt_tokens: in
   kept = [dict(row, prompt_text=text, prompt_ids=list(row_ids))
           for row, text, row_ids in zip(rows, texts, ids) if len(row_ids) <= max_prompt_tokens]
   return kept, len(rows) - len(kept)
+
+
+# Gemma 3's chat template (text turns), as in the instruction-tuned google/gemma-3-*-it tokenizers: a BOS, a
+# system message folded into the first user turn, roles user / model, each turn
+# "<start_of_turn>{role}\n{content}<end_of_turn>\n". `scripts/get_gemma3.py` gives it to the 270M base
+# model's tokenizer, whose GGUF carries none.
+GEMMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}"
+    "{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}"
+    "{%- set first_user_prefix = '' -%}"
+    "{%- set loop_messages = messages -%}"
+    "{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{%- endif -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '') }}"
+    "{{ message['content'] | trim }}"
+    "{{ '<end_of_turn>\\n' }}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{ '<start_of_turn>model\\n' }}"
+    "{%- endif -%}")

@@ -1,4 +1,4 @@
-"""Model configuration for the Llama / Qwen2 / Qwen3 decoder family.
+"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 decoder families.
 
 `ModelConfig` is a frozen dataclass (hashable, so it can be a static jit argument). It is built either by
 hand (tests, the tiny default experiment) or from a Hugging Face `config.json` (`from_hf_config`).
@@ -28,6 +28,16 @@ class RopeScaling:
 
 
 @dataclasses.dataclass(frozen=True)
+class LinearRopeScaling:
+  """Position interpolation (`rope_type: linear`): inverse frequencies divided by `factor` (Gemma 3 4B/12B/27B
+  use factor 8 on their global layers)."""
+  factor: float
+
+
+FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, as transformers names them
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelConfig:
   vocab_size: int
   hidden_size: int
@@ -38,7 +48,7 @@ class ModelConfig:
   head_dim: int
   max_position_embeddings: int = 2048
   rope_theta: float = 10000.0
-  rope_scaling: RopeScaling | None = None
+  rope_scaling: RopeScaling | LinearRopeScaling | None = None  # of the global (full-attention) layers
   rms_norm_eps: float = 1e-6
   tie_word_embeddings: bool = False
   attention_bias: bool = False   # Qwen2: bias on q/k/v projections.
@@ -47,7 +57,16 @@ class ModelConfig:
   dtype: str = "float32"         # compute dtype of activations and matmuls.
   remat: bool = False            # jax.checkpoint each decoder layer.
   attention: str = "einsum"      # one of ATTENTION
-  family: str = "llama"          # HF model_type written by save_pretrained: llama, qwen2 or qwen3.
+  family: str = "llama"          # HF model_type written by save_pretrained: llama, qwen2, qwen3, gemma3_text.
+  # Sliding-window attention (Gemma 3). layer_types: one of FULL / SLIDING per layer (None: all FULL). A
+  # SLIDING layer's query at index t sees keys at indices t - sliding_window < s <= t (transformers' window:
+  # itself and the sliding_window - 1 before it), with RoPE base local_rope_theta and no scaling; its KV cache
+  # is a ring buffer of min(sliding_window, cache length) slots (transformer.init_cache).
+  layer_types: tuple[str, ...] | None = None
+  sliding_window: int | None = None
+  local_rope_theta: float = 10000.0
+  # Attention scores are scaled by query_pre_attn_scalar ** -0.5 (None: head_dim ** -0.5, as Llama / Qwen).
+  query_pre_attn_scalar: float | None = None
 
   def __post_init__(self):
     for name in ("param_dtype", "dtype"):
@@ -60,6 +79,20 @@ class ModelConfig:
                        f"got dtype={self.dtype!r}")
     if self.family not in FAMILIES:
       raise ValueError(f"ModelConfig.family={self.family!r}: expected one of {sorted(FAMILIES)}")
+    if self.layer_types is not None:
+      if not isinstance(self.layer_types, tuple) or len(self.layer_types) != self.num_layers:
+        raise ValueError(f"ModelConfig.layer_types must be a tuple of num_layers={self.num_layers} entries, "
+                         f"got {self.layer_types!r}")
+      unknown = sorted(set(self.layer_types) - {FULL, SLIDING})
+      if unknown:
+        raise ValueError(f"ModelConfig.layer_types: unknown {unknown}; expected {FULL!r} or {SLIDING!r}")
+    if self.has_sliding and not (isinstance(self.sliding_window, int) and self.sliding_window >= 1):
+      raise ValueError(f"ModelConfig: sliding_attention layers need sliding_window >= 1, got "
+                       f"{self.sliding_window!r}")
+    if self.family == "gemma3_text" and not (self.qk_norm and self.tie_word_embeddings) or (
+        self.family == "gemma3_text" and self.attention_bias):
+      raise ValueError("ModelConfig(family='gemma3_text') needs qk_norm=True, tie_word_embeddings=True and "
+                       "attention_bias=False (as every Gemma 3 checkpoint)")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"ModelConfig: num_heads={self.num_heads} is not a multiple of "
                        f"num_kv_heads={self.num_kv_heads}")
@@ -72,24 +105,47 @@ class ModelConfig:
   def jnp_dtype(self):
     return DTYPES[self.dtype]
 
+  @property
+  def gemma(self) -> bool:
+    """Gemma 3's layer: RMSNorm scaled by (1 + weight) (q/k norms too), embeddings times sqrt(hidden_size),
+    norms after attention and around the MLP (four per layer), GeGLU with tanh-approximated GELU."""
+    return self.family == "gemma3_text"
+
+  @property
+  def has_sliding(self) -> bool:
+    return self.layer_types is not None and SLIDING in self.layer_types
+
+  def is_sliding(self, layer: int) -> bool:
+    return self.layer_types is not None and self.layer_types[layer] == SLIDING
+
+  @property
+  def attention_scale(self) -> float:
+    return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
+
   def replace(self, **kw) -> "ModelConfig":
     return dataclasses.replace(self, **kw)
 
 
 # HF model_type -> architecture class name.
-FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+            "gemma3_text": "Gemma3ForCausalLM"}
 SUPPORTED_ARCHITECTURES = tuple(FAMILIES.values())
-# Families users ask for, with what their layers do that the Llama-style decoder here does not.
+# The multimodal Gemma 3 (4B/12B/27B): its language model is a gemma3_text model under `text_config`.
+MULTIMODAL = {"gemma3": "Gemma3ForConditionalGeneration"}
+# Families users ask for, with what their layers do that the decoder here does not.
 NOT_YET_SUPPORTED = {
-    "gemma3_text": "Gemma 3 scales RMSNorm by (1 + weight), multiplies embeddings by sqrt(hidden_size), scales "
-                   "queries by query_pre_attn_scalar, normalizes before and after both attention and MLP (four "
-                   "norms per layer), uses GeGLU (gelu_pytorch_tanh), and alternates sliding-window layers (with "
-                   "their own RoPE base) with global ones",
-    "gemma2": "Gemma 2 has Gemma 3's differences (without q/k norms) plus logit soft-capping in attention and at "
-              "the output",
+    "gemma2": "Gemma 2 has logit soft-capping in attention and at the output (and no q/k norms)",
     "mistral": "Mistral's sliding-window attention",
 }
-NOT_YET_SUPPORTED["gemma3"] = NOT_YET_SUPPORTED["gemma3_text"]
+# transformers' Gemma3TextConfig defaults (transformers/models/gemma3/configuration_gemma3.py): the
+# multimodal checkpoints' text_config leaves most of them out (e.g. gemma-3-4b-it gives only hidden_size,
+# intermediate_size, num_hidden_layers, rope_scaling and sliding_window).
+GEMMA3_TEXT_DEFAULTS = dict(
+    vocab_size=262_208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
+    num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131_072,
+    rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False, query_pre_attn_scalar=256,
+    sliding_window=4096, sliding_window_pattern=6, final_logit_softcapping=None, attn_logit_softcapping=None,
+    use_bidirectional_attention=False, rope_theta=1_000_000.0, rope_local_base_freq=10_000.0)
 
 
 def _unsupported(msg: str):
@@ -105,6 +161,17 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
   """
   archs = list(hf.get("architectures") or [])
   model_type = hf.get("model_type")
+  if model_type in MULTIMODAL:
+    for arch in archs:
+      if arch != MULTIMODAL[model_type]:
+        _unsupported(f"architecture {arch!r} is not supported for model_type={model_type!r}")
+    text = dict(hf.get("text_config") or {})
+    text.setdefault("model_type", "gemma3_text")
+    text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", True))
+    text["architectures"] = [FAMILIES["gemma3_text"]]
+    return from_hf_config(text, **overrides)
+  if model_type == "gemma3_text":
+    return _from_gemma3_config(hf, archs, overrides)
   if model_type in NOT_YET_SUPPORTED:
     _unsupported(f"model_type={model_type!r} ({', '.join(archs)}) is not supported yet: "
                  f"{NOT_YET_SUPPORTED[model_type]}. Supported: {', '.join(FAMILIES)}")
@@ -119,20 +186,13 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported (only 'silu')")
   num_heads = hf["num_attention_heads"]
   head_dim = hf.get("head_dim") or hf["hidden_size"] // num_heads
-  rope_scaling = None
   rs = hf.get("rope_scaling")
   # transformers 5 stores rope settings (theta included) under `rope_parameters`.
   rp = hf.get("rope_parameters") or {}
   if rs is None and rp.get("rope_type", "default") != "default":
     rs = rp
   rope_theta = hf.get("rope_theta", rp.get("rope_theta", 10000.0))
-  if rs:
-    rtype = rs.get("rope_type", rs.get("type"))
-    if rtype == "llama3":
-      rope_scaling = RopeScaling(float(rs["factor"]), float(rs["low_freq_factor"]),
-                                 float(rs["high_freq_factor"]), int(rs["original_max_position_embeddings"]))
-    elif rtype not in (None, "default"):
-      _unsupported(f"rope scaling type {rtype!r} is not supported (only 'llama3')")
+  rope_scaling = _rope_scaling_of(rs)
   partial_rotary = hf.get("partial_rotary_factor", rp.get("partial_rotary_factor", 1.0))
   if partial_rotary != 1.0:
     _unsupported(f"partial_rotary_factor={partial_rotary} is not supported (only 1.0)")
@@ -163,8 +223,117 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
   return ModelConfig(**kw)
 
 
+def _rope_scaling_of(rs: Mapping[str, Any] | None):
+  """A config.json rope-scaling dict -> RopeScaling / LinearRopeScaling / None."""
+  if not rs:
+    return None
+  rtype = rs.get("rope_type", rs.get("type"))
+  if rtype == "llama3":
+    return RopeScaling(float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"]),
+                       int(rs["original_max_position_embeddings"]))
+  if rtype == "linear":
+    return LinearRopeScaling(float(rs["factor"]))
+  if rtype not in (None, "default"):
+    _unsupported(f"rope scaling type {rtype!r} is not supported (only 'llama3' and 'linear')")
+  return None
+
+
+def _from_gemma3_config(hf: Mapping[str, Any], archs, overrides) -> ModelConfig:
+  """A gemma3_text config.json (transformers 4.5x's rope_theta / rope_local_base_freq / rope_scaling /
+  sliding_window_pattern, or transformers 5's rope_parameters per layer type and layer_types)."""
+  for arch in archs:
+    if arch != FAMILIES["gemma3_text"]:
+      _unsupported(f"architecture {arch!r} is not supported (for model_type='gemma3_text' only "
+                   f"'Gemma3ForCausalLM')")
+  hf = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in hf.items() if v is not None or k not in (
+      "head_dim", "sliding_window", "query_pre_attn_scalar", "rope_theta", "rope_local_base_freq")}}
+  act = hf.get("hidden_activation") or hf.get("hidden_act")
+  if act != "gelu_pytorch_tanh":
+    _unsupported(f"hidden_activation={act!r} is not supported for Gemma 3 (only 'gelu_pytorch_tanh')")
+  for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+    if hf.get(key) is not None:
+      _unsupported(f"{key}={hf[key]} is not supported (Gemma 3 has no soft-capping)")
+  if hf.get("use_bidirectional_attention"):
+    _unsupported("use_bidirectional_attention=True is not supported (a causal language model is trained here)")
+  if hf.get("attention_bias"):
+    _unsupported("attention_bias=True is not supported")
+  n = hf["num_hidden_layers"]
+  layer_types = hf.get("layer_types")
+  if layer_types is None:
+    pattern = hf["sliding_window_pattern"]
+    layer_types = [SLIDING if (i + 1) % pattern else FULL for i in range(n)]
+  layer_types = tuple(layer_types)
+  rp = hf.get("rope_parameters") or {}
+  if rp and not (set(rp) <= {FULL, SLIDING}):
+    _unsupported(f"rope_parameters keys {sorted(rp)}: expected per-layer-type entries {FULL!r}, {SLIDING!r}")
+  full, local = dict(rp.get(FULL) or {}), dict(rp.get(SLIDING) or {})
+  global_scaling = _rope_scaling_of(hf.get("rope_scaling") or full)
+  if _rope_scaling_of(local) is not None:
+    _unsupported(f"rope scaling on sliding_attention layers is not supported: {local}")
+  kw = dict(
+      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
+      num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=hf["num_key_value_heads"],
+      head_dim=hf["head_dim"], max_position_embeddings=hf["max_position_embeddings"],
+      rope_theta=float(full.get("rope_theta", hf["rope_theta"])), rope_scaling=global_scaling,
+      rms_norm_eps=hf["rms_norm_eps"], tie_word_embeddings=bool(hf["tie_word_embeddings"]),
+      attention_bias=False, qk_norm=True, family="gemma3_text", layer_types=layer_types,
+      sliding_window=int(hf["sliding_window"]),
+      local_rope_theta=float(local.get("rope_theta", hf["rope_local_base_freq"])),
+      query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]))
+  kw.update(overrides)
+  return ModelConfig(**kw)
+
+
+def _rope_dict(rs) -> dict[str, Any] | None:
+  if isinstance(rs, RopeScaling):
+    return {"rope_type": "llama3", "factor": rs.factor, "low_freq_factor": rs.low_freq_factor,
+            "high_freq_factor": rs.high_freq_factor,
+            "original_max_position_embeddings": rs.original_max_position_embeddings}
+  if isinstance(rs, LinearRopeScaling):
+    return {"rope_type": "linear", "factor": rs.factor}
+  return None
+
+
+def _int_if_whole(x: float) -> int | float:
+  return int(x) if float(x).is_integer() else x
+
+
+def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
+  full = {"rope_type": "default", "rope_theta": cfg.rope_theta, **(_rope_dict(cfg.rope_scaling) or {})}
+  return {
+      "architectures": [FAMILIES[cfg.family]],
+      "model_type": cfg.family,
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.hidden_size,
+      "intermediate_size": cfg.intermediate_size,
+      "num_hidden_layers": cfg.num_layers,
+      "num_attention_heads": cfg.num_heads,
+      "num_key_value_heads": cfg.num_kv_heads,
+      "head_dim": cfg.head_dim,
+      "hidden_activation": "gelu_pytorch_tanh",
+      "max_position_embeddings": cfg.max_position_embeddings,
+      "rms_norm_eps": cfg.rms_norm_eps,
+      "tie_word_embeddings": True,
+      "attention_bias": False,
+      "attention_dropout": 0.0,
+      "query_pre_attn_scalar": _int_if_whole(cfg.query_pre_attn_scalar or cfg.head_dim),  # an int in HF
+      "sliding_window": cfg.sliding_window,
+      "layer_types": list(cfg.layer_types or (FULL,) * cfg.num_layers),
+      "rope_parameters": {FULL: full, SLIDING: {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
+      "final_logit_softcapping": None,
+      "attn_logit_softcapping": None,
+      "use_bidirectional_attention": False,
+      "dtype": cfg.param_dtype,
+  }
+
+
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   """The config.json dict of `cfg` for transformers' `cfg.family` architecture (inverse of from_hf_config)."""
+  if cfg.gemma:
+    return _to_gemma3_config(cfg)
+  if cfg.layer_types is not None and set(cfg.layer_types) != {FULL} or cfg.query_pre_attn_scalar is not None:
+    raise ValueError(f"ModelConfig(family={cfg.family!r}) with sliding-window layers or query_pre_attn_scalar "
+                     f"has no Hugging Face equivalent; use family='gemma3_text'")
   wants_bias, wants_qk_norm = cfg.family == "qwen2", cfg.family == "qwen3"
   if cfg.attention_bias != wants_bias or cfg.qk_norm != wants_qk_norm:
     raise ValueError(
@@ -172,12 +341,8 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
         f"no Hugging Face equivalent: llama has neither, qwen2 has attention_bias only, qwen3 has qk_norm "
         f"only; set `family` accordingly")
   rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
-  legacy_scaling = None
-  if cfg.rope_scaling is not None:
-    rs = cfg.rope_scaling
-    legacy_scaling = {"rope_type": "llama3", "factor": rs.factor, "low_freq_factor": rs.low_freq_factor,
-                      "high_freq_factor": rs.high_freq_factor,
-                      "original_max_position_embeddings": rs.original_max_position_embeddings}
+  legacy_scaling = _rope_dict(cfg.rope_scaling)
+  if legacy_scaling is not None:
     rope.update(legacy_scaling)
   hf = {
       "architectures": [FAMILIES[cfg.family]],

@@ -6,12 +6,19 @@ Tensor layout. HF `nn.Linear` weights are stored [out, in]; ours are [in, out] w
   gate/up_proj  [F, D]    <->  gate/up_DxF    down_proj.weight [D, F]  <->  down_FxD
   lm_head.weight [V, D]   <->  lm_head_DxV    embed_tokens, norms: same layout.
 
+Gemma 3 adds pre_feedforward_layernorm / post_feedforward_layernorm (pre_mlp_norm / post_mlp_norm here); its
+post_attention_layernorm normalizes the attention output. A multimodal Gemma 3 checkpoint
+(Gemma3ForConditionalGeneration: 4B, 12B, 27B) loads its language model only (tensors under
+`language_model.model.` or `model.language_model.`); the vision tower and projector are skipped, and saving
+writes a text-only Gemma3ForCausalLM.
+
 `from_pretrained` builds the model abstractly (`nnx.eval_shape`, no memory), then reads one tensor at a time
 and places it directly on its target sharding: each device receives only its own slice.
 """
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -25,7 +32,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from grpo_jax.model import sharding as sharding_lib
-from grpo_jax.model.config import ModelConfig, from_hf_config, to_hf_config
+from grpo_jax.model.config import MULTIMODAL, ModelConfig, from_hf_config, to_hf_config
 from grpo_jax.model.transformer import Transformer
 
 SINGLE_FILE = "model.safetensors"
@@ -36,6 +43,9 @@ _SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                "generation_config.json")
 # Non-persistent buffers that some older checkpoints contain; they are recomputed from the config.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+# Where a multimodal Gemma 3 keeps its language model's decoder (Hub checkpoints; transformers 5's layout).
+_LANGUAGE_MODEL_PREFIXES = ("language_model.model.", "model.language_model.")
+log = logging.getLogger(__name__)
 
 # Our parameter path (inside one layer, or at the top) -> (HF name, layout kind).
 #   copy: same shape. in: ours [D, *out], HF [prod(out), D]. out: ours [*in, D], HF [D, prod(in)].
@@ -48,6 +58,8 @@ _TOP = {
 _LAYER = {
     ("input_norm", "scale"): ("input_layernorm.weight", "copy"),
     ("post_attn_norm", "scale"): ("post_attention_layernorm.weight", "copy"),
+    ("pre_mlp_norm", "scale"): ("pre_feedforward_layernorm.weight", "copy"),
+    ("post_mlp_norm", "scale"): ("post_feedforward_layernorm.weight", "copy"),
     ("attn", "q_DxNxH"): ("self_attn.q_proj.weight", "in"),
     ("attn", "k_DxKxH"): ("self_attn.k_proj.weight", "in"),
     ("attn", "v_DxKxH"): ("self_attn.v_proj.weight", "in"),
@@ -117,15 +129,30 @@ class _Checkpoint:
     if weight_map is None:
       weight_map = {name: SINGLE_FILE for name in self._handles[SINGLE_FILE].keys()}
     self.file_of = weight_map
+    self.stored = {}  # our name -> the checkpoint's, where they differ (language_model_only)
+
+  def language_model_only(self, path: Path):
+    """Renames a multimodal checkpoint's language-model tensors to a causal LM's names and drops the rest."""
+    names = list(self.file_of)
+    prefix = next((p for p in _LANGUAGE_MODEL_PREFIXES if any(n.startswith(p) for n in names)), None)
+    if prefix is None:
+      raise ValueError(f"{path}: a multimodal checkpoint without tensors under any of {_LANGUAGE_MODEL_PREFIXES}")
+    heads = ("lm_head.weight", "language_model.lm_head.weight")
+    self.stored = {("model." + n[len(prefix):] if n.startswith(prefix) else "lm_head.weight"): n
+                   for n in names if n.startswith(prefix) or n in heads}
+    skipped = len(names) - len(self.stored)
+    log.warning("%s: multimodal Gemma 3: loading its language model only; the vision tower and projector "
+                "(%d tensors) are skipped", path, skipped)
+    self.file_of = {name: self.file_of[stored] for name, stored in self.stored.items()}
 
   def names(self) -> set[str]:
     return set(self.file_of)
 
   def shape(self, name: str) -> tuple[int, ...]:
-    return tuple(self._handles[self.file_of[name]].get_slice(name).get_shape())
+    return tuple(self._handles[self.file_of[name]].get_slice(self.stored.get(name, name)).get_shape())
 
   def read(self, name: str) -> np.ndarray:
-    return self._handles[self.file_of[name]].get_tensor(name)
+    return self._handles[self.file_of[name]].get_tensor(self.stored.get(name, name))
 
 
 def _check_names(expected: set[str], present: set[str], path: Path):
@@ -156,7 +183,7 @@ def read_hf_config(path) -> dict[str, Any]:
 
 def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None = None,
                     mesh: jax.sharding.Mesh | None = None, rules=None, **config_overrides) -> Transformer:
-  """Loads a Llama / Qwen2 / Qwen3 checkpoint directory (config.json + safetensors, single or sharded).
+  """Loads a Llama / Qwen2 / Qwen3 / Gemma 3 checkpoint directory (config.json + safetensors, single or sharded).
 
   param_dtype / dtype: parameter and compute dtype ('float32', 'bfloat16'); default float32 whatever the
   checkpoint's dtype. With `mesh`, each parameter is placed on the sharding given by its logical axes and
@@ -169,7 +196,8 @@ def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None =
     overrides["param_dtype"] = param_dtype
   if dtype is not None:
     overrides["dtype"] = dtype
-  cfg = from_hf_config(read_hf_config(path), **overrides)
+  hf = read_hf_config(path)
+  cfg = from_hf_config(hf, **overrides)
   abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
   graphdef, abstract_state = nnx.split(abstract)
   flat = list(nnx.to_flat_state(abstract_state))
@@ -179,6 +207,8 @@ def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None =
         abstract_state, mesh, sharding_lib.LOGICAL_RULES if rules is None else rules)))
 
   ckpt = _Checkpoint(path)
+  if hf.get("model_type") in MULTIMODAL:
+    ckpt.language_model_only(path)
   expected = {hf_name(p)[0] for p, _ in flat}
   present = ckpt.names()
   tied_head = cfg.tie_word_embeddings and "lm_head.weight" in present
@@ -226,7 +256,7 @@ def _plan_shards(entries: list[tuple[tuple, str, str, int]], max_shard_bytes: in
 def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: int = 4 * 2**30):
   """Writes `model` as a Hugging Face checkpoint (config.json + safetensors) loadable by transformers.
 
-  The architecture comes from `model.cfg.family` ('llama', 'qwen2', 'qwen3'); tensors keep the parameter
+  The architecture comes from `model.cfg.family` ('llama', 'qwen2', 'qwen3', 'gemma3_text'); tensors keep the parameter
   dtype. Above `max_shard_bytes` the weights are split into model-0000i-of-0000n.safetensors files plus an
   index. `source`: the checkpoint directory the model was loaded from: its other config.json entries (token
   ids, ...), tokenizer files and generation_config.json are carried over.
@@ -236,6 +266,9 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
   hf = to_hf_config(cfg)
   if source is not None:
     src = read_hf_config(source)
+    if src.get("model_type") in MULTIMODAL:  # written as its language model alone, with the token ids
+      src = {**{k: src[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if k in src},
+             **src.get("text_config", {})}
     src.pop("torch_dtype", None)
     hf = {**src, **hf}
     if from_hf_config(hf, param_dtype=cfg.param_dtype, dtype=cfg.dtype, remat=cfg.remat,

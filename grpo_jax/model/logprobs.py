@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from grpo_jax.model.transformer import LayerCache, Transformer, init_cache
+from grpo_jax.model.transformer import Transformer, extend_cache, init_cache
 
 
 def causal_attention_mask(mask_BxL: jax.Array) -> jax.Array:
@@ -110,8 +110,7 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
   def to_rows(x):
     return jnp.repeat(x, repeats, axis=0)
 
-  cache_B = [LayerCache(jnp.pad(to_rows(c.k_BxKxHxS), ((0, 0), (0, 0), (0, 0), (0, C))),
-                        jnp.pad(to_rows(c.v_BxKxSxH), ((0, 0), (0, 0), (0, C), (0, 0)))) for c in cache]
+  cache_B = extend_cache(cfg, jax.tree.map(to_rows, cache), C)
   real_BxP = to_rows(real_RxP)
   positions_BxC = jnp.sum(real_BxP, axis=1, dtype=jnp.int32)[:, None] + jnp.arange(C, dtype=jnp.int32)
   causal_CxC = jnp.tril(jnp.ones((C, C), bool))

