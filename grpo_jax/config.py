@@ -46,17 +46,17 @@ def get_config() -> ml_collections.ConfigDict:
   m.hf_path = ""                  # directory with a Hugging Face checkpoint (config.json + safetensors +
                                   # tokenizer); "" builds a fresh model from the fields below.
   m.vocab_size = 0                # 0: the tokenizer's vocabulary size.
-  m.hidden_size = 64
-  m.intermediate_size = 256
-  m.num_layers = 2
-  m.num_heads = 4
-  m.num_kv_heads = 4
-  m.head_dim = 16
+  m.hidden_size = 64              # a fresh model's shape (ignored with hf_path): width D,
+  m.intermediate_size = 256       # MLP hidden size F,
+  m.num_layers = 2                # decoder layers,
+  m.num_heads = 4                 # query heads,
+  m.num_kv_heads = 4              # key/value heads (grouped-query attention when fewer),
+  m.head_dim = 16                 # and the dimension of a head.
   m.max_position_embeddings = 32  # the context: max_prompt_length + max_new_tokens must fit in it.
-  m.rope_theta = 10000.0
-  m.rms_norm_eps = 1e-6
-  m.tie_word_embeddings = False
-  m.param_dtype = "float32"
+  m.rope_theta = 10000.0          # RoPE base of a fresh model.
+  m.rms_norm_eps = 1e-6           # RMSNorm epsilon of a fresh model.
+  m.tie_word_embeddings = False   # a fresh model reuses the embedding as the output projection.
+  m.param_dtype = "float32"       # dtype of the parameters and optimizer state ("float32", "bfloat16").
   m.dtype = "float32"             # compute dtype of activations (also used for HF checkpoints when set).
   m.remat = False                 # rematerialize decoder layers in the backward pass (saves memory).
   m.attention = "einsum"          # the update's attention: "einsum", "jax" (jax.nn.dot_product_attention, XLA)
@@ -104,8 +104,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.distributed = ml_collections.ConfigDict()
   c.distributed.enabled = "auto"  # "auto": when coordinator_address or a cluster environment is set; "yes", "no".
   c.distributed.coordinator_address = ""  # "host:port" of process 0.
-  c.distributed.num_processes = 0
-  c.distributed.process_id = -1
+  c.distributed.num_processes = 0  # processes of the run (0: from the environment).
+  c.distributed.process_id = -1   # this process's index (-1: from the environment).
   c.distributed.local_device_ids = ""     # e.g. "0,1": the devices this process uses ("": all visible).
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
@@ -114,7 +114,7 @@ def get_config() -> ml_collections.ConfigDict:
                                   # tool_arithmetic, word_arithmetic; or reasoning_gym:<dataset>.
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
   t.min_terms = 3                 # chain_sum: each prompt sums min_terms..max_terms single digits;
-  t.max_terms = 8
+  t.max_terms = 8                 # chain_sum: most terms of a chain.
   t.scratchpad_fraction = 0.5     # chain_sum: the warm start's share of written-out (running-sum) answers.
   t.tool_fraction = 0.5           # tool_arithmetic: the warm start's share of episodes that call the calculator.
   t.heldout_fraction = 0.1        # fraction of all problems (addition) or train rows (dataset without
@@ -122,10 +122,10 @@ def get_config() -> ml_collections.ConfigDict:
   t.holdout_fraction = config_dict.placeholder(float)  # the old name of heldout_fraction (RENAMED): still read.
   # dataset (grpo_jax/data/datasets.py): local JSONL / Parquet / .arrow / save_to_disk; GSM8K, MATH and
   # Countdown layouts are recognized, other columns need field_map. Needs model.hf_path (its tokenizer).
-  t.train_path = ""
+  t.train_path = ""               # dataset: the training file or directory.
   t.train_split = "train"         # the split of a DatasetDict directory.
   t.heldout_path = ""             # "": hold out heldout_fraction of the train rows.
-  t.heldout_split = "test"
+  t.heldout_split = "test"        # dataset: the split of a save_to_disk DatasetDict used as held-out.
   t.field_map = ml_collections.ConfigDict()  # canonical field -> column, e.g. {"prompt": "q", "answer": "a"}.
   t.max_rows = 0                  # read at most this many rows of each file; 0: all.
   t.template = "plain"            # grpo_jax/data/templates.py's TEMPLATES; "chat": the tokenizer's template.
@@ -137,7 +137,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.options = ml_collections.ConfigDict()  # the dataset's own options, e.g. {"min_animals": 2}; composite:
                                   # {"datasets": {"leg_counting": {"weight": 2.0, "config": {...}}, ...}}.
   t.train_size = 10000            # training items: 0 .. train_size-1 of the dataset seeded train_seed ...
-  t.train_seed = 1
+  t.train_seed = 1                # reasoning_gym: the training items' seed.
   t.heldout_size = 500            # ... held-out items: of the one seeded heldout_seed (eval.size of them are
   t.heldout_seed = 1_000_000      # evaluated), minus any whose question is a training question (counted).
   t.transfer = ""                 # word_arithmetic: further held-out sets, never trained on, comma-separated
@@ -154,7 +154,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.reward_funcs = ()
   c.reward_weights = ()           # one weight per reward_funcs entry; empty: 1.0 each.
   c.reward_timeout_s = 10.0       # a reward call slower than this scores `reward_fallback` (and is counted).
-  c.reward_fallback = 0.0
+  c.reward_fallback = 0.0         # the score of a reward call that raised, timed out or was not finite.
   c.reward_isolation = "process"  # "process": rewards run in a worker process that a timeout kills (a spinning
                                   # or GIL-holding reward costs about reward_timeout_s); "thread": in the
                                   # trainer's process (rewards that share its memory, e.g. a reward model).
@@ -179,7 +179,7 @@ def get_config() -> ml_collections.ConfigDict:
   g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; population std: 0).
   g.advantage_eps = 1e-4          # added to the std before dividing.
   g.policy_loss = "clipped"       # a name in grpo_jax.algo.registry (clipped, cispo, ...).
-  g.epsilon_low = 0.2
+  g.epsilon_low = 0.2             # clip range below: the ratio is clipped at 1 - epsilon_low.
   g.epsilon_high = config_dict.placeholder(float)   # None: = epsilon_low (DAPO clip-higher: 0.28).
   g.delta = config_dict.placeholder(float)          # dual-clip cap on the ratio for negative advantages.
   g.importance_level = "token"    # "sequence": GSPO (use small epsilons, e.g. 3e-4 / 4e-4).
@@ -194,7 +194,7 @@ def get_config() -> ml_collections.ConfigDict:
   g.ref_reset_every = 0           # reset the reference policy to the current one every N steps; 0: never.
   g.mask_truncated_completions = False  # DAPO: completions that hit max_new_tokens get no loss.
   g.overlong_buffer = 0           # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
-  g.overlong_penalty_factor = 1.0
+  g.overlong_penalty_factor = 1.0  # DAPO: the overlong penalty at max_new_tokens (scales overlong_buffer's ramp).
   g.length_buckets = 4            # the update runs on prompts and completions cut to the smallest of 4 widths
                                   # (1/4, 2/4, 3/4, 4/4 of max_prompt_length / max_new_tokens, multiples of 8)
                                   # that holds the batch's longest: short answers cost less (one compiled
@@ -210,19 +210,19 @@ def get_config() -> ml_collections.ConfigDict:
   o.learning_rate = 3e-4          # peak learning rate.
   o.schedule = "constant"         # "constant" or "cosine" (decays to min_lr_ratio * peak at num_steps).
   o.warmup_steps = 0              # linear warmup over this many GRPO steps.
-  o.min_lr_ratio = 0.0
-  o.b1 = 0.9
-  o.b2 = 0.999
-  o.eps = 1e-8
+  o.min_lr_ratio = 0.0            # cosine schedule: the final learning rate as a fraction of learning_rate.
+  o.b1 = 0.9                      # AdamW first-moment decay.
+  o.b2 = 0.999                    # AdamW second-moment decay.
+  o.eps = 1e-8                    # AdamW epsilon.
   o.weight_decay = 0.0            # AdamW decoupled weight decay.
   o.grad_clip_norm = 1.0          # global-norm clipping; 0: off.
 
   # --- Supervised warm start (teacher-forced cross-entropy on gold answers) --------------------------------
   c.warmstart = w = ml_collections.ConfigDict()
-  w.enabled = False
-  w.learning_rate = 3e-3
-  w.batch_size = 128
-  w.max_steps = 2000
+  w.enabled = False               # a supervised warm start on the gold answers before GRPO.
+  w.learning_rate = 3e-3          # its Adam learning rate,
+  w.batch_size = 128              # its batch size,
+  w.max_steps = 2000              # and its step limit (it stops earlier at target_accuracy).
   w.eval_every = 25               # held-out greedy accuracy is measured every N warm-start steps ...
   w.target_accuracy = 0.3         # ... and warm start stops at the first evaluation reaching this.
   w.init_checkpoint = ""          # instead of warm-starting: another run's workdir, whose starting point (its
@@ -236,7 +236,7 @@ def get_config() -> ml_collections.ConfigDict:
   e.batch_size = 256              # prompts per sampler call (the last batch is padded: one compiled shape).
   e.accuracy_reward = "exact_match"  # accuracy = mean of this reward on greedy completions.
   e.pass_k = 0                    # >0: also pass@k with k samples per prompt at `pass_k_temperature`.
-  e.pass_k_temperature = 1.0
+  e.pass_k_temperature = 1.0      # sampling temperature of the pass@k evaluation.
 
   # --- Checkpoints, logging -------------------------------------------------------------------------------
   c.checkpoint = k = ml_collections.ConfigDict()
@@ -250,14 +250,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.log = lg = ml_collections.ConfigDict()
   lg.every = 1                    # metrics.jsonl / TensorBoard every N steps.
   lg.samples_every = 50           # sampled completions with rewards to samples.jsonl and the console.
-  lg.num_samples = 4
-  lg.tensorboard = True
+  lg.num_samples = 4              # completions written to samples.jsonl each samples_every steps.
+  lg.tensorboard = True           # TensorBoard event files in the workdir.
   lg.wandb = False                # also log to Weights & Biases (pip install 'grpo_jax[wandb]'): scalars and samples.
-  lg.wandb_project = "grpo_jax"
+  lg.wandb_project = "grpo_jax"   # wandb project (with log.wandb).
   lg.wandb_entity = ""            # "": the account's default.
   lg.wandb_name = ""              # "": the workdir's name. The W&B run id is the run's own (a resume continues it).
   lg.wandb_mode = "online"        # "online", or "offline" (written under WORKDIR/wandb; `wandb sync` uploads it).
-  lg.progress_bar = True
+  lg.progress_bar = True          # a tqdm bar over the steps.
   lg.plot = True                  # write curves.png into the workdir at the end.
   return c
 

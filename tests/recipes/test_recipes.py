@@ -114,7 +114,7 @@ def test_malformed_row_stops_the_run_naming_file_and_row(fixture_paths, tmp_path
 
 
 def test_fixtures_built_from_the_command_line_are_found_by_the_presets(tmp_path):
-  # The README's route: python -m grpo_jax.data.fixtures DIR, then GRPO_JAX_FIXTURES=DIR for the presets.
+  # docs/guide.md's route: python -m grpo_jax.data.fixtures DIR, then GRPO_JAX_FIXTURES=DIR for the presets.
   import subprocess
   import sys
   directory = str(tmp_path / "fixtures")

@@ -1,0 +1,29 @@
+"""docs/config.md is generated from grpo_jax/config.py; it must list every key, and be regenerated when the code
+changes (python scripts/config_reference.py)."""
+import os
+import subprocess
+import sys
+
+from grpo_jax import config as config_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_config_reference_is_up_to_date_and_documents_every_key():
+  check = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "config_reference.py"), "--check"],
+                         capture_output=True, text=True, cwd=ROOT)
+  assert check.returncode == 0, check.stderr
+  with open(os.path.join(ROOT, "docs", "config.md")) as f:
+    rows = [line for line in f if line.startswith("| `")]
+  documented = {line.split("`")[1]: line.rsplit("|", 2)[1].strip() for line in rows}
+  c = config_lib.get_config()
+  for key, value in c.items():
+    if hasattr(value, "items") and key not in ("rewards", "reward_gates"):
+      for sub in value:
+        if key == "task" and sub in ("field_map", "options"):
+          continue
+        assert f"{key}.{sub}" in documented, f"{key}.{sub}"
+    else:
+      assert key in documented, key
+  undocumented = sorted(k for k, meaning in documented.items() if not meaning)
+  assert not undocumented, f"keys without a comment in grpo_jax/config.py: {undocumented}"
