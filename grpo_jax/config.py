@@ -298,7 +298,7 @@ def micro_batch_size(config) -> int:
 def prompt_repeats(config) -> int:
   """Rows per prompt forward in the update and the reference: gcd(micro-batch, G) with
   `model.share_prompt_forward` (every aligned run of that many rows lies in one group), else 1."""
-  if not config.model.get("share_prompt_forward", False):
+  if not config.model.get("share_prompt_forward", True):
     return 1
   return math.gcd(micro_batch_size(config), config.grpo.group_size)
 

@@ -30,6 +30,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from grpo_jax import timed_calls
 from grpo_jax.rewards import registry
 
 logger = logging.getLogger(__name__)
@@ -179,34 +180,20 @@ def _log_in_thread(fn: Callable, why: str) -> None:
                    "in an importable module to run it in the reward worker process", name, why)
 
 
-_abandoned: set[threading.Thread] = set()  # timed-out worker threads, pruned once they finish
-_abandoned_lock = threading.Lock()
+_abandoned = timed_calls.Abandoned()  # timed-out reward calls in threads, counted until they finish
 
 
 def abandoned_threads() -> int:
   """How many timed-out reward calls are still running in threads in the background."""
-  with _abandoned_lock:
-    _abandoned.difference_update([t for t in _abandoned if not t.is_alive()])
-    return len(_abandoned)
+  return _abandoned.count()
 
 
 def call_in_thread(fn: Callable, args: tuple, kwargs: dict, timeout_s: float) -> Any:
   """fn(*args, **kwargs) in a daemon thread, raising RewardTimeout after timeout_s (the call is abandoned)."""
-  box: dict[str, Any] = {}
-
-  def target():
-    try:
-      box["value"] = fn(*args, **kwargs)
-    except BaseException as e:  # pylint: disable=broad-except  (reported to the caller below)
-      box["error"] = e
-
-  thread = threading.Thread(target=target, name=f"reward:{getattr(fn, '__name__', 'fn')}", daemon=True)
-  thread.start()
-  thread.join(timeout_s)
-  if thread.is_alive():
-    with _abandoned_lock:
-      _abandoned.add(thread)
+  ((ok, value),) = timed_calls.call_all([(lambda: fn(*args, **kwargs), ())], timeout_s, _abandoned,
+                                        name=f"reward:{getattr(fn, '__name__', 'fn')}")
+  if ok:
+    return value
+  if isinstance(value, TimeoutError):
     raise RewardTimeout(f"no result after {timeout_s} s")
-  if "error" in box:
-    raise box["error"]
-  return box["value"]
+  raise value

@@ -24,13 +24,12 @@ one turn (the resets, then each turn's steps) run concurrently, `max_concurrent_
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
 
+from grpo_jax import timed_calls
 from grpo_jax.data.text import decode_text, encode_text
 from grpo_jax.envs.base import Environment, StepResult
 
@@ -53,40 +52,12 @@ class EpisodeResult(NamedTuple):
   env_failures_B: np.ndarray       # bool: the environment raised (the episode ended there)
 
 
-_hung: set[threading.Thread] = set()  # threads of timed-out environment calls, pruned once they return
-_hung_lock = threading.Lock()
+_hung = timed_calls.Abandoned()  # timed-out environment calls, counted until they return
 
 
 def hung_env_calls() -> int:
   """How many timed-out environment calls are still running in threads in the background."""
-  with _hung_lock:
-    _hung.difference_update([t for t in _hung if not t.is_alive()])
-    return len(_hung)
-
-
-def _call_all(calls: list[tuple[Callable, tuple]], timeout_s: float, max_concurrent: int) -> list[tuple[bool, Any]]:
-  """Each fn(*args) of `calls` in a daemon thread, at most `max_concurrent` at once, each given `timeout_s`
-  seconds from its start: (True, value) or (False, the exception; TimeoutError when it did not answer)."""
-  results: list[Any] = [None] * len(calls)
-
-  def target(i, fn, args):
-    try:
-      results[i] = (True, fn(*args))
-    except BaseException as e:  # handed to the caller
-      results[i] = (False, e)
-
-  for lo in range(0, len(calls), max_concurrent):
-    wave = [threading.Thread(target=target, args=(i, *calls[i]), daemon=True)
-            for i in range(lo, min(lo + max_concurrent, len(calls)))]
-    deadline = time.monotonic() + timeout_s
-    for thread in wave:
-      thread.start()
-    for thread in wave:
-      thread.join(max(0.0, deadline - time.monotonic()))
-    with _hung_lock:
-      _hung.update(t for t in wave if t.is_alive())
-  # A thread still running is abandoned (it cannot be stopped from outside); its late result is ignored.
-  return [r if r is not None else (False, TimeoutError(f"no answer within {timeout_s:g} s")) for r in results]
+  return _hung.count()
 
 
 class EpisodeSampler:
@@ -124,7 +95,8 @@ class EpisodeSampler:
       an environment's bug or hang must not end the run, only its episode, and it is counted. A step must
       return a StepResult; what a reset returns is ignored."""
       out = {}
-      done = _call_all([(fn, args) for _, fn, args in calls], self.step_timeout_s, self.max_concurrent_steps)
+      done = timed_calls.call_all([(fn, args) for _, fn, args in calls], self.step_timeout_s, _hung,
+                                   max_concurrent=self.max_concurrent_steps, name="env-call")
       for (b, _, _), (ok, value) in zip(calls, done):
         if ok and (not steps or isinstance(value, StepResult)):
           out[b] = value

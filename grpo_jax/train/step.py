@@ -135,12 +135,12 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
   def join(trained, frozen):
     return trained if frozen is None else nnx.merge_state(trained, frozen)
 
-  def loss_fn(trained, frozen, micro: RolloutBatch, old_logp_bxN):
+  def loss_fn(trained, frozen, micro: RolloutBatch, old_logp_BxC):
     model = nnx.merge(graphdef, join(trained, frozen))
     logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC,
                                         micro.completion_mask_BxC, temperature, chunk_size, with_entropy=True,
                                         prompt_repeats=prompt_repeats)
-    inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_bxN, ref_logp_BxT=micro.ref_logp_BxC,
+    inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_BxC, ref_logp_BxT=micro.ref_logp_BxC,
                         advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxC,
                         entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxC)
     loss_sum, denom, metrics = grpo_objective(inputs, loss_cfg)

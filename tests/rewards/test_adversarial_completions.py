@@ -21,6 +21,12 @@ ADVERSARIAL = {
     "minus_run": "-" * N + "1", "fracs": "\\frac{" * (N // 6), "nested_expr": "(1+" * (N // 3),
 }
 COLUMNS = {"answer": ["15"], "numbers": [[1, 2, 3]], "target": [6], "completion_length": [10]}
+try:  # the reasoning_gym reward's columns: one real item (the gym extra is in the test extra)
+  from grpo_jax.data import reasoning_gym as _gym
+  (_row,) = _gym.rows("reasoning_gym:basic_arithmetic", {}, seed=0, size=1)
+  COLUMNS.update(gym_entry=[_row["gym_entry"]], gym_source=[_row["gym_source"]])
+except ValueError:  # GymError: the extra is missing (the reward is then never configured)
+  pass
 # Seconds per call; the linear scans take milliseconds, the old regex took minutes on unclosed_thinks.
 BOUND_S = 5.0
 
