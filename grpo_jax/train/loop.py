@@ -13,13 +13,11 @@ with fold_in(step key, r)); the position counts every row consumed, so resume st
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import shutil
 import time
-import uuid
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -31,15 +29,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from grpo_jax import compile_cache, errors
 from grpo_jax import config as config_lib
 from grpo_jax import precision
-from grpo_jax.algo.objective import LossConfig
-from grpo_jax.data.tasks import make_task, stop_ids
-from grpo_jax.envs import env_factory, stop_token_ids
-from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model import lora as lora_lib
 from grpo_jax.model import sharding as sharding_lib
-from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
-from grpo_jax.sampling import Sampler, SamplingConfig
-from grpo_jax.sampling.episodes import EpisodeSampler
 from grpo_jax.train import distributed
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
@@ -51,160 +42,26 @@ from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
-from grpo_jax.train.rollout import (RolloutSettings, bucket_widths, collect_dynamic_rollout, collect_rollout,
+from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout,
                                     trim_padding)
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
 from grpo_jax.train.warmstart import run_warmstart
+from grpo_jax.train import build
+from grpo_jax.train import workdir as workdir_lib
+# The building blocks, also used by scripts and tests under these names.
+from grpo_jax.train.build import (build_model, build_reward_fns, build_tokenizer_and_task, loss_config,  # noqa: F401
+                                  make_samplers)
+from grpo_jax.train.workdir import PLOT_FILE, SUMMARY_FILE, Summary, WorkdirLock  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-PLOT_FILE = "curves.png"
-SUMMARY_FILE = "summary.json"
 MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates that stop a run
 
 
 # ---- building blocks ------------------------------------------------------------------------------------
 
-def build_tokenizer_and_task(config, log=print, inputs: RunInputs = RunInputs()):
-  """log: where the task's one-line data report goes (the main process's console on multi-host runs)."""
-  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's with hf_path.
-  task = make_task(config, log=log, train_rows=inputs.train_dataset, heldout_rows=inputs.eval_dataset)
-  return task.tokenizer, task
-
-
-def build_model(config, tokenizer, mesh):
-  """(graphdef, params) with params placed on `mesh` by their logical-axis shardings; with `model.lora_rank` > 0
-  the model carries LoRA adapters (grpo_jax/model/lora.py), drawn from the seed's own stream."""
-  m = config.model
-  lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-  if m.hf_path:
-    from grpo_jax.model import hf_io
-    model = hf_io.from_pretrained(m.hf_path, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
-                                  attention=m.attention, mesh=mesh)
-    config_lib.check_context(config, model.cfg.max_position_embeddings,
-                             f"max_position_embeddings of {m.hf_path}/config.json")
-    if not m.lora_rank:
-      return nnx.split(model)
-    graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
-    return graphdef, jax.device_put(params, sharding_lib.param_shardings(params, mesh))
-  vocab = m.vocab_size or tokenizer.vocab_size
-  if vocab < tokenizer.vocab_size:
-    raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
-  cfg = ModelConfig(vocab_size=vocab, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
-                    num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                    head_dim=m.head_dim, max_position_embeddings=m.max_position_embeddings,
-                    rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps,
-                    tie_word_embeddings=m.tie_word_embeddings, param_dtype=m.param_dtype, dtype=m.dtype,
-                    remat=m.remat, attention=m.attention)
-
-  def make(key):
-    return lora_lib.add_configured_adapters(Transformer(cfg, rngs=nnx.Rngs(params=key)), m, lora_key)
-
-  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
-  shardings = sharding_lib.param_shardings(abstract, mesh)
-  # One compiled initializer (initializing eagerly compiles one small program per parameter).
-  init = jax.jit(lambda key: nnx.split(make(key))[1], out_shardings=shardings)
-  return graphdef, init(jax.random.fold_in(jax.random.key(config.seed), 0))
-
-
-def build_reward_fns(config, inputs: RunInputs = RunInputs()):
-  gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
-  fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
-         for name, weight in config_lib.configured_rewards(config).items()]
-  clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
-  if clash:
-    raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
-  fns += inputs.reward_specs()
-  g = config.grpo
-  if g.overlong_buffer > 0:
-    fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
-                                                         g.overlong_penalty_factor), 1.0))
-  return fns
-
-
-def loss_config(config) -> LossConfig:
-  g = config.grpo
-  return LossConfig(policy_loss=g.policy_loss, epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high,
-                    delta=g.delta, importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
-                    kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
-                    top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
-                    max_completion_length=config_lib.completion_width(config), tis_cap=g.tis_cap or None)
-
-
-def make_samplers(graphdef, config, tokenizer):
-  """(training sampler, greedy evaluation sampler, pass@k sampler or None); with `env.name`, episode samplers
-  (grpo_jax/sampling/episodes.py) around samplers that also stop at the environment's stop strings."""
-  s, e = config.sampling, config.env
-  make_env = env_factory(e.name) if e.name else None
-  extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
-  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=tuple(stop_ids(tokenizer)) + extra_stops,
-                pad_id=tokenizer.pad_token_id)
-  # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
-  # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so
-  # far) is padded likewise, to buckets of their combined width.
-  context = s.max_prompt_length + (e.max_episode_tokens if make_env else 0)
-  buckets = dict(prompt_widths=bucket_widths(context, config.grpo.length_buckets))
-
-  def sampler(cfg: SamplingConfig):
-    turn = Sampler(graphdef, cfg, **buckets)
-    if make_env is None:
-      return turn
-    return EpisodeSampler(turn, make_env, tokenizer, max_turns=e.max_turns, max_episode_tokens=e.max_episode_tokens,
-                          max_observation_tokens=e.max_observation_tokens, step_timeout_s=e.step_timeout_s,
-                          max_concurrent_steps=e.max_concurrent_steps)
-
-  train = sampler(SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common))
-  greedy = sampler(SamplingConfig(temperature=s.temperature, greedy=True, **common))
-  pass_k = None
-  if config.eval.pass_k > 0:
-    pass_k = sampler(SamplingConfig(temperature=config.eval.pass_k_temperature, **common))
-  return train, greedy, pass_k
-
-
-class _BatchPlacer:
-  """Puts rollout arrays on the mesh, split along 'data'/'fsdp' when the batch divides evenly."""
-
-  def __init__(self, mesh):
-    self.mesh = mesh
-    self.ways = mesh.shape["data"] * mesh.shape["fsdp"]
-
-  def __call__(self, batch: RolloutBatch) -> RolloutBatch:
-    if jax.process_count() > 1:  # each process holds its own rows: assemble the global arrays
-      return distributed.put_batch(batch, self.mesh)
-
-    def put(x):
-      if x is None:
-        return None
-      spec = PartitionSpec(("data", "fsdp")) if x.shape[0] % self.ways == 0 else PartitionSpec()
-      return jax.device_put(x, NamedSharding(self.mesh, spec))
-    return RolloutBatch(*[put(x) for x in batch])
-
-
 # ---- the run --------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class Summary:
-  """summary.json. Seconds: `wall_s_this_process` is this process's own time (it includes a warm start it ran,
-  not one loaded with warmstart.init_checkpoint); `wall_s_total` adds the time earlier processes of the same run
-  (same workdir, same run id) spent up to the checkpoint this one resumed from (work redone after that
-  checkpoint is counted once); a checkpoint copied from another run adds nothing. `wall_s` = `wall_s_total`
-  (the name older readers know)."""
-  accuracy_before: float
-  accuracy_after: float
-  steps: int
-  wall_s: float
-  plot_path: str | None
-  workdir: str
-  wall_s_this_process: float = 0.0
-  wall_s_total: float = 0.0
-
-  def line(self) -> str:
-    delta = 100 * (self.accuracy_after - self.accuracy_before)
-    plot = self.plot_path or "(plot disabled)"
-    return (f"[done] held-out accuracy {self.accuracy_before:.3f} -> {self.accuracy_after:.3f} "
-            f"({delta:+.1f} points) after {self.steps} GRPO steps in {self.wall_s:.0f}s; curves: {plot}")
-
 
 def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
           reward_weights: Sequence[float] | None = None, train_dataset=None, eval_dataset=None,
@@ -224,8 +81,8 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
   log_console = print if main else (lambda *args, **kwargs: None)
   if main:  # the lock file is the only thing written before the settings are checked
-    with WorkdirLock(workdir):
-      _check_resumable(config, workdir, log_console)
+    with workdir_lib.WorkdirLock(workdir):
+      workdir_lib.check_resumable(config, workdir, log_console)
       return _train(config, workdir, t_start, main, log_console, inputs)
   return _train(config, workdir, t_start, main, log_console, inputs)
 
@@ -268,7 +125,7 @@ class _Run:
       n_adapters, n_all = lora_lib.count(self.initial_params)
       log(f"[lora] rank {self.lora.rank}, alpha {self.lora.alpha:g} on {', '.join(self.lora.targets)}: "
           f"{n_adapters:,} trainable parameters of {n_all:,} ({100 * n_adapters / n_all:.2f}%)")
-    self.place = _BatchPlacer(self.mesh)
+    self.place = build.BatchPlacer(self.mesh)
     mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
     repeats = config_lib.prompt_repeats(config)
     self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
@@ -407,7 +264,7 @@ class _Run:
 
 
 def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs: RunInputs) -> Summary:
-  cfg_json = _prepare_workdir(config, workdir, main)
+  cfg_json = workdir_lib.prepare(config, workdir, main)
   run = _Run(config, inputs, log_console)
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
@@ -427,7 +284,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       run.save_checkpoint(checkpointer, 0, state, _meta(config, state, time.time() - t_start, cfg_json))
     # Every process reads the file (process 0 writes it): they all return the same summary.
     last_eval = (dict(state.initial_eval) if state.step == 0 else
-                 _last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval, state.step))
+                 workdir_lib.last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval, state.step))
     g = config.grpo
     log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f};"
                 f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} update(s)"
@@ -464,20 +321,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
     if writer is not None:
       writer.close()
     checkpointer.close()
-  return _finish(config, workdir, state, last_eval, t_start, main, log_console)
-
-
-def _prepare_workdir(config, workdir: str, main: bool) -> str:
-  """Creates the workdir, marks the run unfinished and writes config.json; returns the config's JSON."""
-  os.makedirs(workdir, exist_ok=True)
-  # The summary marks a finished run; this one is not yet.
-  if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
-    os.remove(os.path.join(workdir, SUMMARY_FILE))
-  cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
-  if main:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(cfg_json)
-  return cfg_json
+  return workdir_lib.finish(config, workdir, state, last_eval, t_start, main, log_console)
 
 
 def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:
@@ -490,14 +334,14 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
     # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
     restored = checkpointer.restore_latest(checkpoint_lib.abstract_like(run.checkpoint_arrays(template)))
   if restored is None:
-    _refuse_to_overwrite_history(workdir)
+    workdir_lib.refuse_to_overwrite_history(workdir)
     return None
   meta = restored.meta
   if meta.get("seed") != config.seed:
     raise errors.ConfigError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
                      f"{config.seed}; use another workdir")
   # Legacy checkpoints (no run id) count as this run's.
-  own = meta.get("run_id") in (None, _read_run_id(workdir))
+  own = meta.get("run_id") in (None, workdir_lib.read_run_id(workdir))
   if not own:
     log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
         "counted in wall_s_total")
@@ -511,7 +355,7 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
   log(f"[resume] restored step {restored.step} from {checkpointer.directory}")
   return RunState(params, arrays["opt_state"], arrays.get("ref_params"), restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
-                  meta.get("run_id") if own else _new_run_id(workdir, main),
+                  meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),
                   float(meta.get("elapsed_s", 0.0)) if own else 0.0)
 
 
@@ -519,7 +363,7 @@ def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   """The starting point of a new run: another run's (warmstart.init_checkpoint), this run's own saved warm
   start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
   config = run.config
-  run_id = _new_run_id(workdir, main)
+  run_id = workdir_lib.new_run_id(workdir, main)
   # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
   params, data_position = run.base_part(run.initial_params), 0
@@ -583,85 +427,6 @@ def _diverged(config, step: int, nonfinite_steps: int, step_metrics: dict) -> Fl
       f"), float16 overflow (model.dtype={config.model.dtype}), or a reward of NaN/inf.")
 
 
-def _finish(config, workdir: str, state: RunState, last_eval: dict, t_start: float, main: bool, log) -> Summary:
-  """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
-  plot_path = None
-  if config.log.plot and main:
-    from grpo_jax.train.plotting import plot_runs
-    plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
-  this_process = time.time() - t_start
-  summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
-                    steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
-                    workdir=workdir, wall_s_this_process=this_process,
-                    wall_s_total=state.wall_before + this_process)
-  if main:
-    with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
-      json.dump(dataclasses.asdict(summary), f, indent=2)
-  log(summary.line())
-  return summary
-
-
-def _check_resumable(config, workdir: str, log) -> None:
-  """A workdir with checkpoints resumes only under the settings it was started with (except those in
-  `config.RESUMABLE_CHANGES`, which are printed): a changed setting is an error naming each field, raised before
-  anything in the workdir is written."""
-  saved_path = os.path.join(workdir, "config.json")
-  checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
-  if not (os.path.exists(saved_path) and os.path.isdir(checkpoints)
-          and any(name.isdigit() for name in os.listdir(checkpoints))):
-    return
-  with open(saved_path) as f:
-    saved = json.load(f)
-  conflicts, accepted = config_lib.resume_differences(saved, config)
-  if conflicts:
-    raise errors.ConfigError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
-                     "one history:\n  " + "\n  ".join(conflicts) + "\nUse a new --workdir for the changed "
-                     "experiment, or resume with the original values.")
-  for line in accepted:
-    log(f"[resume] changed on resume: {line}")
-
-
-def _refuse_to_overwrite_history(workdir: str) -> None:
-  """No readable checkpoint: starting afresh would overwrite metrics.jsonl. Refuse when it holds GRPO steps."""
-  path = os.path.join(workdir, metrics_lib.METRICS_FILE)
-  steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)] if os.path.exists(path) else []
-  if any(step > 0 for step in steps):
-    damaged = os.path.join(workdir, CHECKPOINT_DIR + "_damaged")
-    raise errors.WorkdirError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
-                       f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
-                       "or use a new --workdir.")
-
-
-class WorkdirLock:
-  """One run per workdir: an exclusive `flock` on WORKDIR/.lock, held while the run lives. The kernel drops it
-  when the process dies, however it dies, so a stale lock never blocks a resume."""
-
-  def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, ".lock")
-    self._file = None
-
-  def __enter__(self):
-    import fcntl
-    os.makedirs(os.path.dirname(self.path), exist_ok=True)
-    self._file = open(self.path, "a+")
-    try:
-      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      self._file.seek(0)
-      holder = self._file.read().strip() or "another process"
-      self._file.close()
-      raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} is in use by {holder}; wait for it to finish or "
-                         "use another --workdir") from None
-    self._file.seek(0)
-    self._file.truncate()
-    self._file.write(f"process {os.getpid()} on {os.uname().nodename}\n")
-    self._file.flush()
-    return self
-
-  def __exit__(self, *exc):
-    self._file.close()  # releases the lock
-
-
 def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
   """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
   or of this run's own warm start saved before a kill.
@@ -678,9 +443,6 @@ def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> t
   return params, int(meta["data_position"]), dict(meta["initial_eval"])
 
 
-RUN_ID_FILE = "run_id"
-
-
 def _wandb_init(config, workdir: str, run_id: str, cfg_json: str) -> dict | None:
   """`wandb.init` keyword arguments of the run (config.log.wandb*), or None when W&B logging is off."""
   lg = config.log
@@ -691,23 +453,6 @@ def _wandb_init(config, workdir: str, run_id: str, cfg_json: str) -> dict | None
               config=json.loads(cfg_json))
 
 
-def _read_run_id(workdir: str) -> str | None:
-  try:
-    with open(os.path.join(workdir, RUN_ID_FILE)) as f:
-      return f.read().strip()
-  except OSError:
-    return None
-
-
-def _new_run_id(workdir: str, main: bool) -> str:
-  """A fresh id for the run in `workdir`, stored there and in its checkpoints (process 0's is the one written)."""
-  run_id = uuid.uuid4().hex
-  if main:
-    with open(os.path.join(workdir, RUN_ID_FILE), "w") as f:
-      f.write(run_id + "\n")
-  return run_id
-
-
 def _meta(config, state: RunState, elapsed_s: float, cfg_json: str) -> dict:
   """A checkpoint's metadata. elapsed_s: seconds this run (its run id) has spent up to this checkpoint, over all
   its processes."""
@@ -716,12 +461,3 @@ def _meta(config, state: RunState, elapsed_s: float, cfg_json: str) -> dict:
           "seed": int(config.seed), "rng_key_data": np.asarray(key_data).tolist(),
           "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
 
-
-def _last_eval(metrics_path: str, default: dict, step: int) -> dict:
-  """The most recent evaluation in metrics.jsonl up to `step` (after a resume from `step`; records past it,
-  from before a crash, are dropped by process 0's writer, which other processes may not have waited for)."""
-  last = default
-  for rec in metrics_lib.read_jsonl(metrics_path):
-    if "eval/accuracy" in rec and rec.get("step", 0) <= step:
-      last = {k: v for k, v in rec.items() if k.startswith("eval/")}
-  return last

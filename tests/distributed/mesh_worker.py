@@ -23,7 +23,7 @@ from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, sharding
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train.checkpoint import Checkpointer
-from grpo_jax.train.loop import _BatchPlacer
+from grpo_jax.train.build import BatchPlacer
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.optim import make_optimizer
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
@@ -111,7 +111,7 @@ def main(tmp: str):
     repeated = sampler.generate(params, [p for p in prompts for _ in range(2)], key)
     # Rows of the sampler's KV cache on each device (the batch of 8 prompts split over data * fsdp).
     cache_rows = sampler.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1, CFG.head_dim))[0]
-    batch = _BatchPlacer(mesh)(batch_np)
+    batch = BatchPlacer(mesh)(batch_np)
     batch_layout = _layout(batch._replace(ref_logp_BxC=None))
     batch = batch._replace(ref_logp_BxC=ref_fn(offloader.fetch(ref), batch))
     layout = dict(params=_layout(params), opt_state=_layout(opt_state), ref_params=_layout(ref),

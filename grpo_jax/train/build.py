@@ -1,0 +1,142 @@
+"""Building a run's parts from its config: tokenizer and task, model, reward functions, loss settings, samplers,
+and the placement of rollout batches on the mesh. The launcher and the Python API (`loop.train`) both come here.
+"""
+from __future__ import annotations
+
+import logging
+
+import jax
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec
+
+from grpo_jax import config as config_lib
+from grpo_jax.algo.objective import LossConfig
+from grpo_jax.data.tasks import make_task, stop_ids
+from grpo_jax.envs import env_factory, stop_token_ids
+from grpo_jax.model import ModelConfig, Transformer
+from grpo_jax.model import lora as lora_lib
+from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
+from grpo_jax.sampling import Sampler, SamplingConfig
+from grpo_jax.sampling.episodes import EpisodeSampler
+from grpo_jax.train import distributed
+from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.rollout import bucket_widths
+from grpo_jax.train.step import RolloutBatch
+
+logger = logging.getLogger(__name__)
+
+
+def build_tokenizer_and_task(config, log=print, inputs: RunInputs = RunInputs()):
+  """log: where the task's one-line data report goes (the main process's console on multi-host runs)."""
+  # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's with hf_path.
+  task = make_task(config, log=log, train_rows=inputs.train_dataset, heldout_rows=inputs.eval_dataset)
+  return task.tokenizer, task
+
+
+def build_model(config, tokenizer, mesh):
+  """(graphdef, params) with params placed on `mesh` by their logical-axis shardings; with `model.lora_rank` > 0
+  the model carries LoRA adapters (grpo_jax/model/lora.py), drawn from the seed's own stream."""
+  m = config.model
+  lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+  if m.hf_path:
+    from grpo_jax.model import hf_io
+    model = hf_io.from_pretrained(m.hf_path, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
+                                  attention=m.attention, mesh=mesh)
+    config_lib.check_context(config, model.cfg.max_position_embeddings,
+                             f"max_position_embeddings of {m.hf_path}/config.json")
+    if not m.lora_rank:
+      return nnx.split(model)
+    graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
+    return graphdef, jax.device_put(params, sharding_lib.param_shardings(params, mesh))
+  vocab = m.vocab_size or tokenizer.vocab_size
+  if vocab < tokenizer.vocab_size:
+    raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
+  cfg = ModelConfig(vocab_size=vocab, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+                    num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+                    head_dim=m.head_dim, max_position_embeddings=m.max_position_embeddings,
+                    rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps,
+                    tie_word_embeddings=m.tie_word_embeddings, param_dtype=m.param_dtype, dtype=m.dtype,
+                    remat=m.remat, attention=m.attention)
+
+  def make(key):
+    return lora_lib.add_configured_adapters(Transformer(cfg, rngs=nnx.Rngs(params=key)), m, lora_key)
+
+  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: make(jax.random.key(0))))
+  shardings = sharding_lib.param_shardings(abstract, mesh)
+  # One compiled initializer (initializing eagerly compiles one small program per parameter).
+  init = jax.jit(lambda key: nnx.split(make(key))[1], out_shardings=shardings)
+  return graphdef, init(jax.random.fold_in(jax.random.key(config.seed), 0))
+
+
+def build_reward_fns(config, inputs: RunInputs = RunInputs()):
+  gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
+  fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
+         for name, weight in config_lib.configured_rewards(config).items()]
+  clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
+  if clash:
+    raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
+  fns += inputs.reward_specs()
+  g = config.grpo
+  if g.overlong_buffer > 0:
+    fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
+                                                         g.overlong_penalty_factor), 1.0))
+  return fns
+
+
+def loss_config(config) -> LossConfig:
+  g = config.grpo
+  return LossConfig(policy_loss=g.policy_loss, epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high,
+                    delta=g.delta, importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
+                    kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
+                    top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
+                    max_completion_length=config_lib.completion_width(config), tis_cap=g.tis_cap or None)
+
+
+def make_samplers(graphdef, config, tokenizer):
+  """(training sampler, greedy evaluation sampler, pass@k sampler or None); with `env.name`, episode samplers
+  (grpo_jax/sampling/episodes.py) around samplers that also stop at the environment's stop strings."""
+  s, e = config.sampling, config.env
+  make_env = env_factory(e.name) if e.name else None
+  extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
+  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=tuple(stop_ids(tokenizer)) + extra_stops,
+                pad_id=tokenizer.pad_token_id)
+  # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
+  # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so
+  # far) is padded likewise, to buckets of their combined width.
+  context = s.max_prompt_length + (e.max_episode_tokens if make_env else 0)
+  buckets = dict(prompt_widths=bucket_widths(context, config.grpo.length_buckets))
+
+  def sampler(cfg: SamplingConfig):
+    turn = Sampler(graphdef, cfg, **buckets)
+    if make_env is None:
+      return turn
+    return EpisodeSampler(turn, make_env, tokenizer, max_turns=e.max_turns, max_episode_tokens=e.max_episode_tokens,
+                          max_observation_tokens=e.max_observation_tokens, step_timeout_s=e.step_timeout_s,
+                          max_concurrent_steps=e.max_concurrent_steps)
+
+  train = sampler(SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common))
+  greedy = sampler(SamplingConfig(temperature=s.temperature, greedy=True, **common))
+  pass_k = None
+  if config.eval.pass_k > 0:
+    pass_k = sampler(SamplingConfig(temperature=config.eval.pass_k_temperature, **common))
+  return train, greedy, pass_k
+
+
+class BatchPlacer:
+  """Puts rollout arrays on the mesh, split along 'data'/'fsdp' when the batch divides evenly."""
+
+  def __init__(self, mesh):
+    self.mesh = mesh
+    self.ways = mesh.shape["data"] * mesh.shape["fsdp"]
+
+  def __call__(self, batch: RolloutBatch) -> RolloutBatch:
+    if jax.process_count() > 1:  # each process holds its own rows: assemble the global arrays
+      return distributed.put_batch(batch, self.mesh)
+
+    def put(x):
+      if x is None:
+        return None
+      spec = PartitionSpec(("data", "fsdp")) if x.shape[0] % self.ways == 0 else PartitionSpec()
+      return jax.device_put(x, NamedSharding(self.mesh, spec))
+    return RolloutBatch(*[put(x) for x in batch])

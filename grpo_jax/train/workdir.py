@@ -1,0 +1,165 @@
+"""A run's workdir: its config.json, run id, lock, the checks before a resume, and summary.json at the end.
+
+WORKDIR holds config.json (the settings the run started with), run_id, .lock (held while the run lives),
+metrics.jsonl, checkpoints/, warmstart/ and, once the run has reached its last step, summary.json and curves.png.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import uuid
+
+from grpo_jax import config as config_lib
+from grpo_jax import errors
+from grpo_jax.train import metrics as metrics_lib
+from grpo_jax.train.checkpoint import CHECKPOINT_DIR
+
+PLOT_FILE = "curves.png"
+SUMMARY_FILE = "summary.json"
+
+
+@dataclasses.dataclass
+class Summary:
+  """summary.json. Seconds: `wall_s_this_process` is this process's own time (it includes a warm start it ran,
+  not one loaded with warmstart.init_checkpoint); `wall_s_total` adds the time earlier processes of the same run
+  (same workdir, same run id) spent up to the checkpoint this one resumed from (work redone after that
+  checkpoint is counted once); a checkpoint copied from another run adds nothing. `wall_s` = `wall_s_total`
+  (the name older readers know)."""
+  accuracy_before: float
+  accuracy_after: float
+  steps: int
+  wall_s: float
+  plot_path: str | None
+  workdir: str
+  wall_s_this_process: float = 0.0
+  wall_s_total: float = 0.0
+
+  def line(self) -> str:
+    delta = 100 * (self.accuracy_after - self.accuracy_before)
+    plot = self.plot_path or "(plot disabled)"
+    return (f"[done] held-out accuracy {self.accuracy_before:.3f} -> {self.accuracy_after:.3f} "
+            f"({delta:+.1f} points) after {self.steps} GRPO steps in {self.wall_s:.0f}s; curves: {plot}")
+
+
+def prepare(config, workdir: str, main: bool) -> str:
+  """Creates the workdir, marks the run unfinished and writes config.json; returns the config's JSON."""
+  os.makedirs(workdir, exist_ok=True)
+  # The summary marks a finished run; this one is not yet.
+  if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
+    os.remove(os.path.join(workdir, SUMMARY_FILE))
+  cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
+  if main:
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(cfg_json)
+  return cfg_json
+
+
+def finish(config, workdir: str, state, last_eval: dict, t_start: float, main: bool, log) -> Summary:
+  """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
+  plot_path = None
+  if config.log.plot and main:
+    from grpo_jax.train.plotting import plot_runs
+    plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
+  this_process = time.time() - t_start
+  summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
+                    steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
+                    workdir=workdir, wall_s_this_process=this_process,
+                    wall_s_total=state.wall_before + this_process)
+  if main:
+    with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
+      json.dump(dataclasses.asdict(summary), f, indent=2)
+  log(summary.line())
+  return summary
+
+
+def check_resumable(config, workdir: str, log) -> None:
+  """A workdir with checkpoints resumes only under the settings it was started with (except those in
+  `config.RESUMABLE_CHANGES`, which are printed): a changed setting is an error naming each field, raised before
+  anything in the workdir is written."""
+  saved_path = os.path.join(workdir, "config.json")
+  checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
+  if not (os.path.exists(saved_path) and os.path.isdir(checkpoints)
+          and any(name.isdigit() for name in os.listdir(checkpoints))):
+    return
+  with open(saved_path) as f:
+    saved = json.load(f)
+  conflicts, accepted = config_lib.resume_differences(saved, config)
+  if conflicts:
+    raise errors.ConfigError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
+                     "one history:\n  " + "\n  ".join(conflicts) + "\nUse a new --workdir for the changed "
+                     "experiment, or resume with the original values.")
+  for line in accepted:
+    log(f"[resume] changed on resume: {line}")
+
+
+def refuse_to_overwrite_history(workdir: str) -> None:
+  """No readable checkpoint: starting afresh would overwrite metrics.jsonl. Refuse when it holds GRPO steps."""
+  path = os.path.join(workdir, metrics_lib.METRICS_FILE)
+  steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)] if os.path.exists(path) else []
+  if any(step > 0 for step in steps):
+    damaged = os.path.join(workdir, CHECKPOINT_DIR + "_damaged")
+    raise errors.WorkdirError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
+                       f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
+                       "or use a new --workdir.")
+
+
+class WorkdirLock:
+  """One run per workdir: an exclusive `flock` on WORKDIR/.lock, held while the run lives. The kernel drops it
+  when the process dies, however it dies, so a stale lock never blocks a resume."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(workdir, ".lock")
+    self._file = None
+
+  def __enter__(self):
+    import fcntl
+    os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    self._file = open(self.path, "a+")
+    try:
+      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      self._file.seek(0)
+      holder = self._file.read().strip() or "another process"
+      self._file.close()
+      raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} is in use by {holder}; wait for it to finish or "
+                         "use another --workdir") from None
+    self._file.seek(0)
+    self._file.truncate()
+    self._file.write(f"process {os.getpid()} on {os.uname().nodename}\n")
+    self._file.flush()
+    return self
+
+  def __exit__(self, *exc):
+    self._file.close()  # releases the lock
+
+
+RUN_ID_FILE = "run_id"
+
+
+def read_run_id(workdir: str) -> str | None:
+  try:
+    with open(os.path.join(workdir, RUN_ID_FILE)) as f:
+      return f.read().strip()
+  except OSError:
+    return None
+
+
+def new_run_id(workdir: str, main: bool) -> str:
+  """A fresh id for the run in `workdir`, stored there and in its checkpoints (process 0's is the one written)."""
+  run_id = uuid.uuid4().hex
+  if main:
+    with open(os.path.join(workdir, RUN_ID_FILE), "w") as f:
+      f.write(run_id + "\n")
+  return run_id
+
+
+def last_eval(metrics_path: str, default: dict, step: int) -> dict:
+  """The most recent evaluation in metrics.jsonl up to `step` (after a resume from `step`; records past it,
+  from before a crash, are dropped by process 0's writer, which other processes may not have waited for)."""
+  last = default
+  for rec in metrics_lib.read_jsonl(metrics_path):
+    if "eval/accuracy" in rec and rec.get("step", 0) <= step:
+      last = {k: v for k, v in rec.items() if k.startswith("eval/")}
+  return last
