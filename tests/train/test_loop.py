@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from grpo_jax.rewards import register_reward
-from grpo_jax.train import loop
+from grpo_jax.train import build, loop
 from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT, load_experiment
@@ -234,7 +234,7 @@ def test_data_report_is_printed_by_the_main_process_only(main, tmp_path, capsys)
 
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(loop.distributed, "is_main", lambda: main)
-    mp.setattr(loop, "make_task", fake_make_task)
+    mp.setattr(build, "make_task", fake_make_task)
     with pytest.raises(RuntimeError, match="stop after the task"):
       loop.train(_config(), str(tmp_path))
   assert ("[data] a report line" in capsys.readouterr().out) == main
