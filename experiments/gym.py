@@ -88,7 +88,7 @@ def get_config(preset: str | None = None):
 
 
 def get_sweep():
-  """Every task x SEEDS: `python scripts/report.py runs/gym --by_task` shows one column per task."""
+  """Every task x SEEDS: `python scripts/report.py runs/gym` adds a table with one column per task."""
   # task.options as a Python dict literal: the trainer's command line parses it into the ConfigDict.
   return spec.grid(spec.variants({preset: {"task.name": name, "task.options": repr(options)}
                                   for preset, (name, options) in TASKS.items()}), seeds=SEEDS)
