@@ -130,6 +130,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.max_rows = 0                  # read at most this many rows of each file; 0: all.
   t.template = "plain"            # grpo_jax/data/templates.py's TEMPLATES; "chat": the tokenizer's template.
   t.system_prompt = ""            # chat template: the system message ("": none).
+  t.answer_only = False           # reasoning_gym: prompt ends in "<answer>", completion stops at "</".
   t.prefill_think = False         # end the prompt with "<think>" (score with the format_*_prefilled rewards).
   # word_arithmetic (grpo_jax/data/word_arithmetic.py): sums asked in English, chat template, needs hf_path.
   # reasoning_gym:<dataset> (grpo_jax/data/reasoning_gym.py, pip install -e '.[gym]'): any reasoning-gym
