@@ -29,7 +29,7 @@ TASKS = {
     "basic_arithmetic": ("reasoning_gym:basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                             "max_digits": 1}),
     "syllogism": ("reasoning_gym:syllogism", {}),
-    "family_relationships": ("reasoning_gym:family_relationships", {}),
+    "isomorphic_strings": ("reasoning_gym:isomorphic_strings", {}),
 }
 # Further presets tried for the starting band (docs/gym.md has their numbers); not in the sweep.
 CANDIDATES = {
@@ -39,7 +39,14 @@ CANDIDATES = {
     "gcd": ("reasoning_gym:gcd", {}),
     "spell_backward": ("reasoning_gym:spell_backward", {}),
     "coin_flip": ("reasoning_gym:coin_flip", {}),
-    "chain_sum": ("reasoning_gym:chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+    "number_sequence": ("reasoning_gym:number_sequence", {}),
+    "rectangle_count": ("reasoning_gym:rectangle_count", {}),
+    "propositional_logic": ("reasoning_gym:propositional_logic", {}),
+    "color_cube_rotation": ("reasoning_gym:color_cube_rotation", {}),
+    "largest_island": ("reasoning_gym:largest_island", {}),
+    "count_primes": ("reasoning_gym:count_primes", {}),
+    "family_relationships": ("reasoning_gym:family_relationships", {}),
+    "needle_haystack": ("reasoning_gym:needle_haystack", {}),
 }
 SEEDS = (0, 1, 2)
 
