@@ -1,19 +1,21 @@
 # pip install -e '.[gym]'; bash scripts/get_smollm2.sh    # once: reasoning-gym, models/SmolLM2-135M-Instruct
 # python scripts/train.py --config experiments/gym.py:basic_arithmetic --workdir runs/gym_basic_arithmetic
-# python scripts/evaluate.py --config experiments/gym.py:syllogism --base --size 50   # the starting accuracy
+# python scripts/evaluate.py --config experiments/gym.py:syllogism --size 50   # the starting accuracy
 # python scripts/sweep.py --config experiments/gym.py --sweep_dir runs/gym            # every task x 3 seeds
 #   (preset experiments/gym.py:test: the tiny fixture checkpoint, 2 steps, for CI)
 """SmolLM2-135M-Instruct on reasoning-gym tasks (grpo_jax/data/reasoning_gym.py), one preset per task.
 
-Presets (TASKS): datasets from different reasoning-gym families on which the model starts above 5% and below 60%
-held-out accuracy (measured in docs/gym.md, with the ones tried and dropped). Each question goes to the model's
-chat template after `SYSTEM_PROMPT`, which asks for the answer in <answer> </answer> tags; the reward is the
-dataset's own verifier (`reasoning_gym`) plus a small bonus for a completion that gives its answer in tags
-(`answer_tag`, weight 0.1), the format reward a chat model without <think> needs. Training items come from
-seed 1, held-out ones from seed 1,000,000 (held-out questions also asked in training dropped and counted).
+Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, logic, algorithmic) on which the model
+starts above 5% and below 60% held-out greedy accuracy; CANDIDATES: the others tried (docs/gym.md has every
+number and command). The task runs in answer-only mode (`task.answer_only`): the question goes to the model's chat
+template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>", sampling stops where the
+model closes the tag, and the reward is the dataset's own verifier (`reasoning_gym`) on the first sentence of the
+first non-empty line (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
+it does not write the tags. Training items come from seed 1, held-out ones from seed 1,000,000 (held-out
+questions also asked in training dropped and counted).
 
 Settings as experiments/smollm2_arithmetic.py (beta 0, 8 prompts x G 8, T 0.8, AdamW lr 1e-5, float32), with
-160 new tokens for a short worked answer.
+24 new tokens (an answer, not a worked solution).
 """
 import os
 
