@@ -348,6 +348,8 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     _validate_rendered_task(c)
   elif c.task.options:
     _fail("task.options", f"only reasoning_gym tasks take options, not {c.task.name!r}")
+  elif c.task.answer_only:
+    _fail("task.answer_only", f"only reasoning_gym tasks have an answer-only mode, not {c.task.name!r}")
   if c.task.name == "chain_sum":
     _validate_chain_sum_task(c)
   if c.task.name == "tool_arithmetic" and not 0 <= c.task.tool_fraction <= 1:
