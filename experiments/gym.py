@@ -1,41 +1,61 @@
 # pip install -e '.[gym]'; bash scripts/get_smollm2.sh    # once: reasoning-gym, models/SmolLM2-135M-Instruct
 # python scripts/train.py --config experiments/gym.py:basic_arithmetic --workdir runs/gym_basic_arithmetic
-# python scripts/evaluate.py --config experiments/gym.py:syllogism --base --size 50   # the starting accuracy
+# python scripts/evaluate.py --config experiments/gym.py:syllogism --size 50   # the starting accuracy
 # python scripts/sweep.py --config experiments/gym.py --sweep_dir runs/gym            # every task x 3 seeds
 #   (preset experiments/gym.py:test: the tiny fixture checkpoint, 2 steps, for CI)
 """SmolLM2-135M-Instruct on reasoning-gym tasks (grpo_jax/data/reasoning_gym.py), one preset per task.
 
-Presets (TASKS): datasets from different reasoning-gym families on which the model starts above 5% and below 60%
-held-out accuracy (measured in docs/gym.md, with the ones tried and dropped). Each question goes to the model's
-chat template after `SYSTEM_PROMPT`, which asks for the answer in <answer> </answer> tags; the reward is the
-dataset's own verifier (`reasoning_gym`) plus a small bonus for a completion that gives its answer in tags
-(`answer_tag`, weight 0.1), the format reward a chat model without <think> needs. Training items come from
-seed 1, held-out ones from seed 1,000,000 (held-out questions also asked in training dropped and counted).
+Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, logic, algorithmic) on which the model
+starts above 5% and below 60% held-out greedy accuracy; CANDIDATES: the others tried (docs/gym.md has every
+number and command). The task runs in answer-only mode (`task.answer_only`): the question goes to the model's chat
+template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>", sampling stops where the
+model closes the tag, and the reward is the dataset's own verifier (`reasoning_gym`) on the first sentence of the
+first non-empty line (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
+it does not write the tags. Training items come from seed 1, held-out ones from seed 1,000,000 (held-out
+questions also asked in training dropped and counted).
 
 Settings as experiments/smollm2_arithmetic.py (beta 0, 8 prompts x G 8, T 0.8, AdamW lr 1e-5, float32), with
-160 new tokens for a short worked answer.
+24 new tokens (an answer, not a worked solution).
 """
 import os
 
 from grpo_jax import config as base
 from grpo_jax.ablation import spec
-from grpo_jax.data.reasoning_gym import SYSTEM_PROMPT
+from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
 
 MODEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models",
                          "SmolLM2-135M-Instruct")
 
-# preset -> (task name, dataset options).
+# preset -> (task name, dataset options): the sweep's tasks, three families on which the model starts in the band.
 TASKS = {
     "basic_arithmetic": ("reasoning_gym:basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                             "max_digits": 1}),
     "syllogism": ("reasoning_gym:syllogism", {}),
+    "isomorphic_strings": ("reasoning_gym:isomorphic_strings", {}),
+}
+# Further presets tried for the starting band (docs/gym.md has their numbers); not in the sweep.
+CANDIDATES = {
+    "leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, "max_animals": 2}),
+    "course_schedule": ("reasoning_gym:course_schedule", {}),
+    "letter_counting": ("reasoning_gym:letter_counting", {}),
+    "gcd": ("reasoning_gym:gcd", {}),
+    "spell_backward": ("reasoning_gym:spell_backward", {}),
+    "coin_flip": ("reasoning_gym:coin_flip", {}),
+    "number_sequence": ("reasoning_gym:number_sequence", {}),
+    "rectangle_count": ("reasoning_gym:rectangle_count", {}),
+    "propositional_logic": ("reasoning_gym:propositional_logic", {}),
+    "color_cube_rotation": ("reasoning_gym:color_cube_rotation", {}),
+    "largest_island": ("reasoning_gym:largest_island", {}),
+    "count_primes": ("reasoning_gym:count_primes", {}),
     "family_relationships": ("reasoning_gym:family_relationships", {}),
+    "needle_haystack": ("reasoning_gym:needle_haystack", {}),
 }
 SEEDS = (0, 1, 2)
 
 
 def get_config(preset: str | None = None):
-  task = preset if preset in TASKS else "basic_arithmetic"
+  presets = {**TASKS, **CANDIDATES}
+  task = preset if preset in presets else "basic_arithmetic"
   c = base.get_config()
   c.seed = 0
   c.num_steps = 100
@@ -45,20 +65,21 @@ def get_config(preset: str | None = None):
   c.model.dtype = "float32"
   c.model.logprob_chunk_size = 64
 
-  c.task.name, options = TASKS[task]
+  c.task.name, options = presets[task]
   c.task.options = options
   c.task.train_size = 5000
   c.task.train_seed = 1
   c.task.heldout_size = 500
   c.task.heldout_seed = 1_000_000
   c.task.template = "chat"
-  c.task.system_prompt = SYSTEM_PROMPT
+  c.task.system_prompt = ANSWER_ONLY_SYSTEM_PROMPT
+  c.task.answer_only = True   # the prompt ends in "<answer>"; the completion stops at "</"
 
-  c.rewards = {"reasoning_gym": 1.0, "answer_tag": 0.1}
+  c.rewards = {"reasoning_gym": 1.0}
   c.eval.accuracy_reward = "reasoning_gym"
 
-  c.sampling.max_prompt_length = 192
-  c.sampling.max_new_tokens = 160
+  c.sampling.max_prompt_length = 320
+  c.sampling.max_new_tokens = 24
   c.sampling.temperature = 0.8
 
   c.grpo.group_size = 8
@@ -82,13 +103,13 @@ def get_config(preset: str | None = None):
     fixtures.apply_test_preset(c, None)
     c.task.train_size, c.task.heldout_size = 64, 16
     c.grpo.micro_batch_size = 2
-  elif preset not in (None, "") and preset not in TASKS:
-    raise ValueError(f"experiments/gym.py: unknown preset {preset!r} (known: {', '.join(TASKS)}, test)")
+  elif preset not in (None, "") and preset not in presets:
+    raise ValueError(f"experiments/gym.py: unknown preset {preset!r} (known: {', '.join(presets)}, test)")
   return c
 
 
 def get_sweep():
-  """Every task x SEEDS: `python scripts/report.py runs/gym --by_task` shows one column per task."""
+  """Every task x SEEDS: `python scripts/report.py runs/gym` adds a table with one column per task."""
   # task.options as a Python dict literal: the trainer's command line parses it into the ConfigDict.
   return spec.grid(spec.variants({preset: {"task.name": name, "task.options": repr(options)}
                                   for preset, (name, options) in TASKS.items()}), seeds=SEEDS)

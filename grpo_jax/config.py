@@ -130,6 +130,7 @@ def get_config() -> ml_collections.ConfigDict:
   t.max_rows = 0                  # read at most this many rows of each file; 0: all.
   t.template = "plain"            # grpo_jax/data/templates.py's TEMPLATES; "chat": the tokenizer's template.
   t.system_prompt = ""            # chat template: the system message ("": none).
+  t.answer_only = False           # reasoning_gym: prompt ends in "<answer>", completion stops at "</".
   t.prefill_think = False         # end the prompt with "<think>" (score with the format_*_prefilled rewards).
   # word_arithmetic (grpo_jax/data/word_arithmetic.py): sums asked in English, chat template, needs hf_path.
   # reasoning_gym:<dataset> (grpo_jax/data/reasoning_gym.py, pip install -e '.[gym]'): any reasoning-gym
@@ -347,6 +348,8 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
     _validate_rendered_task(c)
   elif c.task.options:
     _fail("task.options", f"only reasoning_gym tasks take options, not {c.task.name!r}")
+  elif c.task.answer_only:
+    _fail("task.answer_only", f"only reasoning_gym tasks have an answer-only mode, not {c.task.name!r}")
   if c.task.name == "chain_sum":
     _validate_chain_sum_task(c)
   if c.task.name == "tool_arithmetic" and not 0 <= c.task.tool_fraction <= 1:

@@ -13,6 +13,11 @@ an evaluation row and a step re-logged after a resume both land on their step):
   steps           the last step logged,
   mean:<metric>   for metrics asked for with --mean_of: the mean over the steps that logged it.
 Per group: mean ± sample standard deviation (ddof=1) over the group's finished members ('done'), with n.
+
+Sweeps over tasks ("variant × task" studies, e.g. experiments/gym.py's get_sweep): when the members' `task.name`
+or `task.options` overrides take more than one value, the report adds one table per TASK_COLUMNS metric with a
+row per variant and a column per task (`task_table`, tasks.csv). A variant is the set of a group's shared
+overrides other than `task.*`; its label is what its groups' names have in common (the task part removed).
 """
 from __future__ import annotations
 
@@ -277,6 +282,9 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
   for row in table:
     cells = [_fmt(row[column], fmt) for column, _, fmt in columns_of(runs)]
     lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
+  by_task = task_markdown(runs)
+  if by_task:
+    lines += ["", by_task.rstrip("\n")]
   if baseline is not None:
     lines += ["", paired_markdown(runs, baseline).rstrip("\n")]
   lines += ["", "### What each group sets", "",
@@ -301,6 +309,112 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
     if pending:
       lines.append(f"- not started ({len(pending)}): " + ", ".join(f"`{m.name}`" for m in pending))
   return "\n".join(lines) + "\n"
+
+
+TASK_KEYS = ("task.name", "task.options")
+# (column, header, format) of the per-task tables: the held-out accuracy at the end, then at the start.
+TASK_COLUMNS = [("eval_acc_final", "final eval acc", "{:.3f}"), ("eval_acc_start", "eval acc @0", "{:.3f}")]
+
+
+def _task_of(overrides: Mapping[str, Any]) -> tuple[str, ...] | None:
+  """The (task.name, task.options) overrides of a member as strings, or None when it sets neither."""
+  if not any(k in overrides for k in TASK_KEYS):
+    return None
+  return tuple(spec_lib.format_value(overrides[k]) if k in overrides else "" for k in TASK_KEYS)
+
+
+def _task_label(task: tuple[str, ...], all_tasks: Sequence[tuple[str, ...]]) -> str:
+  """`task.name` without a `reasoning_gym:` prefix; with the options when two tasks share the name."""
+  name = task[0][len("reasoning_gym:"):] if task[0].startswith("reasoning_gym:") else task[0]
+  if sum(t[0] == task[0] for t in all_tasks) > 1:
+    name += f" {task[1]}" if task[1] else " (default options)"
+  return name or "(default task)"
+
+
+def _variant_label(groups: Sequence[str], task_names: Sequence[str]) -> str:
+  """What the variant's group names have in common (leading and trailing `_`-separated words); a variant with
+  one group: its name with the task's name removed. '(all)' when nothing is left (the sweep varies only the task)."""
+  words = [g.split("_") for g in groups]
+  if len(groups) == 1:
+    label = groups[0]
+    for name in task_names:
+      label = re.sub(rf"(?:^|_){re.escape(name)}(?=_|$)", "", label)
+    return label.strip("_") or "(all)"
+  head = 0
+  while all(len(w) > head for w in words) and len({tuple(w[:head + 1]) for w in words}) == 1:
+    head += 1
+  tail = 0
+  while (all(len(w) > head + tail for w in words)
+         and len({tuple(w[len(w) - tail - 1:]) for w in words}) == 1):
+    tail += 1
+  kept = words[0][:head] + (words[0][len(words[0]) - tail:] if tail else [])
+  return "_".join(kept) or "(all)"
+
+
+def task_table(runs: Sequence[MemberRun]):
+  """(tasks, rows) when the sweep varies the task, else None. tasks: the column labels in order of first
+  appearance; rows: [{"variant": label, task label: {column: (mean, std, n)}, ...}] over each (variant, task)
+  group's finished members, in order of first appearance."""
+  grouped = groups_in_order(runs)
+  group_task, group_variant = {}, {}
+  for group, members in grouped.items():
+    shared = shared_overrides(members)
+    tasks = {_task_of(m.overrides) for m in members}
+    if len(tasks) != 1:
+      return None  # a group that mixes tasks: the sweep is not variant x task
+    group_task[group] = tasks.pop()
+    group_variant[group] = tuple(sorted((k, spec_lib.format_value(v)) for k, v in shared.items()
+                                        if not k.startswith("task.")))
+  all_tasks = list(dict.fromkeys(group_task.values()))
+  if len(all_tasks) < 2 or None in all_tasks:
+    return None
+  labels = {t: _task_label(t, all_tasks) for t in all_tasks}
+  variants = list(dict.fromkeys(group_variant.values()))
+  rows = []
+  for variant in variants:
+    groups = [g for g in grouped if group_variant[g] == variant]
+    names = [labels[group_task[g]].split(" ")[0] for g in groups]
+    row: dict[str, Any] = {"variant": _variant_label(groups, names)}
+    for g in groups:
+      done = [m for m in grouped[g] if m.status == "done"]
+      row[labels[group_task[g]]] = {c: mean_std(m.summary[c] for m in done) for c, _, _ in TASK_COLUMNS}
+    rows.append(row)
+  return [labels[t] for t in all_tasks], rows
+
+
+def task_markdown(runs: Sequence[MemberRun]) -> str:
+  """The per-task tables (one per TASK_COLUMNS metric), or '' when the sweep does not vary the task."""
+  table = task_table(runs)
+  if table is None:
+    return ""
+  tasks, rows = table
+  lines = []
+  for column, header, fmt in TASK_COLUMNS:
+    lines += [f"### {header} by task", "",
+              "Rows: variants (a group's overrides other than `task.*`); columns: tasks; mean ± std over the "
+              "finished seeds (n).", "",
+              "| variant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for row in rows:
+      cells = [f"{_fmt(row[t][column], fmt)} ({row[t][column][2]})" if t in row else "–" for t in tasks]
+      lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
+    lines.append("")
+  return "\n".join(lines)
+
+
+def tasks_csv(runs: Sequence[MemberRun]) -> str:
+  """variant, task, then (mean, std, n) of each TASK_COLUMNS metric: one line per (variant, task) group."""
+  out = io.StringIO()
+  writer = csv.writer(out)
+  header = ["variant", "task"]
+  for column, _, _ in TASK_COLUMNS:
+    header += [f"{column}_mean", f"{column}_std", f"{column}_n"]
+  writer.writerow(header)
+  tasks, rows = task_table(runs) or ([], [])
+  for row in rows:
+    for t in tasks:
+      if t in row:
+        writer.writerow([row["variant"], t, *(x for c, _, _ in TASK_COLUMNS for x in row[t][c])])
+  return out.getvalue()
 
 
 def groups_csv(runs: Sequence[MemberRun]) -> str:
@@ -427,7 +541,7 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
                  title: str | None = None, groups: str | None = None,
                  baseline: str | None = None, extra: Sequence[str] = (),
                  curves: Sequence[str] = ()) -> dict[str, str]:
-  """Writes summary.md, groups.csv, members.csv and curves.png (and paired.png with a baseline, metrics.png
+  """Writes summary.md, groups.csv, members.csv and curves.png (tasks.csv for a sweep over tasks, paired.png with a baseline, metrics.png
   with the `curves` metric names) into out_dir (default SWEEP_DIR/report).
   `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
   the others are compared seed by seed (a second table)."""
@@ -441,6 +555,10 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
     f.write(groups_csv(runs))
   with open(paths["members.csv"], "w") as f:
     f.write(members_csv(runs))
+  if task_table(runs) is not None:
+    paths["tasks.csv"] = os.path.join(out_dir, "tasks.csv")
+    with open(paths["tasks.csv"], "w") as f:
+      f.write(tasks_csv(runs))
   plot(runs, paths["curves.png"], smooth=smooth)
   if baseline is not None:
     paths["paired.png"] = os.path.join(out_dir, "paired.png")

@@ -17,6 +17,10 @@ reasoning-gym (PyPI `reasoning-gym`, Apache-2.0) generates about a hundred proce
   - each row is {"prompt": question, "answer": gold answer (str), "gym_entry": the item, "gym_source": JSON of the
     (sub-)dataset's name and options}; the `reasoning_gym` reward (grpo_jax/rewards/reasoning_gym.py) scores a
     completion with that dataset's own `score_answer`.
+Answer-only mode (`config.task.answer_only`, what a small chat model needs: SmolLM2-135M-Instruct does not write
+the tags by itself): the prompt ends in ANSWER_PREFILL ("<answer>") after the assistant turn's start, sampling
+also stops at any token holding "</" (`closing_tag_ids`: the model closes the tag), and the reward scores the
+first non-empty line of the completion before that "</" (rows carry `gym_answer_only`; grpo_jax/rewards/reasoning_gym.py).
 Prompts are rendered like any dataset's (`tasks.DatasetTask`: config.task.template, config.task.system_prompt);
 `SYSTEM_PROMPT` asks for the answer in <answer> </answer> tags, which is where the reward looks for it.
 """
@@ -36,6 +40,11 @@ INSTALL_HINT = f"pip install -e '.[gym]' (or pip install reasoning-gym=={VERSION
 # Our system prompt for the chat template (the layout of reasoning-gym's own default prompt, in our words).
 SYSTEM_PROMPT = ("Solve the problem step by step. Then give the final answer alone between <answer> and </answer> "
                  "tags, for example <answer>42</answer>, in the format the question asks for.")
+
+# Answer-only mode: the text that ends each prompt, and the system prompt that goes with it.
+ANSWER_PREFILL = "<answer>"
+ANSWER_ONLY_SYSTEM_PROMPT = ("Give only the final answer, on one line, in the format the question asks for, "
+                             "then </answer>. No explanation.")
 
 
 class GymError(ConfigError):
@@ -180,12 +189,20 @@ def create(task_name: str, options: Any, seed: int, size: int):
                             datasets=[DatasetSpec(name, weight, dict(config)) for name, weight, config in parts])
 
 
+def closing_tag_ids(tokenizer) -> tuple[int, ...]:
+  """Ids of the tokens whose text holds "</", the start of "</answer>" (answer-only mode stops at the first)."""
+  size = len(tokenizer) if hasattr(tokenizer, "__len__") else tokenizer.vocab_size
+  texts = tokenizer.batch_decode([[i] for i in range(size)]) if hasattr(tokenizer, "batch_decode") else [
+      tokenizer.decode([i]) for i in range(size)]
+  return tuple(i for i, text in enumerate(texts) if "</" in text)
+
+
 def source_key(name: str, options: dict) -> str:
   """The `gym_source` column: which dataset, with which options, scores the row (canonical JSON)."""
   return json.dumps({"name": name, "options": options}, sort_keys=True)
 
 
-def rows(task_name: str, options: Any, seed: int, size: int) -> list[dict]:
+def rows(task_name: str, options: Any, seed: int, size: int, answer_only: bool = False) -> list[dict]:
   """Items 0 .. size-1 of the seeded dataset as task rows (module docstring)."""
   parts = {name: config for name, _, config in components(task_name, options)}
   dataset = create(task_name, options, seed, size)
@@ -195,7 +212,7 @@ def rows(task_name: str, options: Any, seed: int, size: int) -> list[dict]:
     source = entry.get("metadata", {}).get("source_dataset", dataset_name(task_name))
     answer = entry.get("answer")
     out.append({"prompt": entry["question"], "answer": "" if answer is None else str(answer), "gym_entry": entry,
-                "gym_source": source_key(source, parts.get(source, {}))})
+                "gym_source": source_key(source, parts.get(source, {})), "gym_answer_only": bool(answer_only)})
   return out
 
 
@@ -208,10 +225,10 @@ class Split:
 
 
 def split(task_name: str, options: Any, *, train_seed: int, train_size: int, heldout_seed: int,
-          heldout_size: int) -> Split:
+          heldout_size: int, answer_only: bool = False) -> Split:
   """The task's training and held-out rows, no held-out question among the training ones (module docstring)."""
-  train = rows(task_name, options, train_seed, train_size)
+  train = rows(task_name, options, train_seed, train_size, answer_only)
   seen = {row["prompt"] for row in train}
-  heldout = rows(task_name, options, heldout_seed, heldout_size)
+  heldout = rows(task_name, options, heldout_seed, heldout_size, answer_only)
   kept = [row for row in heldout if row["prompt"] not in seen]
   return Split(train=train, heldout=kept, num_duplicates=len(heldout) - len(kept))

@@ -89,12 +89,12 @@ class DatasetTask:
 
   def __init__(self, train: Sequence[dict], heldout: Sequence[dict], tokenizer, *, max_prompt_tokens: int,
                template: str = "plain", system_prompt: str = "", prefill_think: bool = False, seed: int = 0,
-               source: str = "dataset", transfer: dict[str, Sequence[dict]] | None = None):
+               source: str = "dataset", transfer: dict[str, Sequence[dict]] | None = None, prefill: str = ""):
     self.tokenizer = tokenizer
     self.seed = seed
     self.stop_ids = stop_ids(tokenizer)
     render = dict(tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens, template=template,
-                  system_prompt=system_prompt or None, prefill_think=prefill_think)
+                  system_prompt=system_prompt or None, prefill_think=prefill_think, prefill=prefill)
     self._train, dropped_train = tokenize_prompts(train, **render)
     self._heldout, dropped_heldout = tokenize_prompts(heldout, **render)
     self._transfer = {name: tokenize_prompts(rows, **render)[0] for name, rows in (transfer or {}).items()}
@@ -235,13 +235,13 @@ def _make_gym_task(config, tokenizer, log: Callable[[str], None]) -> DatasetTask
     raise ValueError(f"config.model.hf_path: the {t.name} task needs a checkpoint directory (its tokenizer "
                      "encodes the prompts)")
   data = reasoning_gym.split(t.name, t.options, train_seed=t.train_seed, train_size=t.train_size,
-                             heldout_seed=t.heldout_seed, heldout_size=t.heldout_size)
+                             heldout_seed=t.heldout_seed, heldout_size=t.heldout_size, answer_only=t.answer_only)
   if not data.heldout:
     raise ValueError(f"config.task.heldout_seed: all {t.heldout_size} held-out questions of {t.name} are also "
                      "training questions (a small generator); give it more room (options) or fewer training items")
   task = DatasetTask(data.train, data.heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
                      template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                     seed=config.seed, source=t.name)
+                     seed=config.seed, source=t.name, prefill=reasoning_gym.ANSWER_PREFILL if t.answer_only else "")
   dropped = task.num_dropped
   log(f"[data] {t.name}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
       f"{data.num_duplicates} held-out questions that are also training questions, and "

@@ -31,8 +31,9 @@ TEMPLATES = ("plain", "r1_zero", "chat")
 
 
 def render_prompt(question: str | list[dict], template: str = "plain", tokenizer: Any = None,
-                  system_prompt: str | None = None, prefill_think: bool = False) -> str:
-  """The text fed to the model for one question (templates in the module docstring).
+                  system_prompt: str | None = None, prefill_think: bool = False, prefill: str = "") -> str:
+  """The text fed to the model for one question (templates in the module docstring), then `prefill` (the start
+  of the answer written for the model, e.g. "<answer>" in reasoning_gym's answer-only mode).
 
   `question` may be a list of chat messages (TRL's conversational form): the "chat" template renders them as
   they are, after `system_prompt` unless they hold a system message of their own.
@@ -41,6 +42,8 @@ def render_prompt(question: str | list[dict], template: str = "plain", tokenizer
   if conversational and template != "chat":
     raise ValueError(f"a prompt given as chat messages needs the 'chat' template (config.task.template), not "
                      f"{template!r}")
+  if prefill:
+    return render_prompt(question, template, tokenizer, system_prompt, prefill_think) + prefill
   if template == "plain":
     return question
   if template == "r1_zero":
@@ -66,7 +69,7 @@ def render_prompt(question: str | list[dict], template: str = "plain", tokenizer
 
 def tokenize_prompts(rows: Sequence[dict], tokenizer: Any, max_prompt_tokens: int, template: str = "plain",
                      system_prompt: str | None = None, prefill_think: bool = False,
-                     add_special_tokens: bool | None = None) -> tuple[list[dict], int]:
+                     add_special_tokens: bool | None = None, prefill: str = "") -> tuple[list[dict], int]:
   """Renders each row's `prompt` with the template, tokenizes it, and drops prompts over the limit.
 
   Returns (kept rows, number dropped). Kept rows are copies with `prompt_text` (the rendered string) and
@@ -78,7 +81,8 @@ def tokenize_prompts(rows: Sequence[dict], tokenizer: Any, max_prompt_tokens: in
     raise ValueError(f"max_prompt_tokens must be positive, got {max_prompt_tokens}")
   if add_special_tokens is None:
     add_special_tokens = template != "chat"
-  texts = [render_prompt(row["prompt"], template, tokenizer, system_prompt, prefill_think) for row in rows]
+  texts = [render_prompt(row["prompt"], template, tokenizer, system_prompt, prefill_think, prefill)
+           for row in rows]
   if not texts:
     return [], 0
   ids = tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]

@@ -8,6 +8,11 @@ verifier None, which every dataset scores 0. The score is the dataset's `score_a
 options that change the verifier (tolerances, formats) are honoured, and composites score each item with the
 dataset it came from.
 
+In answer-only mode (rows with `gym_answer_only`, grpo_jax/data/reasoning_gym.py) the prompt ended in "<answer>":
+the answer is the first non-empty line of the completion's text before its first "</" (where "</answer>"
+starts), stripped, its first sentence (up to ". "), without a leading "The answer is" / "Answer:" and a trailing period (what a small chat model
+writes after "<answer>") and quotes around it; None when there is no such line).
+
 Like every reward it runs in the reward worker process by default (grpo_jax/rewards/isolation.py): a verifier
 that raises or hangs on a completion scores `reward_fallback` there and is counted in `rewards/<name>/failures`,
 never stopping the run. A verifier that prints (bf) prints to the worker's stderr.
@@ -15,6 +20,7 @@ never stopping the run. A verifier that prints (bf) prints to the worker's stder
 from __future__ import annotations
 
 import json
+import re
 
 from grpo_jax.rewards.answers import answer_tag_content
 from grpo_jax.rewards.registry import register_reward
@@ -28,6 +34,18 @@ def extract_answer(completion: str) -> str | None:
   return None if content is None else content.strip()
 
 
+def extract_answer_only(completion: str) -> str | None:
+  """Answer-only mode: the first non-empty line before the completion's first "</", stripped; None if none."""
+  lines = [line.strip() for line in completion.split("</", 1)[0].splitlines()]
+  line = next((line for line in lines if line), None)
+  if line is None:
+    return None
+  line = re.sub(r"^(the (final )?answer is:?|answer:)\s*", "", line, flags=re.IGNORECASE)
+  line = re.split(r"\.\s", line, maxsplit=1)[0]   # its first sentence
+  line = line[:-1].strip() if line.endswith(".") else line
+  return line[1:-1] if len(line) > 1 and line[0] == line[-1] and line[0] in "\"'" else line
+
+
 def _dataset(source: str):
   dataset = _SCORERS.get(source)
   if dataset is None:
@@ -38,14 +56,18 @@ def _dataset(source: str):
   return dataset
 
 
-def score(completion: str, entry: dict, source: str) -> float:
+def score(completion: str, entry: dict, source: str, answer_only: bool = False) -> float:
   """The dataset's own score of the completion's answer."""
-  return float(_dataset(source).score_answer(extract_answer(completion), entry))
+  answer = extract_answer_only(completion) if answer_only else extract_answer(completion)
+  return float(_dataset(source).score_answer(answer, entry))
 
 
 @register_reward("reasoning_gym")
 def reasoning_gym_score(prompts: list[str], completions: list[str], gym_entry: list, gym_source: list,
-                        **unused_columns) -> list[float]:
-  """Each completion scored by its row's reasoning-gym verifier (columns `gym_entry`, `gym_source`)."""
+                        gym_answer_only: list | None = None, **unused_columns) -> list[float]:
+  """Each completion scored by its row's reasoning-gym verifier (columns `gym_entry`, `gym_source`, and
+  `gym_answer_only`)."""
   del prompts, unused_columns
-  return [score(c, e, s) for c, e, s in zip(completions, gym_entry, gym_source, strict=True)]
+  answer_only = gym_answer_only or [False] * len(completions)
+  return [score(c, e, s, bool(a)) for c, e, s, a in zip(completions, gym_entry, gym_source, answer_only,
+                                                         strict=True)]

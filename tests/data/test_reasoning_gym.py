@@ -105,6 +105,7 @@ def _config(name="reasoning_gym:leg_counting", **task):
     (dict(name="reasoning_gym:composite", options={"datasets": {"chain_sum": -1.0}}),
      "config.task.options.datasets.chain_sum.weight: must be a positive number"),
     (dict(name="addition", options={"x": 1}), "config.task.options: only reasoning_gym tasks take options"),
+    (dict(name="addition", answer_only=True), "config.task.answer_only: only reasoning_gym tasks have an answer-only"),
 ])
 def test_config_errors_name_key_and_fix(task, message):
   with pytest.raises(ValueError, match="^" + re.escape(message)):
@@ -147,3 +148,40 @@ def test_hanging_verifier_times_out_scores_fallback_and_is_counted(monkeypatch):
   assert result.per_fn["reasoning_gym"].tolist() == [0.0, 1.0]
   assert result.failures["reasoning_gym"] == 1
   assert time.perf_counter() - start < 3
+
+
+@pytest.mark.parametrize("completion, answer", [
+    (" 12</answer>", "12"), ("\n\nThe answer is 7.", "7"), ("\n\nThe answer is True. Two strings are", "True"),
+    ('\nAnswer: "nus".\nmore', "nus"), ("3.5\n", "3.5"), ("\n\n", None), ("</answer> 4", None),
+    ("\n\nthe final answer is: Yes\n</answer>", "Yes")])
+def test_answer_only_extraction_takes_the_first_sentence_before_the_closing_tag(completion, answer):
+  assert gym_reward.extract_answer_only(completion) == answer
+
+
+def test_answer_only_rows_score_the_line_the_model_writes_after_the_prefilled_tag():
+  rows = _split("basic_arithmetic", 50, 10, {"min_terms": 2, "max_terms": 2, "max_digits": 1}).heldout
+  answer_only = gym.split(gym.PREFIX + "basic_arithmetic", {"min_terms": 2, "max_terms": 2, "max_digits": 1},
+                          train_seed=1, train_size=50, heldout_seed=1_000_000, heldout_size=10, answer_only=True)
+  assert all(r["gym_answer_only"] for r in answer_only.heldout) and not any(r["gym_answer_only"] for r in rows)
+  rows = answer_only.heldout[:2]
+  gold = [f"\n\nThe answer is {r['answer']}." for r in rows]
+  wrong = [f" {int(r['answer']) + 1}</answer>" for r in rows]
+  columns = dict(gym_entry=[r["gym_entry"] for r in rows], gym_source=[r["gym_source"] for r in rows],
+                 gym_answer_only=[r["gym_answer_only"] for r in rows])
+  assert gym_reward.reasoning_gym_score(["q"] * 2, gold, **columns) == [1.0, 1.0]
+  assert gym_reward.reasoning_gym_score(["q"] * 2, wrong, **columns) == [0.0, 0.0]
+  # The same completions in the tag convention have no complete <answer> pair: no answer, 0.
+  assert _score(rows, gold) == [0.0, 0.0]
+
+
+def test_answer_only_prompts_end_in_the_prefill_and_sampling_stops_at_the_closing_tag():
+  from grpo_jax.data import fixtures
+  from grpo_jax.data.templates import tokenize_prompts
+  tokenizer = fixtures.build_tokenizer()
+  kept, _ = tokenize_prompts([{"prompt": "2 + 3 ="}], tokenizer, 192, template="chat", system_prompt="s",
+                             prefill=gym.ANSWER_PREFILL)
+  assert kept[0]["prompt_text"].endswith("assistant\n<answer>")
+  ids = gym.closing_tag_ids(tokenizer)
+  assert ids and all("</" in tokenizer.decode([i]) for i in ids)
+  encoded = tokenizer("x</answer>", add_special_tokens=False)["input_ids"]
+  assert any(i in ids for i in encoded)

@@ -18,7 +18,7 @@ RECIPES = {
     "gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<|im_start|>system\n"},
     "countdown": {"rewards": ("countdown", "format_strict_prefilled"), "prompt_start": "A conversation between"},
     "smollm2_arithmetic": {"rewards": ("gsm8k_accuracy",), "prompt_start": "<|im_start|>"},
-    "gym": {"rewards": ("reasoning_gym", "answer_tag"), "prompt_start": "<|im_start|>system\nSolve the problem"},
+    "gym": {"rewards": ("reasoning_gym",), "prompt_start": "<|im_start|>system\nGive only the final answer"},
 }
 # What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
@@ -94,6 +94,8 @@ def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile
   assert prompt.startswith(RECIPES[name]["prompt_start"])
   if name == "countdown":
     assert prompt.endswith("Assistant: <think>")
+  if config.task.answer_only:
+    assert prompt.endswith("<|im_start|>assistant\n<answer>")
   out = capsys.readouterr().out
   if config.task.name.startswith("reasoning_gym:"):
     assert "held-out questions that are also training questions" in out
