@@ -77,7 +77,7 @@ def eta_s(members: Sequence[MemberProgress]) -> float | None:
   the members finished or projected so far, spread over as many slots as run now. None before any estimate."""
   running = [m for m in members if m.state == "running"]
   remaining = [r for r in (m.remaining_s() for m in running) if r is not None]
-  lengths = [m.wall_s for m in members if m.state == "done"]
+  lengths = [m.wall_s for m in members if m.state in ("done", "skipped-done") and m.wall_s > 0]
   lengths += [m.wall_s + r for m, r in ((m, m.remaining_s()) for m in running) if r is not None]
   queued = sum(m.state == "queued" for m in members)
   if queued and not lengths or running and not remaining:

@@ -158,12 +158,11 @@ def _host_task(workdir: str, args: Sequence[str], train_cmd: Sequence[str] | Non
   return rc
 
 
-def _member_task(member: dict[str, Any], *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str] | None,
+def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str] | None,
                  common: Mapping[str, Any], skip_failed: bool, resources: MemberResources, pg=None) -> str:
   """One attempt of a member (process 0 of it if multi-host); raises MemberFailed to have Ray retry it."""
   import ray
   from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-  m = spec_lib.validate([member])[0]
   cmd = _train_cmd(train_cmd)
   prepared = runner.prepare(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=cmd, common=common,
                             skip_failed=skip_failed)
@@ -297,7 +296,7 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
         pg = placement_group([dict(resources.per_host)] * resources.hosts, strategy="STRICT_SPREAD")
         groups.append(pg)
         opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
-      refs[task.options(**opts).remote(m.to_json(), config_spec=config_spec, sweep_dir=sweep_dir,
+      refs[task.options(**opts).remote(m, config_spec=config_spec, sweep_dir=sweep_dir,
                                        train_cmd=train_cmd, common=dict(common or {}), skip_failed=skip_failed,
                                        resources=resources, pg=pg)] = m
     live = _LiveLine(echo)

@@ -34,23 +34,34 @@ def _run(members, sweep_dir, train_cmd, **kwargs):
 def test_same_files_as_the_local_backend_retries_crashes_and_fails_user_errors_once(tmp_path, fake_train_cmd):
   members = spec.validate([
       {"name": "a_seed0", "overrides": {"num_steps": 3}},
+      {"name": "b_seed0", "overrides": {"num_steps": 3}, "init_from": "a_seed0"},
       {"name": "crash_seed0", "overrides": {"num_steps": 4, "crash_at": 2}},
       {"name": "broken", "overrides": {"fail": True}},
       {"name": "bad_key", "overrides": {"config_error": True}}])
   outcomes = _run(members, tmp_path / "ray", fake_train_cmd, max_attempts=3)
   local = runner.run_sweep(members, config_spec="exp.py", sweep_dir=str(tmp_path / "local"),
                            train_cmd=fake_train_cmd, max_attempts=3, echo=lambda *_: None)
-  assert outcomes == local == {"a_seed0": "done", "crash_seed0": "done", "broken": "failed", "bad_key": "failed"}
+  assert outcomes == local == {"a_seed0": "done", "b_seed0": "done", "crash_seed0": "done", "broken": "failed",
+                               "bad_key": "failed"}
+  # b_seed0 starts from a_seed0's warm start if a_seed0 wrote it before b_seed0 started (here they run at once);
+  # otherwise it runs its own (runner.init_overrides): init_from.json and one flag tell which.
   for name in outcomes:
     a, b = tmp_path / "ray" / name, tmp_path / "local" / name
-    assert sorted(os.listdir(a)) == sorted(os.listdir(b)), name
-    assert _rows(a, "invocations.jsonl") == [[*r[:3], str(a), *r[4:]] for r in _rows(b, "invocations.jsonl")]
+    shared = {"init_from.json"} if name == "b_seed0" else set()
+    assert sorted(set(os.listdir(a)) - shared) == sorted(set(os.listdir(b)) - shared), name
+    same_place = [[arg.replace(str(tmp_path / "local"), str(tmp_path / "ray")) for arg in r
+                   if "init_checkpoint" not in arg] for r in _rows(b, "invocations.jsonl")]
+    assert [[arg for arg in r if "init_checkpoint" not in arg] for r in _rows(a, "invocations.jsonl")] == same_place
+  donor = str(tmp_path / "ray" / "a_seed0")
+  shared_warm_start = os.path.exists(tmp_path / "ray" / "b_seed0" / "init_from.json")
+  assert (f"--config.warmstart.init_checkpoint={donor}" in _rows(tmp_path / "ray" / "b_seed0",
+                                                                  "invocations.jsonl")[0]) == shared_warm_start
   # The crash was retried and resumed at its checkpoint: the history is that of an uninterrupted run.
   assert [r["step"] for r in _rows(tmp_path / "ray" / "crash_seed0")] == [0, 1, 2, 3, 4]
   assert _rows(tmp_path / "ray" / "crash_seed0") == _rows(tmp_path / "local" / "crash_seed0")
   # A crash is retried up to max_attempts; a user error (exit code 2) fails at its first attempt.
   attempts = {n: progress.read_member(str(tmp_path / "ray"), n).attempts for n in outcomes}
-  assert attempts == {"a_seed0": 1, "crash_seed0": 2, "broken": 3, "bad_key": 1}
+  assert attempts == {"a_seed0": 1, "b_seed0": 1, "crash_seed0": 2, "broken": 3, "bad_key": 1}
   failed = runner.read_json(str(tmp_path / "ray" / "bad_key" / "FAILED"))
   assert failed["rc"] == 2 and "a user error for the test" in failed["error"]
   # Started again, finished members are skipped without a task.
