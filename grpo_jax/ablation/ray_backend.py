@@ -164,6 +164,7 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
   import ray
   from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
   cmd = _train_cmd(train_cmd)
+  runner.wait_for_donor(m, sweep_dir)  # members run at once here: a shared warm start may still be on its way
   prepared = runner.prepare(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=cmd, common=common,
                             skip_failed=skip_failed)
   if isinstance(prepared, str):

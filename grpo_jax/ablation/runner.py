@@ -103,6 +103,28 @@ def has_starting_point(donor_workdir: str) -> bool:
   return any(os.path.exists(os.path.join(donor_workdir, p, "commit_success.txt")) for p in TRAINER_STARTING_POINTS)
 
 
+def attempt_running(workdir: str) -> bool:
+  """Whether the member's last attempt started and has not ended (or its process was lost without a trace)."""
+  rows = read_jsonl(os.path.join(workdir, ATTEMPTS)) if os.path.exists(os.path.join(workdir, ATTEMPTS)) else []
+  ended = {r.get("start") for r in rows if "rc" in r}
+  return any("rc" not in r and r.get("start") not in ended for r in rows[-2:])
+
+
+def wait_for_donor(member: spec_lib.Member, sweep_dir: str, *, timeout_s: float = 3600.0, grace_s: float = 30.0,
+                   poll_s: float = 1.0) -> None:
+  """When members run at once (the Ray backend), a member that would share its donor's warm start waits for it:
+  while the donor runs (or, for `grace_s`, has not started yet) and has not written its starting point. A donor
+  that is queued behind or failed is not waited for; the member then runs its own warm start."""
+  if not member.init_from or status(member_dir(sweep_dir, member)) != "pending":
+    return
+  donor = os.path.join(sweep_dir, member.init_from)
+  start = time.time()
+  while not has_starting_point(donor) and time.time() - start < timeout_s:
+    if not (attempt_running(donor) or status(donor) == "pending" and time.time() - start < grace_s):
+      return
+    time.sleep(poll_s)
+
+
 def init_overrides(member: spec_lib.Member, sweep_dir: str, workdir: str, before: str) -> dict[str, Any]:
   """{warmstart.init_checkpoint: donor} when the member starts from its donor's warm start (shared warm start).
 

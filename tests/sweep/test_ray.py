@@ -43,19 +43,16 @@ def test_same_files_as_the_local_backend_retries_crashes_and_fails_user_errors_o
                            train_cmd=fake_train_cmd, max_attempts=3, echo=lambda *_: None)
   assert outcomes == local == {"a_seed0": "done", "b_seed0": "done", "crash_seed0": "done", "broken": "failed",
                                "bad_key": "failed"}
-  # b_seed0 starts from a_seed0's warm start if a_seed0 wrote it before b_seed0 started (here they run at once);
-  # otherwise it runs its own (runner.init_overrides): init_from.json and one flag tell which.
+  # b_seed0 shares a_seed0's warm start: the two run at once here, and b_seed0 waits for it (runner.wait_for_donor);
+  # the local backend ran a_seed0 first. Only the donor's path differs.
   for name in outcomes:
     a, b = tmp_path / "ray" / name, tmp_path / "local" / name
-    shared = {"init_from.json"} if name == "b_seed0" else set()
-    assert sorted(set(os.listdir(a)) - shared) == sorted(set(os.listdir(b)) - shared), name
-    same_place = [[arg.replace(str(tmp_path / "local"), str(tmp_path / "ray")) for arg in r
-                   if "init_checkpoint" not in arg] for r in _rows(b, "invocations.jsonl")]
-    assert [[arg for arg in r if "init_checkpoint" not in arg] for r in _rows(a, "invocations.jsonl")] == same_place
-  donor = str(tmp_path / "ray" / "a_seed0")
-  shared_warm_start = os.path.exists(tmp_path / "ray" / "b_seed0" / "init_from.json")
-  assert (f"--config.warmstart.init_checkpoint={donor}" in _rows(tmp_path / "ray" / "b_seed0",
-                                                                  "invocations.jsonl")[0]) == shared_warm_start
+    assert sorted(os.listdir(a)) == sorted(os.listdir(b)), name
+    same_place = [[arg.replace(str(tmp_path / "local"), str(tmp_path / "ray")) for arg in r]
+                  for r in _rows(b, "invocations.jsonl")]
+    assert _rows(a, "invocations.jsonl") == same_place
+  assert f"--config.warmstart.init_checkpoint={tmp_path / 'ray' / 'a_seed0'}" in _rows(
+      tmp_path / "ray" / "b_seed0", "invocations.jsonl")[0]
   # The crash was retried and resumed at its checkpoint: the history is that of an uninterrupted run.
   assert [r["step"] for r in _rows(tmp_path / "ray" / "crash_seed0")] == [0, 1, 2, 3, 4]
   assert _rows(tmp_path / "ray" / "crash_seed0") == _rows(tmp_path / "local" / "crash_seed0")
