@@ -298,18 +298,18 @@ def _int_if_whole(x: float) -> int | float:
   return int(x) if float(x).is_integer() else x
 
 
+def _shape_fields(cfg: ModelConfig) -> dict[str, Any]:
+  """The config.json fields every family writes alike: architecture and shape."""
+  return {"architectures": [FAMILIES[cfg.family]], "model_type": cfg.family, "vocab_size": cfg.vocab_size,
+          "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+          "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+          "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+
+
 def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
   full = {"rope_type": "default", "rope_theta": cfg.rope_theta, **(_rope_dict(cfg.rope_scaling) or {})}
   return {
-      "architectures": [FAMILIES[cfg.family]],
-      "model_type": cfg.family,
-      "vocab_size": cfg.vocab_size,
-      "hidden_size": cfg.hidden_size,
-      "intermediate_size": cfg.intermediate_size,
-      "num_hidden_layers": cfg.num_layers,
-      "num_attention_heads": cfg.num_heads,
-      "num_key_value_heads": cfg.num_kv_heads,
-      "head_dim": cfg.head_dim,
+      **_shape_fields(cfg),
       "hidden_activation": "gelu_pytorch_tanh",
       "max_position_embeddings": cfg.max_position_embeddings,
       "rms_norm_eps": cfg.rms_norm_eps,
@@ -345,15 +345,7 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   if legacy_scaling is not None:
     rope.update(legacy_scaling)
   hf = {
-      "architectures": [FAMILIES[cfg.family]],
-      "model_type": cfg.family,
-      "vocab_size": cfg.vocab_size,
-      "hidden_size": cfg.hidden_size,
-      "intermediate_size": cfg.intermediate_size,
-      "num_hidden_layers": cfg.num_layers,
-      "num_attention_heads": cfg.num_heads,
-      "num_key_value_heads": cfg.num_kv_heads,
-      "head_dim": cfg.head_dim,
+      **_shape_fields(cfg),
       "hidden_act": "silu",
       "max_position_embeddings": cfg.max_position_embeddings,
       "rms_norm_eps": cfg.rms_norm_eps,
