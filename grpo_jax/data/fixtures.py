@@ -7,7 +7,10 @@ templates, so every string encodes (no unknown tokens) and prompts stay short. I
 `<|endoftext|>` (eos and padding), `<|im_start|>` and `<|im_end|>`, and a ChatML chat template written here.
 The checkpoint is a randomly initialized `Transformer` saved with our own `save_pretrained` (no torch).
 
-    python -m grpo_jax.data.fixtures /tmp/fixtures   # writes tiny_qwen2/, gsm8k.jsonl, countdown.parquet
+A tiny random Gemma 3 (`tiny_gemma3/`: one sliding-window layer and one global layer, Gemma's special tokens,
+a BOS added by the tokenizer, Gemma 3's chat template) stands in for a Gemma checkpoint the same way.
+
+    python -m grpo_jax.data.fixtures /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, gsm8k.jsonl, countdown.parquet
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 CHECKPOINT_DIR = "tiny_qwen2"
+GEMMA3_DIR = "tiny_gemma3"
+GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
 GSM8K_FILE = "gsm8k.jsonl"
 COUNTDOWN_FILE = "countdown.parquet"
 _DONE = ".complete"
@@ -113,6 +118,49 @@ def build_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int =
   return path
 
 
+def build_gemma3_tokenizer(vocab_size: int = 512):
+  """A `PreTrainedTokenizerFast` shaped like Gemma's: <pad> 0, <eos> 1, <bos> 2 (added in front of every
+  encoding with special tokens), <start_of_turn> / <end_of_turn>, and Gemma 3's chat template."""
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+  from transformers import PreTrainedTokenizerFast
+
+  from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE
+  core = Tokenizer(models.BPE())
+  core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  core.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(GEMMA3_SPECIAL_TOKENS),
+                                show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+  core.train_from_iterator(_corpus(), trainer=trainer)
+  bos = core.token_to_id("<bos>")
+  core.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B",
+                                                      special_tokens=[("<bos>", bos)])
+  return PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+                                 additional_special_tokens=["<start_of_turn>", "<end_of_turn>"],
+                                 chat_template=GEMMA3_CHAT_TEMPLATE)
+
+
+def build_gemma3_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024,
+                            sliding_window: int = 4) -> str:
+  """A random tiny Gemma 3 (a sliding-window layer, then a global one; q/k norms, tied embeddings, two RoPE
+  bases, query_pre_attn_scalar != head_dim) with the Gemma-like fixture tokenizer, in `path`. The window is
+  shorter than the prompts, so the sliding layer's masking and ring-buffer cache are exercised."""
+  from flax import nnx
+
+  from grpo_jax.model import hf_io
+  from grpo_jax.model.config import FULL, SLIDING, ModelConfig
+  from grpo_jax.model.transformer import Transformer
+  tokenizer = build_gemma3_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
+                    rope_theta=1_000_000.0, local_rope_theta=10_000.0, tie_word_embeddings=True, qk_norm=True,
+                    family="gemma3_text", layer_types=(SLIDING, FULL), sliding_window=sliding_window,
+                    query_pre_attn_scalar=12.0)
+  os.makedirs(path, exist_ok=True)
+  hf_io.save_pretrained(Transformer(cfg, rngs=nnx.Rngs(seed)), path)
+  tokenizer.save_pretrained(path)
+  return path
+
+
 def write_jsonl(path: str, records: list[dict]) -> str:
   with open(path, "w", encoding="utf-8") as f:
     for record in records:
@@ -131,6 +179,7 @@ def build_all(directory: str) -> dict[str, str]:
   """Writes the checkpoint and both datasets into `directory`; returns their paths."""
   os.makedirs(directory, exist_ok=True)
   return {"checkpoint": build_checkpoint(os.path.join(directory, CHECKPOINT_DIR)),
+          "gemma3_checkpoint": build_gemma3_checkpoint(os.path.join(directory, GEMMA3_DIR)),
           "gsm8k": write_jsonl(os.path.join(directory, GSM8K_FILE), gsm8k_records()),
           "countdown": write_parquet(os.path.join(directory, COUNTDOWN_FILE), countdown_records())}
 
@@ -147,8 +196,11 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
   """
   directory = os.path.abspath(directory or default_directory())
   paths = {"checkpoint": os.path.join(directory, CHECKPOINT_DIR),
+           "gemma3_checkpoint": os.path.join(directory, GEMMA3_DIR),
            "gsm8k": os.path.join(directory, GSM8K_FILE), "countdown": os.path.join(directory, COUNTDOWN_FILE)}
   if os.path.exists(os.path.join(directory, _DONE)):
+    if not os.path.exists(paths["gemma3_checkpoint"]):  # a directory built before the Gemma fixture existed
+      _build_into(paths["gemma3_checkpoint"], build_gemma3_checkpoint)
     return paths
   parent = os.path.dirname(directory)
   os.makedirs(parent, exist_ok=True)
@@ -166,18 +218,32 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
   return paths
 
 
+def _build_into(path: str, build) -> None:
+  """build(staging) in a sibling temp directory, renamed to `path` (a concurrent builder may win)."""
+  staging = tempfile.mkdtemp(prefix=".fixture-", dir=os.path.dirname(path))
+  try:
+    build(staging)
+    try:
+      os.rename(staging, path)
+    except OSError:
+      if not os.path.exists(path):
+        raise
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
 if __name__ == "__main__":
   # ensure_fixtures, not build_all: the directory gets its completion marker, so GRPO_JAX_FIXTURES=DIR finds it.
   print(json.dumps(ensure_fixtures(sys.argv[1] if len(sys.argv) > 1 else None), indent=2))
 
 
-def apply_test_preset(c, dataset: str | None):
+def apply_test_preset(c, dataset: str | None, checkpoint: str = "checkpoint"):
   """The recipes' `:test` preset: 2 GRPO steps of the full path (load, template, sample, reward, update,
-  checkpoint) on the tiny random Qwen2 and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None for
+  checkpoint) on the tiny random Qwen2 (`checkpoint="gemma3_checkpoint"`: the tiny random Gemma 3) and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None for
   a task that generates its own rows). Only sizes, data sources and logging change: the recipe's structure
   (remat, dtypes, the reference model, the loss, micro- and mini-batching) stays (tests/recipes)."""
   paths = ensure_fixtures()
-  c.model.hf_path = paths["checkpoint"]
+  c.model.hf_path = paths[checkpoint]
   if dataset is not None:
     c.task.train_path = paths[dataset]
     c.task.heldout_path = ""

@@ -210,8 +210,11 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
     if tokenizer is None:
       raise ValueError("config.model.hf_path: the word_arithmetic task needs a checkpoint directory (its tokenizer "
                        "and chat template)")
-    train, heldout = word_arithmetic.split(t.num_digits, t.heldout_fraction)
-    transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size)
+    # The plain template (base models): few-shot equations to continue; otherwise the English question.
+    style = "few_shot" if t.template == "plain" else "question"
+    train, heldout = word_arithmetic.split(t.num_digits, t.heldout_fraction, style)
+    transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size,
+                                                    style)
                 for name in transfer_names(config)}
     task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
                        template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,

@@ -1,4 +1,5 @@
-"""Sums asked in English, for instruct models: "What is 37 + 45?" -> a completion whose answer is 82.
+"""Sums asked in English, for instruct models: "What is 37 + 45?" -> a completion whose answer is 82; or, for
+base models (the "plain" template), as a few-shot list of equations to continue: "...\n37 + 45 =" -> " 82".
 
 Rows are GSM8K-layout dicts (`prompt`: the question; `answer`: the sum as a string), so `DatasetTask` renders
 them with the chat template and `gsm8k_accuracy` scores them (the number in <answer>, after ####, in \\boxed{},
@@ -9,6 +10,10 @@ Training and held-out problems: ordered pairs (a, b) of `num_digits`-digit numbe
 held-out set; the training rows are the other pairs, so no held-out problem is ever trained on (nor its
 mirror image b + a, which is kept on the same side of the split). Held-out problems are listed in a fixed,
 shuffled order.
+
+Styles: "question" (the chat template: the English question) and "few_shot" (the plain template: FEW_SHOT,
+three solved sums, one a line, then the problem's "a + b =", which a base model continues; score the first
+line of the completion with the `first_line_match` reward). The few-shot examples are training pairs.
 
 Transfer sets (evaluated, never trained on), by name:
   "three_digit"  the same question with (num_digits + 1)-digit operands: does the skill carry to longer sums?
@@ -32,8 +37,16 @@ _REWORDED = (
 )
 
 
-def question(a: int, b: int) -> str:
-  return f"What is {a} + {b}?"
+STYLES = ("question", "few_shot")
+FEW_SHOT = "23 + 41 = 64\n58 + 17 = 75\n36 + 85 = 121\n"  # training pairs (tests/data)
+
+
+def question(a: int, b: int, style: str = "question") -> str:
+  if style == "question":
+    return f"What is {a} + {b}?"
+  if style == "few_shot":
+    return f"{FEW_SHOT}{a} + {b} ="
+  raise ValueError(f"word_arithmetic: unknown style {style!r} (known: {', '.join(STYLES)})")
 
 
 def _row(a: int, b: int, text: str) -> dict:
@@ -46,7 +59,7 @@ def _pairs(num_digits: int) -> tuple[np.ndarray, np.ndarray]:
   return a.ravel(), b.ravel()
 
 
-def split(num_digits: int, heldout_fraction: float) -> tuple[list[dict], list[dict]]:
+def split(num_digits: int, heldout_fraction: float, style: str = "question") -> tuple[list[dict], list[dict]]:
   """(train rows, held-out rows) of all `num_digits`-digit pairs, in a fixed order (module docstring)."""
   if num_digits < 1:
     raise ValueError(f"word_arithmetic: num_digits must be >= 1, got {num_digits}")
@@ -56,17 +69,18 @@ def split(num_digits: int, heldout_fraction: float) -> tuple[list[dict], list[di
   # The unordered pair decides the side, so a + b and b + a are never split across it.
   u = _hash(_SPLIT, np.minimum(a, b), np.maximum(a, b)).astype(np.float64) / 2.0 ** 64
   order = np.argsort(_hash(_ORDER, a, b), kind="stable")
-  heldout = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] < heldout_fraction]
-  train = [_row(a[i], b[i], question(a[i], b[i])) for i in order if u[i] >= heldout_fraction]
+  heldout = [_row(a[i], b[i], question(a[i], b[i], style)) for i in order if u[i] < heldout_fraction]
+  train = [_row(a[i], b[i], question(a[i], b[i], style)) for i in order if u[i] >= heldout_fraction]
   return train, heldout
 
 
-def transfer_rows(name: str, num_digits: int, heldout_fraction: float, n: int) -> list[dict]:
-  """The first `n` rows of the transfer set `name` (one of TRANSFER_SETS)."""
+def transfer_rows(name: str, num_digits: int, heldout_fraction: float, n: int,
+                  style: str = "question") -> list[dict]:
+  """The first `n` rows of the transfer set `name` (one of TRANSFER_SETS; "reworded" is English in any style)."""
   if name == "three_digit":
     a, b = _pairs(num_digits + 1)
     order = np.argsort(_hash(_ORDER, a, b), kind="stable")[:n]
-    return [_row(a[i], b[i], question(a[i], b[i])) for i in order]
+    return [_row(a[i], b[i], question(a[i], b[i], style)) for i in order]
   if name == "reworded":
     _, heldout = split(num_digits, heldout_fraction)
     rows = []

@@ -17,3 +17,11 @@ def final_field_match(prompts: list[str], completions: list[str], answer: list, 
   the chain_sum task), else 0.0."""
   del prompts, unused_columns
   return [float(c.split(",")[-1].strip() == str(a).strip()) for c, a in zip(completions, answer, strict=True)]
+
+
+@register_reward("first_line_match")
+def first_line_match(prompts: list[str], completions: list[str], answer: list, **unused_columns) -> list[float]:
+  """1.0 if the completion's first line, stripped, equals the answer (" 82\n45 + 13 = 58" scores for 82: a base
+  model continuing a few-shot list goes on with the next line; word_arithmetic's few_shot style), else 0.0."""
+  del prompts, unused_columns
+  return [float(c.split("\n", 1)[0].strip() == str(a).strip()) for c, a in zip(completions, answer, strict=True)]

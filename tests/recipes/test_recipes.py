@@ -1,4 +1,4 @@
-"""The recipes' `:test` presets end to end: a tiny random Qwen2 checkpoint loaded from disk with its tokenizer,
+"""The recipes' `:test` presets end to end: a tiny random Qwen2 (or Gemma 3) checkpoint loaded from disk with its tokenizer,
 fixture data in GSM8K / Countdown layout, template, sampling, rewards, 2 GRPO updates, a checkpoint."""
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ RECIPES = {
     "countdown": {"rewards": ("countdown", "format_strict_prefilled"), "prompt_start": "A conversation between"},
     "smollm2_arithmetic": {"rewards": ("gsm8k_accuracy",), "prompt_start": "<|im_start|>"},
     "gym": {"rewards": ("reasoning_gym",), "prompt_start": "<|im_start|>system\nGive only the final answer"},
+    "gemma3_arithmetic": {"rewards": ("first_line_match",), "prompt_start": "<bos>23 + 41 = 64\n",
+                          "checkpoint": "gemma3_checkpoint"},
 }
 # What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
@@ -70,7 +72,7 @@ def test_test_preset_changes_sizes_never_structure(name, fixture_paths):
 def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile_cache, tmp_path, capsys):
   _needs_extra(name)
   config = load_experiment(name)("test")
-  assert config.model.hf_path == fixture_paths["checkpoint"]
+  assert config.model.hf_path == fixture_paths[RECIPES[name].get("checkpoint", "checkpoint")]
   # A reward that varies between random completions, so the update has a non-zero gradient.
   config.rewards["recipes_test_digit_fraction"] = 0.5
   workdir = str(tmp_path / name)

@@ -1,5 +1,6 @@
-"""End-to-end runs of the tiny preset: what a run writes, compilation counts, exact resume after a kill,
-fallback past a corrupt checkpoint, and the plot script."""
+"""End-to-end runs of the tiny preset: what a run writes, compilation counts, exact resume after a kill (also
+on a tiny random Gemma 3 checkpoint: sliding-window and global layers), fallback past a corrupt checkpoint, and
+the plot script."""
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,9 @@ def _timing(name: str) -> bool:
 NUM_STEPS = 6
 
 
-def _config():
+def _config(hf_path: str = ""):
   c = load_experiment("default")("test")
+  c.model.hf_path = hf_path  # "": the preset's fresh Llama-style model with character tokens
   c.num_steps = NUM_STEPS
   c.checkpoint.every = 3
   c.checkpoint.keep = 2
@@ -128,9 +130,8 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
     assert s.trace_counts["prefill"] == s.trace_counts["decode"] == 1, s.trace_counts
 
 
-def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
-  ref_dir = reference_run[0]
-  workdir = str(tmp_path / "killed")
+def _kill_at_step_5_then_resume(config, ref_dir, workdir):
+  """Runs `config()` in workdir, killed while step 5 samples, then resumed: it must end as ref_dir's run did."""
   calls = {"n": 0}
   collect = loop.collect_dynamic_rollout
 
@@ -143,12 +144,18 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(loop, "collect_dynamic_rollout", dies_at_step_5)
     with pytest.raises(KeyboardInterrupt):
-      loop.train(_config(), workdir)
+      loop.train(config(), workdir)
   assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3, 4]
 
-  summary = loop.train(_config(), workdir)  # resumes from step 3
+  summary = loop.train(config(), workdir)  # resumes from step 3
   assert _metrics(workdir) == _metrics(ref_dir)
   assert _final_checksum(workdir) == _final_checksum(ref_dir)
+  return summary
+
+
+def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
+  workdir = str(tmp_path / "killed")
+  summary = _kill_at_step_5_then_resume(_config, reference_run[0], workdir)
   # Wall time: this process's, plus what the killed process of the same run had spent up to step 3.
   with open(os.path.join(workdir, "checkpoints", "3", "meta", "metadata")) as f:
     before = json.load(f)["elapsed_s"]
@@ -156,6 +163,30 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
   assert summary.wall_s == summary.wall_s_total == pytest.approx(before + summary.wall_s_this_process)
   with open(os.path.join(workdir, "summary.json")) as f:
     assert json.load(f)["wall_s_total"] == summary.wall_s_total
+
+
+@pytest.fixture(scope="module")
+def gemma3_checkpoint(tmp_path_factory):
+  """grpo_jax.data.fixtures' tiny random Gemma 3: a sliding layer (window 4, shorter than prompt + completion,
+  so its ring-buffer cache wraps) and a global layer, with a Gemma-like tokenizer."""
+  from grpo_jax.data.fixtures import build_gemma3_checkpoint
+  return build_gemma3_checkpoint(str(tmp_path_factory.mktemp("fixtures") / "tiny_gemma3"))
+
+
+def test_killed_and_resumed_gemma3_run_ends_identical(gemma3_checkpoint, compile_cache, tmp_path):
+  def config():
+    c = _config(gemma3_checkpoint)
+    c.eval.pass_k = 1  # one sampler program fewer to compile
+    return c
+
+  ref_dir = str(tmp_path / "uninterrupted")
+  loop.train(config(), ref_dir)
+  with open(os.path.join(ref_dir, "config.json")) as f:  # the run is the Gemma checkpoint's, not the preset's
+    saved = json.load(f)
+  assert saved["model"]["hf_path"] == gemma3_checkpoint
+  records = read_jsonl(os.path.join(ref_dir, "metrics.jsonl"))
+  assert [r["step"] for r in records] == list(range(NUM_STEPS + 1)) and max(r["grad_norm"] for r in records[1:]) > 0
+  _kill_at_step_5_then_resume(config, ref_dir, str(tmp_path / "killed"))
 
 
 def test_run_started_from_another_runs_warm_start_equals_it(reference_run, tmp_path):
