@@ -1,67 +1,39 @@
-"""The GRPO training loop: config -> data -> sampler -> rewards -> advantages -> update -> metrics/checkpoints.
+"""The GRPO training loop: init or restore -> rollout -> update -> log and checkpoint.
 
-`train(config, workdir)` validates the config, builds the task, tokenizer and model, restores the latest
-checkpoint in `workdir/checkpoints` if there is one (otherwise runs the optional supervised warm start and
-the step-0 evaluation), then runs GRPO steps up to `config.num_steps`. Every array program is compiled a
-bounded number of times per run: the sampler, the reference log-probs and the update once per width of the
-prompts and completions they see, of at most `grpo.length_buckets` widths each.
-
-Randomness: the key of step s is fold_in(key(seed), s) (sampling) and the data of step s are the training
-rows [position, position + prompts_per_step); a checkpoint stores both, so a resumed run continues exactly.
-With DAPO dynamic sampling (`grpo.dynamic_sampling`) a step may sample several such blocks of rows (round r
-with fold_in(step key, r)); the position counts every row consumed, so resume stays exact.
+`train(config, workdir)` checks the config, builds the run's parts (grpo_jax/train/run.py), restores the latest
+checkpoint in `workdir/checkpoints` if there is one (otherwise starts from a saved or fresh warm start, or from
+the initial model, and evaluates it), then runs GRPO steps up to `config.num_steps`. The launcher
+(scripts/train.py) and notebooks both call `train`.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
-import shutil
 import time
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import compile_cache, errors
 from grpo_jax import config as config_lib
 from grpo_jax import precision
-from grpo_jax.model import lora as lora_lib
-from grpo_jax.model import sharding as sharding_lib
-from grpo_jax.train import distributed
-from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
-from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, WARMSTART_DIR, Checkpointer, restore_params,
-                                       save_initial_state)
-from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
+from grpo_jax.train import metrics as metrics_lib
+from grpo_jax.train import workdir as workdir_lib
+from grpo_jax.train.checkpoint import CHECKPOINT_DIR, WARMSTART_DIR, Checkpointer, save_initial_state
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
-from grpo_jax.train.offload import RefOffloader
-from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
-from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout,
-                                    trim_padding)
-from grpo_jax.train.state import init_opt_state, opt_state_shardings
-from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
+from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.warmstart import run_warmstart
-from grpo_jax.train import build
-from grpo_jax.train import workdir as workdir_lib
 # The building blocks, also used by scripts and tests under these names.
 from grpo_jax.train.build import (build_model, build_reward_fns, build_tokenizer_and_task, loss_config,  # noqa: F401
                                   make_samplers)
 from grpo_jax.train.workdir import PLOT_FILE, SUMMARY_FILE, Summary, WorkdirLock  # noqa: F401
 
-logger = logging.getLogger(__name__)
-
 MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates that stop a run
 
-
-# ---- building blocks ------------------------------------------------------------------------------------
-
-# ---- the run --------------------------------------------------------------------------------------------
 
 def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
           reward_weights: Sequence[float] | None = None, train_dataset=None, eval_dataset=None,
@@ -87,185 +59,9 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   return _train(config, workdir, t_start, main, log_console, inputs)
 
 
-class RunState(NamedTuple):
-  """Everything a checkpoint holds of a run besides its config: `arrays()` is the saved array tree (the same
-  layout as before this type existed), the rest goes into the checkpoint's metadata (`_meta`)."""
-  params: Any
-  opt_state: Any
-  ref_params: Any            # the reference policy (None with beta = 0; in host memory with offload_ref_params)
-  step: int                  # the last GRPO step done (0: the starting point)
-  data_position: int         # training rows consumed so far (the data order is fixed by the seed)
-  initial_eval: dict         # held-out metrics of the starting point
-  run_id: str
-  wall_before: float         # seconds earlier processes of this run spent, up to the restored checkpoint
-
-  def arrays(self) -> dict:
-    tree = {"params": self.params, "opt_state": self.opt_state}
-    if self.ref_params is not None:
-      tree["ref_params"] = self.ref_params
-    return tree
-
-
-class _Run:
-  """The fixed parts of one run, built once: data, model programs (compiled on first use), samplers, rewards."""
-
-  def __init__(self, config, inputs: RunInputs, log):
-    self.config, self.log = config, log
-    g, s = config.grpo, config.sampling
-    self.tokenizer, self.task = build_tokenizer_and_task(config, log=log, inputs=inputs)
-    self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
-    self.graphdef, self.initial_params = build_model(config, self.tokenizer, self.mesh)
-    # LoRA: only the adapters train; the reference (and the warm start) is the base model, without adapters.
-    self.lora = lora_lib.from_config(config.model)
-    self.trainable = nnx.LoRAParam if self.lora else None
-    self.base_fingerprint: str | None = None  # LoRA: of the frozen base, stored with every checkpoint
-    self.base_graphdef = (lora_lib.base_graphdef(self.graphdef, self.initial_params) if self.lora
-                          else self.graphdef)
-    if self.lora:
-      n_adapters, n_all = lora_lib.count(self.initial_params)
-      log(f"[lora] rank {self.lora.rank}, alpha {self.lora.alpha:g} on {', '.join(self.lora.targets)}: "
-          f"{n_adapters:,} trainable parameters of {n_all:,} ({100 * n_adapters / n_all:.2f}%)")
-    self.place = build.BatchPlacer(self.mesh)
-    mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
-    repeats = config_lib.prompt_repeats(config)
-    self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
-    optim = OptimConfig.from_config(config.optim)
-    self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
-    self.optimizer = make_optimizer(optim, self.schedule)
-    # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
-    param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
-    trainable = self.trainable_part(self.initial_params)
-    opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, trainable), trainable,
-                                 self.mesh)  # shapes only: the state itself is made once, by new_state
-    self.copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
-    self.offloader = RefOffloader(config.model.offload_ref_params, self.mesh)  # host memory between uses
-    self.train_step = jax.jit(make_train_step(
-        self.graphdef, self.optimizer, loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
-        micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size,
-        prompt_repeats=repeats, trainable=self.trainable),
-        donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
-    self.ref_logprobs = jax.jit(make_logprob_fn(self.base_graphdef, temperature=s.temperature,
-                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
-                                                prompt_repeats=repeats))
-    self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(self.graphdef, config, self.tokenizer)
-    self.settings = RolloutSettings.from_config(config, build_reward_fns(config, inputs))
-    self.base_key = jax.random.key(config.seed)
-    self.eval_columns = self.task.eval_rows(config.eval.size)
-    self.transfer_columns = {name: self.task.transfer_rows(name, config.eval.size)
-                             for name in getattr(self.task, "transfer_sets", ())}
-    # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
-    self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
-                               distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
-    self.global_sampler = distributed.GlobalSampler(self.sampler, self.offset * g.group_size)
-
-  def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
-                wall_before: float = 0.0) -> RunState:
-    """A run state starting from `params`: fresh AdamW state (of the adapters alone with LoRA), and the
-    reference a copy of `params` (with LoRA none: the reference is the base model inside `params`)."""
-    ref = (self.offloader.park(self.copy_params(params)) if self.config.grpo.beta > 0 and not self.lora
-           else None)
-    opt_state, _ = init_opt_state(self.optimizer, self.trainable_part(params), self.mesh)
-    return RunState(params, opt_state, ref, step, data_position, initial_eval, run_id, wall_before)
-
-  def checkpoint_arrays(self, state: RunState) -> dict:
-    """The arrays a checkpoint holds: `state.arrays()`; with LoRA the adapters and their optimizer state alone,
-    since the base never changes (`restore_lora_base` reads it back, checked against the fingerprint that
-    `save_checkpoint` stores)."""
-    if not self.lora:
-      return state.arrays()
-    return {"adapters": self.trainable_part(state.params), "opt_state": state.opt_state}
-
-  def save_checkpoint(self, checkpointer: Checkpointer, step: int, state: RunState, meta: dict) -> None:
-    if self.lora:
-      if self.base_fingerprint is None:  # once per process: the base is frozen
-        self.base_fingerprint = checkpoint_lib.lora_base_fingerprint(self.base_part(state.params))
-      meta = dict(meta, lora_base_fingerprint=self.base_fingerprint)
-    checkpointer.save(step, self.checkpoint_arrays(state), meta)
-
-  def trainable_part(self, params):
-    """The parameters the update optimizes: the adapters with LoRA, else all of them."""
-    return lora_lib.split_adapters(params)[0] if self.lora else params
-
-  def base_part(self, params):
-    """The parameters of the base model (without adapters; all of them without LoRA)."""
-    return lora_lib.split_adapters(params)[1] if self.lora else params
-
-  def with_initial_adapters(self, base_params):
-    """Base parameters -> the policy's: with LoRA, the base plus this run's freshly drawn adapters (B = 0, so
-    the policy equals the base)."""
-    if not self.lora:
-      return base_params
-    return lora_lib.join(lora_lib.split_adapters(self.initial_params)[0], base_params)
-
-  def reference_params(self, state: RunState):
-    """The reference policy's parameters (read with `base_graphdef`), or None with beta = 0."""
-    if self.config.grpo.beta <= 0:
-      return None
-    if self.lora:
-      return self.base_part(state.params)
-    return self.offloader.fetch(state.ref_params)
-
-  def evaluate(self, params, step: int) -> dict:
-    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
-    c = self.config
-    kwargs = dict(accuracy_reward=c.eval.accuracy_reward, max_prompt_length=c.sampling.max_prompt_length,
-                  batch_size=min(c.eval.batch_size, c.eval.size),
-                  key=jax.random.fold_in(self.base_key, 10_000_000 + step))
-    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
-                       pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
-    if step in (0, c.num_steps):
-      for name, columns in self.transfer_columns.items():
-        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)
-        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
-    return metrics
-
-  def rollout(self, state: RunState, step: int):
-    """(the step's complete batch, placed on the mesh, reference log-probs included; the Rollout; the new data
-    position). Training rows are read from the state's data position on."""
-    g = self.config.grpo
-    position = [state.data_position]
-
-    def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
-      columns = self.task.train_rows(position[0] + self.offset, self.count)
-      position[0] += g.prompts_per_step
-      return columns
-
-    key = jax.random.fold_in(self.base_key, step)
-    if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-      rollout = collect_dynamic_rollout(self.global_sampler, state.params, self.tokenizer, next_columns,
-                                        self.settings, key, max_rounds=g.dynamic_sampling_max_rounds,
-                                        all_done=distributed.all_true)
-    else:
-      rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.settings,
-                                key)
-    # One process: cut padding to a bucket width (multi-host processes would each cut differently).
-    one_process = jax.process_count() == 1
-    check_prompt_runs(rollout.batch, config_lib.prompt_repeats(self.config))
-    batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
-                       if one_process else rollout.batch)
-    ref_params = self.reference_params(state)
-    if ref_params is not None:
-      t0 = time.perf_counter()
-      ref_logp = self.ref_logprobs(ref_params, batch).block_until_ready()
-      rollout.metrics["timing/reference_s"] = time.perf_counter() - t0
-      batch = batch._replace(ref_logp_BxC=ref_logp)
-    return batch, rollout, position[0]
-
-  def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
-    t0 = time.perf_counter()
-    params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
-    metrics = jax.device_get(metrics)  # waits for the update
-    metrics["timing/update_s"] = time.perf_counter() - t0
-    ref = state.ref_params
-    g = self.config.grpo
-    if ref is not None and g.ref_reset_every and step % g.ref_reset_every == 0:
-      ref = self.offloader.park(self.copy_params(params))  # iterative GRPO: the reference becomes the policy
-    return state._replace(params=params, opt_state=opt_state, ref_params=ref, step=step), metrics
-
-
 def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs: RunInputs) -> Summary:
   cfg_json = workdir_lib.prepare(config, workdir, main)
-  run = _Run(config, inputs, log_console)
+  run = Run(config, inputs, log_console)
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
   writer = bar = None
@@ -277,11 +73,11 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       state = _start(run, workdir, main, log_console, cfg_json)
     writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard,
                                         resume_step=None if fresh else state.step,
-                                        wandb=_wandb_init(config, workdir, state.run_id, cfg_json))
+                                        wandb=metrics_lib.wandb_init_kwargs(config, workdir, state.run_id, cfg_json))
               if main else distributed.NullWriter())
     if fresh:
       writer.write(0, state.initial_eval)
-      run.save_checkpoint(checkpointer, 0, state, _meta(config, state, time.time() - t_start, cfg_json))
+      run.save_checkpoint(checkpointer, state, time.time() - t_start, cfg_json)
     # Every process reads the file (process 0 writes it): they all return the same summary.
     last_eval = (dict(state.initial_eval) if state.step == 0 else
                  workdir_lib.last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval, state.step))
@@ -307,13 +103,12 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
       if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
         writer.flush()
-        run.save_checkpoint(checkpointer, step, state, _meta(config, state, state.wall_before + time.time() - t_start,
-                                                       cfg_json))
+        run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
       if stop:
         log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
         break
     if config.checkpoint.export_hf:
-      write_hf_model(run.graphdef, state.params, config, run.tokenizer, os.path.join(workdir, EXPORT_DIR),
+      write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, os.path.join(workdir, EXPORT_DIR),
                      log=log_console)
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
     if bar is not None:
@@ -324,7 +119,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
   return workdir_lib.finish(config, workdir, state, last_eval, t_start, main, log_console)
 
 
-def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:
+def _restore(run: Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:
   """The run state of the latest readable checkpoint in the workdir, or None (refusing to start afresh over a
   run's history)."""
   config = run.config
@@ -345,39 +140,34 @@ def _restore(run: _Run, checkpointer: Checkpointer, workdir: str, main: bool, lo
   if not own:
     log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
         "counted in wall_s_total")
-  arrays = restored.state
-  params = arrays.get("params")
-  if run.lora:  # the checkpoint holds the adapters: the base is the run's starting point, checked
-    base = checkpoint_lib.restore_lora_base(workdir, run.base_part(run.initial_params),
-                                            meta.get("lora_base_fingerprint"))
-    run.base_fingerprint = meta.get("lora_base_fingerprint")
-    params = lora_lib.join(arrays["adapters"], base)
+  params, ref_state = run.policy.from_checkpoint(restored.state, meta, workdir)
   log(f"[resume] restored step {restored.step} from {checkpointer.directory}")
-  return RunState(params, arrays["opt_state"], arrays.get("ref_params"), restored.step,
+  return RunState(params, restored.state["opt_state"], ref_state, restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
                   meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),
                   float(meta.get("elapsed_s", 0.0)) if own else 0.0)
 
 
-def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
+def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   """The starting point of a new run: another run's (warmstart.init_checkpoint), this run's own saved warm
   start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
   config = run.config
   run_id = workdir_lib.new_run_id(workdir, main)
   # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
-  params, data_position = run.base_part(run.initial_params), 0
+  policy = run.policy
+  params, data_position = policy.base_part(run.initial_params), 0
   own_start = os.path.join(workdir, WARMSTART_DIR)
   start_saved = checkpoint_lib.has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
   source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
   if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
-    params, data_position, initial_eval = _load_initial_state(source, params, workdir, main, log)
+    params, data_position, initial_eval = workdir_lib.load_starting_point(source, params, workdir, main, log)
   elif config.warmstart.enabled:
     s = config.sampling
     params, info = run_warmstart(
-        config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=run.base_graphdef, params=params,
+        config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=policy.base_graphdef, params=params,
         max_prompt_length=s.max_prompt_length, max_new_tokens=config_lib.completion_width(config),
-        chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(run.with_initial_adapters(p), 0),
+        chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
     if main:
       with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
@@ -385,16 +175,16 @@ def _start(run: _Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
           f.write(json.dumps(rec) + "\n")
     data_position, initial_eval = info["rows"], info["eval"]
   else:
-    initial_eval = run.evaluate(run.with_initial_adapters(params), 0)
+    initial_eval = run.evaluate(policy.from_base(params), 0)
   if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
     # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
     save_initial_state(own_start, params, {"data_position": int(data_position), "initial_eval": initial_eval,
                                            "seed": int(config.seed), "config": json.loads(cfg_json)},
                        config.checkpoint.verify)
-  return run.new_state(run.with_initial_adapters(params), 0, data_position, initial_eval, run_id)
+  return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
 
 
-def _step_metrics(run: _Run, rollout, step_metrics: dict, step: int, step_time: float) -> dict[str, Any]:
+def _step_metrics(run: Run, rollout, step_metrics: dict, step: int, step_time: float) -> dict[str, Any]:
   metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
   metrics.update({k: float(v) for k, v in step_metrics.items()})
   metrics["learning_rate"] = float(run.schedule((step - 1) * run.updates_per_step))
@@ -425,39 +215,3 @@ def _diverged(config, step: int, nonfinite_steps: int, step_metrics: dict) -> Fl
       f"and was skipped (grad_norm {float(step_metrics['grad_norm'])}); the last checkpoint holds finite "
       f"parameters. Likely causes: a learning rate too high (optim.learning_rate={config.optim.learning_rate}"
       f"), float16 overflow (model.dtype={config.model.dtype}), or a reward of NaN/inf.")
-
-
-def _load_initial_state(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
-  """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
-  or of this run's own warm start saved before a kill.
-
-  The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
-  exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
-  directory, step = checkpoint_lib.initial_state_dir(source)
-  params, meta = restore_params(directory, step, checkpoint_lib.abstract_like(params))
-  warmstart_log = os.path.join(source, metrics_lib.WARMSTART_FILE)
-  if main and os.path.exists(warmstart_log):
-    shutil.copy(warmstart_log, os.path.join(workdir, metrics_lib.WARMSTART_FILE))
-  log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/{step}"
-      f" (seed {meta.get('seed')})")
-  return params, int(meta["data_position"]), dict(meta["initial_eval"])
-
-
-def _wandb_init(config, workdir: str, run_id: str, cfg_json: str) -> dict | None:
-  """`wandb.init` keyword arguments of the run (config.log.wandb*), or None when W&B logging is off."""
-  lg = config.log
-  if not lg.wandb:
-    return None
-  return dict(project=lg.wandb_project, entity=lg.wandb_entity or None, mode=lg.wandb_mode,
-              name=lg.wandb_name or os.path.basename(os.path.normpath(workdir)), id=run_id,
-              config=json.loads(cfg_json))
-
-
-def _meta(config, state: RunState, elapsed_s: float, cfg_json: str) -> dict:
-  """A checkpoint's metadata. elapsed_s: seconds this run (its run id) has spent up to this checkpoint, over all
-  its processes."""
-  key_data = jax.random.key_data(jax.random.key(config.seed))
-  return {"step": int(state.step), "run_id": state.run_id, "data_position": int(state.data_position),
-          "seed": int(config.seed), "rng_key_data": np.asarray(key_data).tolist(),
-          "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json)}
-

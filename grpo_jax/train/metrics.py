@@ -174,3 +174,13 @@ class ProgressBar:
   def close(self):
     if self._bar is not None:
       self._bar.close()
+
+
+def wandb_init_kwargs(config, workdir: str, run_id: str, cfg_json: str) -> dict | None:
+  """`wandb.init` keyword arguments of the run (config.log.wandb*), or None when W&B logging is off."""
+  lg = config.log
+  if not lg.wandb:
+    return None
+  return dict(project=lg.wandb_project, entity=lg.wandb_entity or None, mode=lg.wandb_mode,
+              name=lg.wandb_name or os.path.basename(os.path.normpath(workdir)), id=run_id,
+              config=json.loads(cfg_json))

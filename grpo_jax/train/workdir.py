@@ -8,12 +8,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import time
 import uuid
+from typing import Any
+
 
 from grpo_jax import config as config_lib
 from grpo_jax import errors
 from grpo_jax.train import metrics as metrics_lib
+from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
 
 PLOT_FILE = "curves.png"
@@ -163,3 +167,19 @@ def last_eval(metrics_path: str, default: dict, step: int) -> dict:
     if "eval/accuracy" in rec and rec.get("step", 0) <= step:
       last = {k: v for k, v in rec.items() if k.startswith("eval/")}
   return last
+
+
+def load_starting_point(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
+  """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
+  or of this run's own warm start saved before a kill.
+
+  The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
+  exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
+  directory, step = checkpoint_lib.initial_state_dir(source)
+  params, meta = checkpoint_lib.restore_params(directory, step, checkpoint_lib.abstract_like(params))
+  warmstart_log = os.path.join(source, metrics_lib.WARMSTART_FILE)
+  if main and os.path.exists(warmstart_log):
+    shutil.copy(warmstart_log, os.path.join(workdir, metrics_lib.WARMSTART_FILE))
+  log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/{step}"
+      f" (seed {meta.get('seed')})")
+  return params, int(meta["data_position"]), dict(meta["initial_eval"])

@@ -73,7 +73,7 @@ def _kill_in_warmstart_step(nth):
 def arm(point: str, nth: int) -> None:
   import orbax.checkpoint as ocp
 
-  from grpo_jax.train import checkpoint, loop
+  from grpo_jax.train import checkpoint, loop, run
   if point == "warmstart_step":
     _kill_in_warmstart_step(nth)
   elif point == "after_warmstart_save":           # the warm start is saved, checkpoint 0 is not
@@ -85,7 +85,7 @@ def arm(point: str, nth: int) -> None:
   elif point == "during_async_write":             # save returned, its files still being written in the background
     _kill_on_call(checkpoint.Checkpointer, "save", nth, after=True)
   elif point == "during_eval":                    # in the middle of a held-out evaluation
-    _kill_on_call(loop, "evaluate", nth)
+    _kill_on_call(run, "evaluate", nth)
   else:
     raise ValueError(f"unknown kill point {point!r}")
 

@@ -13,6 +13,7 @@ import pytest
 
 from grpo_jax.rewards import register_reward
 from grpo_jax.train import build, loop
+from grpo_jax.train import run as run_lib
 from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT, load_experiment
@@ -68,7 +69,8 @@ def reference_run(tmp_path_factory, compile_cache):
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
   traces = {"train_step": 0, "logprobs": 0}
   samplers = []
-  make_train_step, make_logprob_fn, make_samplers = loop.make_train_step, loop.make_logprob_fn, loop.make_samplers
+  make_train_step, make_logprob_fn, make_samplers = (run_lib.make_train_step, run_lib.make_logprob_fn,
+                                                     run_lib.make_samplers)
 
   def counting(name, maker):
     def wrapped(*args, **kwargs):
@@ -86,9 +88,9 @@ def reference_run(tmp_path_factory, compile_cache):
     return out
 
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(loop, "make_train_step", counting("train_step", make_train_step))
-    mp.setattr(loop, "make_logprob_fn", counting("logprobs", make_logprob_fn))
-    mp.setattr(loop, "make_samplers", keep_samplers)
+    mp.setattr(run_lib, "make_train_step", counting("train_step", make_train_step))
+    mp.setattr(run_lib, "make_logprob_fn", counting("logprobs", make_logprob_fn))
+    mp.setattr(run_lib, "make_samplers", keep_samplers)
     summary = loop.train(_config(), workdir)
   return workdir, summary, traces, samplers
 
@@ -133,7 +135,7 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
 def _kill_at_step_5_then_resume(config, ref_dir, workdir):
   """Runs `config()` in workdir, killed while step 5 samples, then resumed: it must end as ref_dir's run did."""
   calls = {"n": 0}
-  collect = loop.collect_dynamic_rollout
+  collect = run_lib.collect_dynamic_rollout
 
   def dies_at_step_5(*args, **kwargs):
     calls["n"] += 1
@@ -142,7 +144,7 @@ def _kill_at_step_5_then_resume(config, ref_dir, workdir):
     return collect(*args, **kwargs)
 
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(loop, "collect_dynamic_rollout", dies_at_step_5)
+    mp.setattr(run_lib, "collect_dynamic_rollout", dies_at_step_5)
     with pytest.raises(KeyboardInterrupt):
       loop.train(config(), workdir)
   assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3, 4]

@@ -18,6 +18,7 @@ from grpo_jax import config as config_lib
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model import lora
+from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import export as export_lib
 from grpo_jax.train import loop
@@ -113,7 +114,7 @@ def _lora_config(num_steps=4):
 
 
 def _params(workdir, config, step=None):
-  mesh = loop.sharding_lib.make_mesh()
+  mesh = sharding_lib.make_mesh()
   tokenizer, _ = loop.build_tokenizer_and_task(config, log=lambda *a, **k: None)
   graphdef, template = loop.build_model(config, tokenizer, mesh)
   params, _ = export_lib.restore_run_params(workdir, template, step)

@@ -1,0 +1,167 @@
+"""One run's parts, built once from its config, and the state they act on.
+
+`Run` holds the data, the model and its policy (grpo_jax/train/policy.py), the samplers, the rewards and the
+compiled programs (each traced once per shape it sees), and does a step's phases: `rollout` (prompts -> G
+completions -> rewards -> advantages, plus reference log-probs) and `update`, and `evaluate`. `RunState` is what
+changes from step to step and what a checkpoint holds of it.
+
+Randomness: the key of step s is fold_in(key(seed), s) and its prompts are the training rows from the state's
+data position on, so a run restored from a checkpoint continues exactly.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from grpo_jax import config as config_lib
+from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.train import build, distributed
+from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from grpo_jax.train.policy import make_policy
+from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
+from grpo_jax.train.state import init_opt_state, opt_state_shardings
+from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
+# Looked up here at call time, so tests can count or interrupt them.
+from grpo_jax.train.build import make_samplers
+
+
+class RunState(NamedTuple):
+  """What changes during a run; the arrays go into a checkpoint (`Run.checkpoint_arrays`), the rest into its
+  metadata."""
+  params: Any
+  opt_state: Any
+  ref_params: Any            # the policy's reference state (None with beta = 0, or when the policy holds it)
+  step: int                  # the last GRPO step done (0: the starting point)
+  data_position: int         # training rows consumed so far (the data order is fixed by the seed)
+  initial_eval: dict         # held-out metrics of the starting point
+  run_id: str
+  wall_before: float         # seconds earlier processes of this run spent, up to the restored checkpoint
+
+
+class Run:
+  """The fixed parts of one run: data, policy, samplers, rewards, and the compiled programs."""
+
+  def __init__(self, config, inputs: RunInputs, log):
+    self.config = config
+    g, s = config.grpo, config.sampling
+    self.tokenizer, self.task = build.build_tokenizer_and_task(config, log=log, inputs=inputs)
+    self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+    graphdef, self.initial_params = build.build_model(config, self.tokenizer, self.mesh)
+    # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
+    param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
+    copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
+    self.policy = make_policy(config, graphdef, self.initial_params, self.mesh, copy_params)
+    if line := self.policy.describe():
+      log(line)
+    self.place = build.BatchPlacer(self.mesh)
+    mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
+    repeats = config_lib.prompt_repeats(config)
+    self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
+    optim = OptimConfig.from_config(config.optim)
+    self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
+    self.optimizer = make_optimizer(optim, self.schedule)
+    trainable = self.policy.trainable_part(self.initial_params)
+    opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, trainable), trainable,
+                                 self.mesh)  # shapes only: the state itself is made once, by new_state
+    self.train_step = jax.jit(make_train_step(
+        graphdef, self.optimizer, build.loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
+        micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size,
+        prompt_repeats=repeats, trainable=self.policy.trainable),
+        donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
+    self.ref_logprobs = jax.jit(make_logprob_fn(self.policy.base_graphdef, temperature=s.temperature,
+                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
+                                                prompt_repeats=repeats))
+    self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(graphdef, config, self.tokenizer)
+    self.settings = RolloutSettings.from_config(config, build.build_reward_fns(config, inputs))
+    self.base_key = jax.random.key(config.seed)
+    self.eval_columns = self.task.eval_rows(config.eval.size)
+    self.transfer_columns = {name: self.task.transfer_rows(name, config.eval.size)
+                             for name in getattr(self.task, "transfer_sets", ())}
+    # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
+    self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
+                               distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
+    self.global_sampler = distributed.GlobalSampler(self.sampler, self.offset * g.group_size)
+
+  def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
+                wall_before: float = 0.0) -> RunState:
+    """A run state starting from `params`, with a fresh optimizer state and reference."""
+    opt_state, _ = init_opt_state(self.optimizer, self.policy.trainable_part(params), self.mesh)
+    return RunState(params, opt_state, self.policy.new_reference(params), step, data_position, initial_eval,
+                    run_id, wall_before)
+
+  def checkpoint_arrays(self, state: RunState) -> dict:
+    return self.policy.checkpoint_arrays(state.params, state.opt_state, state.ref_params)
+
+  def save_checkpoint(self, checkpointer, state: RunState, elapsed_s: float, cfg_json: str) -> None:
+    """Saves `state` as checkpoint `state.step`. elapsed_s: seconds this run (its run id) has spent up to this
+    checkpoint, over all its processes."""
+    key_data = jax.random.key_data(jax.random.key(self.config.seed))
+    meta = {"step": int(state.step), "run_id": state.run_id, "data_position": int(state.data_position),
+            "seed": int(self.config.seed), "rng_key_data": np.asarray(key_data).tolist(),
+            "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json),
+            **self.policy.checkpoint_meta(state.params)}
+    checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
+
+  def evaluate(self, params, step: int) -> dict:
+    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
+    c = self.config
+    kwargs = dict(accuracy_reward=c.eval.accuracy_reward, max_prompt_length=c.sampling.max_prompt_length,
+                  batch_size=min(c.eval.batch_size, c.eval.size),
+                  key=jax.random.fold_in(self.base_key, 10_000_000 + step))
+    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
+                       pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
+    if step in (0, c.num_steps):
+      for name, columns in self.transfer_columns.items():
+        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)
+        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
+    return metrics
+
+  def rollout(self, state: RunState, step: int):
+    """(the step's batch on the mesh, reference log-probs included; the Rollout; the new data position)."""
+    g = self.config.grpo
+    position = [state.data_position]
+
+    def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
+      columns = self.task.train_rows(position[0] + self.offset, self.count)
+      position[0] += g.prompts_per_step
+      return columns
+
+    key = jax.random.fold_in(self.base_key, step)
+    if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
+      rollout = collect_dynamic_rollout(self.global_sampler, state.params, self.tokenizer, next_columns,
+                                        self.settings, key, max_rounds=g.dynamic_sampling_max_rounds,
+                                        all_done=distributed.all_true)
+    else:
+      rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.settings,
+                                key)
+    # One process: cut padding to a bucket width (multi-host processes would each cut differently).
+    one_process = jax.process_count() == 1
+    check_prompt_runs(rollout.batch, config_lib.prompt_repeats(self.config))
+    batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
+                       if one_process else rollout.batch)
+    ref_params = self.policy.reference(state.params, state.ref_params)
+    if ref_params is not None:
+      t0 = time.perf_counter()
+      ref_logp = self.ref_logprobs(ref_params, batch).block_until_ready()
+      rollout.metrics["timing/reference_s"] = time.perf_counter() - t0
+      batch = batch._replace(ref_logp_BxC=ref_logp)
+    return batch, rollout, position[0]
+
+  def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
+    t0 = time.perf_counter()
+    params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
+    metrics = jax.device_get(metrics)  # waits for the update
+    metrics["timing/update_s"] = time.perf_counter() - t0
+    ref = state.ref_params
+    every = self.config.grpo.ref_reset_every
+    if ref is not None and every and step % every == 0:
+      ref = self.policy.new_reference(params)  # iterative GRPO: the reference becomes the policy
+    return state._replace(params=params, opt_state=opt_state, ref_params=ref, step=step), metrics
