@@ -32,11 +32,10 @@ import re
 import shlex
 import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from grpo_jax.ablation import progress, runner, spec  # noqa: E402
+from grpo_jax.ablation import runner, spec, study  # noqa: E402
 from grpo_jax.errors import EXIT_USER_ERROR, UserError  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,28 +88,15 @@ def main(argv=None) -> int:
   if args.max_attempts < 1:
     parser.error(f"--max_attempts must be >= 1, got {args.max_attempts}")
 
-  members = spec.select(spec.load_sweep(args.config, check_keys=not args.no_check_keys), args.only)
   common = dict(args.common)
-  for m in members:
-    spec.merge_overrides(common, m)  # clashes are errors before anything runs
-  if common and not args.no_check_keys:
-    config_module = spec.load_module(args.config)
-    preset = args.config.partition(":")[2]
-    spec.check_keys_exist(config_module.get_config(preset) if preset else config_module.get_config(), common,
-                          "--set")
+  members = study.load_members(args.config, only=args.only, common=common, check_keys=not args.no_check_keys)
   if args.status:
     for m in members:
       print(f"{runner.status(runner.member_dir(args.sweep_dir, m)):<11} {m.name}")
     return 0
-  if args.train_cmd:
-    train_cmd = shlex.split(args.train_cmd)
-  else:
-    train_cmd = [sys.executable, os.path.relpath(os.path.join(REPO, "scripts", "train.py"))]
-  if args.backend == "ray" and not args.print_commands:
-    from grpo_jax.ablation import ray_backend
-    ray_backend.import_ray()  # a missing extra is reported before anything is written
-
   if args.print_commands:
+    train_cmd = (shlex.split(args.train_cmd) if args.train_cmd else
+                 [sys.executable, os.path.relpath(os.path.join(REPO, "scripts", "train.py"))])
     for m in members:
       if args.print_format == "train":
         line = spec.train_command(train_cmd, args.config, runner.member_dir(args.sweep_dir, m),
@@ -123,26 +109,12 @@ def main(argv=None) -> int:
           line += ["--train_cmd", args.train_cmd]
       print(spec.shell_join(line))
     return 0
-
-  if args.only is None:  # a job-array task (--only) must not overwrite the full plan with its one member
-    runner.write_plan(args.sweep_dir, args.config, members, common)
-  elif not os.path.exists(os.path.join(args.sweep_dir, runner.SWEEP_JSON)):
-    runner.write_plan(args.sweep_dir, args.config, spec.load_sweep(args.config), common)
   # SIGTERM (e.g. a cluster's time limit) unwinds like Ctrl-C: the trainer is stopped, the member stays unfinished.
   signal.signal(signal.SIGTERM, _interrupt)
-  if args.backend == "ray":
-    resources = args.member_resources or getattr(spec.load_module(args.config), "get_member_resources",
-                                                 lambda: None)()
-    outcomes = ray_backend.run_sweep(
-        members, config_spec=args.config, sweep_dir=args.sweep_dir, common=common, skip_failed=args.skip_failed,
-        train_cmd=shlex.split(args.train_cmd) if args.train_cmd else None, max_attempts=args.max_attempts,
-        resources=resources and ray_backend.MemberResources.parse(resources), address=args.ray_address)
-  else:
-    started = time.time()
-    outcomes = runner.run_sweep(members, config_spec=args.config, sweep_dir=args.sweep_dir, train_cmd=train_cmd,
-                                common=common, skip_failed=args.skip_failed, max_attempts=args.max_attempts)
-    print(progress.summary_table([progress.read_member(args.sweep_dir, m.name, outcomes[m.name])
-                                  for m in members], time.time() - started))
+  outcomes = study.run_sweep(args.config, args.sweep_dir, backend=args.backend, members=members, only=args.only,
+                             common=common, train_cmd=shlex.split(args.train_cmd) if args.train_cmd else None,
+                             skip_failed=args.skip_failed, max_attempts=args.max_attempts,
+                             member_resources=args.member_resources, ray_address=args.ray_address)
   counts = {k: list(outcomes.values()).count(k) for k in sorted(set(outcomes.values()))}
   print(f"[sweep] {len(members)} members: " + ", ".join(f"{v} {k}" for k, v in counts.items()))
   return 1 if "failed" in outcomes.values() else 0

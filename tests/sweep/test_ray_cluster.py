@@ -1,6 +1,6 @@
 """The Ray backend with the real trainer and real clusters, in one file so that its tests run one after another
-(pytest-xdist --dist loadfile) rather than as competing Ray clusters: a member whose Ray worker dies is retried
-by Ray and ends with the metrics of an uninterrupted run; a two-host member on a two-node local cluster trains as
+(pytest-xdist --dist loadfile) rather than as competing Ray clusters: a study of four members two at once, one
+of whose Ray worker dies, is retried by Ray and ends with the metrics and the report of the local backend; a two-host member on a two-node local cluster trains as
 tests/distributed/test_multihost.py's two processes do; `ray job submit --working-dir . --runtime-env-json
 "$(python scripts/ray_runtime_env.py)" -- python scripts/sweep.py ... --backend=ray` against a one-node cluster
 started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
@@ -18,7 +18,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from grpo_jax.ablation import progress, ray_backend, runner, spec  # noqa: E402
+from grpo_jax.ablation import progress, ray_backend, report, runner, spec, study  # noqa: E402
 from tests.sweep.conftest import REPO  # noqa: E402
 
 CONFIG = "experiments/default.py:test"
@@ -42,10 +42,39 @@ def _parent(pid):
     return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def test_a_member_whose_worker_dies_is_retried_and_ends_as_if_never_interrupted(tmp_path):
-  sweep_dir = str(tmp_path)
-  members = spec.validate([{"name": n, "overrides": {"num_steps": 5}} for n in ("killed", "straight")])
-  victim = os.path.join(sweep_dir, "killed")
+def _overlaps(sweep_dir, names):
+  """The most attempts of `names` that ran at the same time (from their attempts.jsonl start and end times)."""
+  events = []
+  for name in names:
+    rows = runner.read_jsonl(os.path.join(sweep_dir, name, runner.ATTEMPTS))
+    starts = [r["start"] for r in rows if "rc" not in r]
+    ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r}
+    # An attempt whose worker was killed has no end row: it ended before the next attempt started.
+    for start, later in zip(starts, starts[1:] + [None]):
+      events += [(start, 1), (ends.get(start, later), -1)]
+  running = most = 0
+  for _, change in sorted(events, key=lambda e: (e[0], e[1])):
+    running += change
+    most = max(most, running)
+  return most
+
+
+def _report_numbers(sweep_dir):
+  """Each member's report row without its timings (wall time, steps per second)."""
+  return {m.name: (m.group, m.status, {k: v for k, v in m.summary.items() if k not in ("wall_s", "steps_per_s")})
+          for m in report.load_sweep_dir(sweep_dir)}
+
+
+def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_reports_as_the_local_backend(tmp_path):
+  """Four tiny members, two at a time (one CPU each of two); the Ray worker of one is killed after its step-2
+  checkpoint: Ray retries it, it resumes and ends with the metrics of an uninterrupted twin; the report of the
+  study equals the local backend's for the same members, timings aside."""
+  members = spec.validate([{"name": f"lr{lr}_seed{seed}", "overrides": {"num_steps": 5, "seed": seed,
+                                                                         "optim.learning_rate": lr}}
+                           for lr in (3e-4, 1e-3) for seed in (0, 1)])
+  names = [m.name for m in members]
+  sweep_dir = str(tmp_path / "ray")
+  victim = os.path.join(sweep_dir, names[0])
   killed = []
 
   def kill_the_worker_after_the_step_2_checkpoint():
@@ -60,15 +89,19 @@ def test_a_member_whose_worker_dies_is_retried_and_ends_as_if_never_interrupted(
 
   watcher = threading.Thread(target=kill_the_worker_after_the_step_2_checkpoint, daemon=True)
   watcher.start()
-  outcomes = ray_backend.run_sweep(members, config_spec=CONFIG, sweep_dir=sweep_dir, train_cmd=None,
-                                   common=COMMON, resources=ray_backend.MemberResources.parse({"CPU": 1}),
-                                   init_kwargs={"num_cpus": 2}, echo=lambda *_: None)
+  outcomes = study.run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=COMMON,
+                             member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2}, echo=lambda *_: None)
   watcher.join(timeout=1)
-  assert killed and outcomes == {"killed": "done", "straight": "done"}
-  assert progress.read_member(sweep_dir, "killed").attempts == 2
+  assert killed and outcomes == dict.fromkeys(names, "done")
+  assert _overlaps(sweep_dir, names) == 2  # two at once, never more
+  assert progress.read_member(sweep_dir, names[0]).attempts == 2
   with open(os.path.join(victim, "train.log")) as f:  # the second attempt resumed from a GRPO checkpoint
     assert re.search(r"\[resume\] restored step [24] ", f.read())
-  assert _metrics(victim) == _metrics(os.path.join(sweep_dir, "straight"))  # CPU: exactly
+  local_dir = str(tmp_path / "local")
+  assert study.run_sweep(CONFIG, local_dir, members=members, common=COMMON, echo=lambda *_: None) == outcomes
+  assert _metrics(victim) == _metrics(os.path.join(local_dir, names[0]))  # CPU: exactly
+  assert _report_numbers(sweep_dir) == _report_numbers(local_dir)
+  assert _overlaps(local_dir, names) == 1
 
 
 def _free_port():

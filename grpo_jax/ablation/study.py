@@ -1,0 +1,80 @@
+"""A study from Python: `run_sweep(config_spec, sweep_dir, backend="local" | "ray")`, what scripts/sweep.py runs.
+
+    from grpo_jax.ablation.study import run_sweep
+    outcomes = run_sweep("experiments/ablation_variants.py", "runs/av", backend="ray",
+                         member_resources={"CPU": 1}, common={"num_steps": 50})
+
+Both backends write the same files per member (grpo_jax/ablation/runner.py), so reports and resumes do not
+care which one ran a study.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Mapping, Sequence
+
+from grpo_jax.ablation import progress, runner, spec
+from grpo_jax.errors import UserError
+
+BACKENDS = ("local", "ray")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def default_train_cmd() -> list[str]:
+  """This Python running this checkout's scripts/train.py."""
+  return [sys.executable, os.path.join(REPO, "scripts", "train.py")]
+
+
+def load_members(config_spec: str, *, only: str | None = None, common: Mapping[str, Any] | None = None,
+                 check_keys: bool = True) -> list[spec.Member]:
+  """The experiment file's members (`--only` regex applied), with `common` checked: no clash with a member's
+  own overrides, and (with check_keys) every key a field of the experiment's config."""
+  members = spec.select(spec.load_sweep(config_spec, check_keys=check_keys), only)
+  common = dict(common or {})
+  for m in members:
+    spec.merge_overrides(common, m)  # clashes are errors before anything runs
+  if common and check_keys:
+    module = spec.load_module(config_spec)
+    preset = config_spec.partition(":")[2]
+    spec.check_keys_exist(module.get_config(preset) if preset else module.get_config(), common, "--set")
+  return members
+
+
+def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", members: Sequence[spec.Member] | None = None,
+              only: str | None = None, common: Mapping[str, Any] | None = None,
+              train_cmd: Sequence[str] | None = None, skip_failed: bool = False, max_attempts: int = 3,
+              member_resources: str | Mapping[str, Any] | None = None, ray_address: str | None = None,
+              check_keys: bool = True, echo=print, ray_init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
+  """Runs the study's members (all of `get_sweep()`, or `members`) on `backend`; returns name -> outcome
+  ('done', 'failed', 'skipped-done', ...). Finished members are skipped, unfinished ones resume.
+
+  Ray: `ray_address` picks the cluster (None: a local instance), `member_resources` what one member needs per
+  host (None: the experiment file's `get_member_resources()`, else a default for the cluster)."""
+  if backend not in BACKENDS:
+    raise UserError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+  if max_attempts < 1:
+    raise UserError(f"max_attempts must be >= 1, got {max_attempts}")
+  common = dict(common or {})
+  if members is None:
+    members = load_members(config_spec, only=only, common=common, check_keys=check_keys)
+  if backend == "ray":
+    from grpo_jax.ablation import ray_backend
+    ray_backend.import_ray()  # a missing extra is reported before anything is written
+  if only is None:  # a job-array task (only=...) must not overwrite the full plan with its one member
+    runner.write_plan(sweep_dir, config_spec, members, common)
+  elif not os.path.exists(os.path.join(sweep_dir, runner.SWEEP_JSON)):
+    runner.write_plan(sweep_dir, config_spec, spec.load_sweep(config_spec), common)
+  if backend == "ray":
+    resources = member_resources or getattr(spec.load_module(config_spec), "get_member_resources", lambda: None)()
+    return ray_backend.run_sweep(
+        members, config_spec=config_spec, sweep_dir=sweep_dir, common=common, skip_failed=skip_failed,
+        train_cmd=train_cmd, max_attempts=max_attempts, address=ray_address, echo=echo, init_kwargs=ray_init_kwargs,
+        resources=resources and ray_backend.MemberResources.parse(resources))
+  started = time.time()
+  outcomes = runner.run_sweep(members, config_spec=config_spec, sweep_dir=sweep_dir,
+                              train_cmd=list(train_cmd or default_train_cmd()), common=common,
+                              skip_failed=skip_failed, max_attempts=max_attempts, echo=echo)
+  echo(progress.summary_table([progress.read_member(sweep_dir, m.name, outcomes[m.name]) for m in members],
+                              time.time() - started))
+  return outcomes
