@@ -23,15 +23,25 @@ from grpo_jax.errors import ConfigError
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+def registries() -> dict:
+  """Config field -> the `grpo_jax.registry.Registry` of the names it takes (the single source of those names,
+  for `validate` and docs/config.md)."""
+  from grpo_jax.algo import advantages, aggregation, kl, registry as losses
+  from grpo_jax.data import tasks
+  from grpo_jax.envs import ENVIRONMENTS
+  from grpo_jax.rewards import registry as rewards
+  return {"grpo.advantage": advantages.ADVANTAGE_METHODS, "grpo.kl_estimator": kl.KL_ESTIMATORS,
+          "grpo.aggregation": aggregation.AGGREGATIONS, "grpo.policy_loss": losses.LOSSES, "task.name": tasks.TASKS,
+          "env.name": ENVIRONMENTS, "rewards": rewards.REWARDS}
+
+
 def named_choices() -> dict[str, tuple[str, ...]]:
-  """Config field -> its allowed names, asked of the modules that implement them (the single source)."""
-  from grpo_jax.algo import advantages, aggregation, kl, objective
-  from grpo_jax.data import tasks, templates
+  """Config field -> its allowed modes, asked of the modules that implement them (the single source)."""
+  from grpo_jax.algo import objective
+  from grpo_jax.data import templates
   from grpo_jax.model import config as model_config
   from grpo_jax.train import optim
-  return {"grpo.advantage": tuple(advantages.METHODS), "grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS),
-          "grpo.kl_estimator": tuple(kl.KL_ESTIMATORS), "grpo.aggregation": tuple(aggregation.AGGREGATIONS),
-          "optim.schedule": tuple(optim.SCHEDULES), "task.name": tuple(tasks.TASKS),
+  return {"grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS), "optim.schedule": tuple(optim.SCHEDULES),
           "task.template": tuple(templates.TEMPLATES), "model.attention": tuple(model_config.ATTENTION)}
 
 
@@ -273,6 +283,14 @@ def _choice(c, key, choices):
     _fail(key, f"{value!r} is not one of {list(choices)}")
 
 
+def _registered(c, key, registry):
+  """The value of `key` names an entry of `registry` (or, where it allows them, an import path)."""
+  try:
+    registry.get(_get(c, key))
+  except (ValueError, TypeError) as e:
+    _fail(key, str(e))
+
+
 def _get(c, key):
   for part in filter(None, key.split(".")):
     c = c[part]
@@ -325,12 +343,11 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   if c.grpo.group_size < 2:
     _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
   choices = named_choices()
-  for key in ("grpo.advantage", "grpo.importance_level", "grpo.kl_estimator", "grpo.aggregation",
-              "optim.schedule", "model.attention"):
+  for key in ("grpo.importance_level", "optim.schedule", "model.attention"):
     _choice(c, key, choices[key])
-  from grpo_jax.data import tasks as tasks_lib
-  if not tasks_lib.is_known_task(c.task.name):
-    _fail("task.name", f"{c.task.name!r} is not one of {list(tasks_lib.TASKS + tasks_lib.TASK_PATTERNS)}")
+  named = registries()
+  for key in ("grpo.advantage", "grpo.kl_estimator", "grpo.aggregation", "grpo.policy_loss", "task.name"):
+    _registered(c, key, named[key])
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
   if c.model.attention == "cudnn" and c.model.dtype == "float32":
@@ -424,11 +441,6 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
       reward_registry.get_reward(format_name)
     except (KeyError, ValueError) as e:
       _fail(f"reward_gates.{name}", f"unknown format reward {format_name!r} ({e})")
-  from grpo_jax.algo import registry as loss_registry
-  try:
-    loss_registry.get_loss(c.grpo.policy_loss)
-  except (KeyError, ValueError) as e:
-    _fail("grpo.policy_loss", f"{c.grpo.policy_loss!r}: {e}")
 
   if c.model.hf_path and not os.path.isdir(c.model.hf_path):
     _fail("model.hf_path", f"{c.model.hf_path!r} is not a directory (a Hugging Face checkpoint: config.json, "
@@ -488,11 +500,7 @@ def _validate_env(c) -> None:
   e = c.env
   if not e.name:
     return
-  from grpo_jax.envs import env_factory
-  try:
-    env_factory(e.name)
-  except ValueError as err:
-    _fail("env.name", str(err))
+  _registered(c, "env.name", registries()["env.name"])
   for key in ("env.max_turns", "env.max_episode_tokens", "env.max_observation_tokens"):
     _at_least(c, key, 1)
   if not e.step_timeout_s > 0:
