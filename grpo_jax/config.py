@@ -88,7 +88,7 @@ def get_config() -> ml_collections.ConfigDict:
   # sampling.max_new_tokens) alternate with the environment's observations, which are context but never trained
   # on. The rewards grade the last message; GRPO's advantage is the whole episode's.
   c.env = ml_collections.ConfigDict()
-  c.env.name = ""                 # a registered environment (grpo_jax/envs: "calculator"); "": single turn.
+  c.env.name = ""                 # the environment (grpo_jax/envs), or "package.module:Class"; "": single turn.
   c.env.max_turns = 3             # messages per episode, at most.
   c.env.max_episode_tokens = 48   # the episode's width after the prompt: messages and observations.
   c.env.max_observation_tokens = 16  # an observation's tokens, at most (longer ones are cut).
@@ -120,8 +120,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
-  t.name = "addition"             # one of grpo_jax/data/tasks.py's TASKS: addition, chain_sum, dataset,
-                                  # tool_arithmetic, word_arithmetic; or reasoning_gym:<dataset>.
+  t.name = "addition"             # the task the prompts come from (grpo_jax/data/tasks.py).
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
   t.min_terms = 3                 # chain_sum: each prompt sums min_terms..max_terms single digits;
   t.max_terms = 8                 # chain_sum: most terms of a chain.
@@ -186,20 +185,20 @@ def get_config() -> ml_collections.ConfigDict:
   g.num_iterations = 1            # mu: passes over each rollout batch.
   g.mini_batch_size = 0           # completions per optimizer update; 0: the whole rollout batch.
   g.micro_batch_size = 0          # completions per forward/backward (gradient accumulation); 0: mini-batch.
-  g.advantage = "grpo"            # grpo_jax/algo/advantages.py's METHODS: grpo, dr_grpo, rloo, batch.
+  g.advantage = "grpo"            # how a group's rewards become advantages (grpo_jax/algo/advantages.py).
   g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; population std: 0).
   g.advantage_eps = 1e-4          # added to the std before dividing.
-  g.policy_loss = "clipped"       # a name in grpo_jax.algo.registry (clipped, cispo, ...).
+  g.policy_loss = "clipped"       # the policy term (grpo_jax/algo/policy_losses.py, or your own: register_loss).
   g.epsilon_low = 0.2             # clip range below: the ratio is clipped at 1 - epsilon_low.
   g.epsilon_high = config_dict.placeholder(float)   # None: = epsilon_low (DAPO clip-higher: 0.28).
   g.delta = config_dict.placeholder(float)          # dual-clip cap on the ratio for negative advantages.
   g.importance_level = "token"    # "sequence": GSPO (use small epsilons, e.g. 3e-4 / 4e-4).
   g.cispo_epsilon_high = 5.0      # CISPO's upper truncation of the importance weight.
-  g.kl_estimator = "k3"           # grpo_jax/algo/kl.py's KL_ESTIMATORS: k1, k2, k3.
+  g.kl_estimator = "k3"           # the per-token KL estimator (grpo_jax/algo/kl.py).
   g.beta = 0.04                   # KL weight (DeepSeekMath 0.04); 0 skips the reference model entirely.
   g.entropy_coef = 0.0            # adds -entropy_coef * H per token.
   g.top_entropy_quantile = config_dict.placeholder(float)  # e.g. 0.2: gradient only on the top 20% entropy.
-  g.aggregation = "seq_mean_token_mean"             # grpo_jax/algo/aggregation.py's AGGREGATIONS.
+  g.aggregation = "seq_mean_token_mean"             # per-token losses to one scalar (grpo_jax/algo/aggregation.py).
   g.tis_cap = 0.0                 # truncated importance sampling: weight each token's policy term by
                                   # min(pi_old / pi_sampler, tis_cap) (TRL's default cap: 2); 0: off.
   g.ref_reset_every = 0           # reset the reference policy to the current one every N steps; 0: never.
