@@ -23,15 +23,25 @@ from grpo_jax.errors import ConfigError
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+def registries() -> dict:
+  """Config field -> the `grpo_jax.registry.Registry` of the names it takes (the single source of those names,
+  for `validate` and docs/config.md)."""
+  from grpo_jax.algo import advantages, aggregation, kl, registry as losses
+  from grpo_jax.data import tasks
+  from grpo_jax.envs import ENVIRONMENTS
+  from grpo_jax.rewards import registry as rewards
+  return {"grpo.advantage": advantages.ADVANTAGE_METHODS, "grpo.kl_estimator": kl.KL_ESTIMATORS,
+          "grpo.aggregation": aggregation.AGGREGATIONS, "grpo.policy_loss": losses.LOSSES, "task.name": tasks.TASKS,
+          "env.name": ENVIRONMENTS, "rewards": rewards.REWARDS}
+
+
 def named_choices() -> dict[str, tuple[str, ...]]:
-  """Config field -> its allowed names, asked of the modules that implement them (the single source)."""
-  from grpo_jax.algo import advantages, aggregation, kl, objective
-  from grpo_jax.data import tasks, templates
+  """Config field -> its allowed modes, asked of the modules that implement them (the single source)."""
+  from grpo_jax.algo import objective
+  from grpo_jax.data import templates
   from grpo_jax.model import config as model_config
   from grpo_jax.train import optim
-  return {"grpo.advantage": tuple(advantages.METHODS), "grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS),
-          "grpo.kl_estimator": tuple(kl.KL_ESTIMATORS), "grpo.aggregation": tuple(aggregation.AGGREGATIONS),
-          "optim.schedule": tuple(optim.SCHEDULES), "task.name": tuple(tasks.TASKS),
+  return {"grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS), "optim.schedule": tuple(optim.SCHEDULES),
           "task.template": tuple(templates.TEMPLATES), "model.attention": tuple(model_config.ATTENTION)}
 
 
@@ -78,7 +88,7 @@ def get_config() -> ml_collections.ConfigDict:
   # sampling.max_new_tokens) alternate with the environment's observations, which are context but never trained
   # on. The rewards grade the last message; GRPO's advantage is the whole episode's.
   c.env = ml_collections.ConfigDict()
-  c.env.name = ""                 # a registered environment (grpo_jax/envs: "calculator"); "": single turn.
+  c.env.name = ""                 # the environment (grpo_jax/envs), or "package.module:Class"; "": single turn.
   c.env.max_turns = 3             # messages per episode, at most.
   c.env.max_episode_tokens = 48   # the episode's width after the prompt: messages and observations.
   c.env.max_observation_tokens = 16  # an observation's tokens, at most (longer ones are cut).
@@ -110,8 +120,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   # --- Task (data) and rewards ---------------------------------------------------------------------------
   c.task = t = ml_collections.ConfigDict()
-  t.name = "addition"             # one of grpo_jax/data/tasks.py's TASKS: addition, chain_sum, dataset,
-                                  # tool_arithmetic, word_arithmetic; or reasoning_gym:<dataset>.
+  t.name = "addition"             # the task the prompts come from (grpo_jax/data/tasks.py).
   t.num_digits = 2                # addition: operands have 1..num_digits digits; word_arithmetic: exactly.
   t.min_terms = 3                 # chain_sum: each prompt sums min_terms..max_terms single digits;
   t.max_terms = 8                 # chain_sum: most terms of a chain.
@@ -176,20 +185,20 @@ def get_config() -> ml_collections.ConfigDict:
   g.num_iterations = 1            # mu: passes over each rollout batch.
   g.mini_batch_size = 0           # completions per optimizer update; 0: the whole rollout batch.
   g.micro_batch_size = 0          # completions per forward/backward (gradient accumulation); 0: mini-batch.
-  g.advantage = "grpo"            # grpo_jax/algo/advantages.py's METHODS: grpo, dr_grpo, rloo, batch.
+  g.advantage = "grpo"            # how a group's rewards become advantages (grpo_jax/algo/advantages.py).
   g.std_ddof = 1                  # 0 or 1: ddof of the group std (TRL/Tunix: 1; population std: 0).
   g.advantage_eps = 1e-4          # added to the std before dividing.
-  g.policy_loss = "clipped"       # a name in grpo_jax.algo.registry (clipped, cispo, ...).
+  g.policy_loss = "clipped"       # the policy term (grpo_jax/algo/policy_losses.py, or your own: register_loss).
   g.epsilon_low = 0.2             # clip range below: the ratio is clipped at 1 - epsilon_low.
   g.epsilon_high = config_dict.placeholder(float)   # None: = epsilon_low (DAPO clip-higher: 0.28).
   g.delta = config_dict.placeholder(float)          # dual-clip cap on the ratio for negative advantages.
   g.importance_level = "token"    # "sequence": GSPO (use small epsilons, e.g. 3e-4 / 4e-4).
   g.cispo_epsilon_high = 5.0      # CISPO's upper truncation of the importance weight.
-  g.kl_estimator = "k3"           # grpo_jax/algo/kl.py's KL_ESTIMATORS: k1, k2, k3.
+  g.kl_estimator = "k3"           # the per-token KL estimator (grpo_jax/algo/kl.py).
   g.beta = 0.04                   # KL weight (DeepSeekMath 0.04); 0 skips the reference model entirely.
   g.entropy_coef = 0.0            # adds -entropy_coef * H per token.
   g.top_entropy_quantile = config_dict.placeholder(float)  # e.g. 0.2: gradient only on the top 20% entropy.
-  g.aggregation = "seq_mean_token_mean"             # grpo_jax/algo/aggregation.py's AGGREGATIONS.
+  g.aggregation = "seq_mean_token_mean"             # per-token losses to one scalar (grpo_jax/algo/aggregation.py).
   g.tis_cap = 0.0                 # truncated importance sampling: weight each token's policy term by
                                   # min(pi_old / pi_sampler, tis_cap) (TRL's default cap: 2); 0: off.
   g.ref_reset_every = 0           # reset the reference policy to the current one every N steps; 0: never.
@@ -273,6 +282,14 @@ def _choice(c, key, choices):
     _fail(key, f"{value!r} is not one of {list(choices)}")
 
 
+def _registered(c, key, registry):
+  """The value of `key` names an entry of `registry` (or, where it allows them, an import path)."""
+  try:
+    registry.get(_get(c, key))
+  except (ValueError, TypeError) as e:
+    _fail(key, str(e))
+
+
 def _get(c, key):
   for part in filter(None, key.split(".")):
     c = c[part]
@@ -325,12 +342,11 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   if c.grpo.group_size < 2:
     _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
   choices = named_choices()
-  for key in ("grpo.advantage", "grpo.importance_level", "grpo.kl_estimator", "grpo.aggregation",
-              "optim.schedule", "model.attention"):
+  for key in ("grpo.importance_level", "optim.schedule", "model.attention"):
     _choice(c, key, choices[key])
-  from grpo_jax.data import tasks as tasks_lib
-  if not tasks_lib.is_known_task(c.task.name):
-    _fail("task.name", f"{c.task.name!r} is not one of {list(tasks_lib.TASKS + tasks_lib.TASK_PATTERNS)}")
+  named = registries()
+  for key in ("grpo.advantage", "grpo.kl_estimator", "grpo.aggregation", "grpo.policy_loss", "task.name"):
+    _registered(c, key, named[key])
   _choice(c, "model.param_dtype", DTYPES)
   _choice(c, "model.dtype", DTYPES)
   if c.model.attention == "cudnn" and c.model.dtype == "float32":
@@ -424,11 +440,6 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
       reward_registry.get_reward(format_name)
     except (KeyError, ValueError) as e:
       _fail(f"reward_gates.{name}", f"unknown format reward {format_name!r} ({e})")
-  from grpo_jax.algo import registry as loss_registry
-  try:
-    loss_registry.get_loss(c.grpo.policy_loss)
-  except (KeyError, ValueError) as e:
-    _fail("grpo.policy_loss", f"{c.grpo.policy_loss!r}: {e}")
 
   if c.model.hf_path and not os.path.isdir(c.model.hf_path):
     _fail("model.hf_path", f"{c.model.hf_path!r} is not a directory (a Hugging Face checkpoint: config.json, "
@@ -488,11 +499,7 @@ def _validate_env(c) -> None:
   e = c.env
   if not e.name:
     return
-  from grpo_jax.envs import env_factory
-  try:
-    env_factory(e.name)
-  except ValueError as err:
-    _fail("env.name", str(err))
+  _registered(c, "env.name", registries()["env.name"])
   for key in ("env.max_turns", "env.max_episode_tokens", "env.max_observation_tokens"):
     _at_least(c, key, 1)
   if not e.step_timeout_s > 0:

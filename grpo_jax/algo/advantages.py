@@ -30,7 +30,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-METHODS = ("grpo", "dr_grpo", "rloo", "batch")
+from grpo_jax.registry import Registry
+
+# name -> scale(centered_RxG, std_ddof, eps) -> [R, 1]: Â = (R_i − R̄) / scale, except in all-equal groups (0).
+ADVANTAGE_METHODS = Registry("advantage method")
 
 
 def _groups_RxG(rewards, group_size) -> jax.Array:
@@ -83,6 +86,34 @@ def frac_reward_zero_std(rewards, group_size: int) -> jax.Array:
   return jnp.mean(group_stats(rewards, group_size).zero_std_R.astype(jnp.float32))
 
 
+@ADVANTAGE_METHODS.register("grpo")
+def _grpo_scale(centered_RxG, std_ddof, eps):
+  return _std(centered_RxG, std_ddof, axis=1)[:, None] + eps
+
+
+@ADVANTAGE_METHODS.register("dr_grpo")
+def _dr_grpo_scale(centered_RxG, std_ddof, eps):
+  return jnp.ones((centered_RxG.shape[0], 1), jnp.float32)
+
+
+@ADVANTAGE_METHODS.register("rloo")
+def _rloo_scale(centered_RxG, std_ddof, eps):
+  G = centered_RxG.shape[1]
+  if G < 2:
+    raise ValueError(f"rloo needs group_size >= 2 (the baseline is the mean of the other G-1 rewards), "
+                     f"got group_size={G}")
+  # R_i − mean_{j≠i} R_j = (G R_i − Σ_j R_j)/(G−1) = G/(G−1) · (R_i − R̄).
+  return jnp.full((centered_RxG.shape[0], 1), (G - 1) / G, jnp.float32)
+
+
+@ADVANTAGE_METHODS.register("batch")
+def _batch_scale(centered_RxG, std_ddof, eps):
+  return jnp.broadcast_to(_std(centered_RxG, std_ddof, axis=None) + eps, (centered_RxG.shape[0], 1))
+
+
+METHODS = tuple(ADVANTAGE_METHODS)  # the built-in methods, in the table's order
+
+
 def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof: int = 1,
                        eps: float = 1e-4) -> jax.Array:
   """Advantages [num_prompts * G] float32 from rewards [num_prompts * G] or [num_prompts, G].
@@ -90,28 +121,14 @@ def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof:
   Raises ValueError for an unknown method, a std_ddof other than 0/1, a negative eps, rewards that do not
   split into groups of `group_size`, and `rloo` with group_size < 2 (no leave-one-out baseline exists).
   """
-  if method not in METHODS:
-    raise ValueError(f"unknown advantage method {method!r}; expected one of {list(METHODS)}")
+  scale = ADVANTAGE_METHODS.get(method)
   _check_ddof(std_ddof)
   if isinstance(eps, (int, float)) and not eps >= 0:  # a traced eps cannot be checked here
     raise ValueError(f"eps must be >= 0, got {eps!r}")
-  if method == "rloo" and isinstance(group_size, int) and group_size < 2:
-    raise ValueError(f"rloo needs group_size >= 2 (the baseline is the mean of the other G-1 rewards), "
-                     f"got group_size={group_size}")
   r_RxG = _groups_RxG(rewards, group_size)
-  G = group_size
   centered_RxG = r_RxG - jnp.mean(r_RxG, axis=1, keepdims=True)
   all_equal_Rx1 = (jnp.max(r_RxG, axis=1) == jnp.min(r_RxG, axis=1))[:, None]
-
-  if method == "grpo":
-    scale_Rx1 = _std(centered_RxG, std_ddof, axis=1)[:, None] + eps
-  elif method == "dr_grpo":
-    scale_Rx1 = jnp.ones_like(all_equal_Rx1, jnp.float32)
-  elif method == "rloo":
-    # R_i − mean_{j≠i} R_j = (G R_i − Σ_j R_j)/(G−1) = G/(G−1) · (R_i − R̄).
-    scale_Rx1 = jnp.full_like(all_equal_Rx1, (G - 1) / G, jnp.float32)
-  else:  # batch
-    scale_Rx1 = jnp.broadcast_to(_std(centered_RxG, std_ddof, axis=None) + eps, all_equal_Rx1.shape)
+  scale_Rx1 = scale(centered_RxG, std_ddof, eps)
 
   # The select keeps equal groups at exactly 0 and the division free of 0/0 (eps may be 0).
   safe_scale_Rx1 = jnp.where(all_equal_Rx1 | (scale_Rx1 == 0), 1.0, scale_Rx1)

@@ -31,6 +31,11 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from grpo_jax.registry import Registry
+
+# name -> fn(loss_BxT, mask_BxT, max_completion_length) -> (sum, denominator)
+AGGREGATIONS = Registry("aggregation", objects=True)
+
 
 def _masked(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:
   return jnp.where(mask_BxT.astype(bool), x_BxT.astype(jnp.float32), 0.0)
@@ -40,6 +45,7 @@ def _lengths_B(mask_BxT: jax.Array) -> jax.Array:
   return jnp.sum(mask_BxT.astype(bool), axis=-1).astype(jnp.float32)
 
 
+@AGGREGATIONS.register("seq_mean_token_mean")
 def seq_mean_token_mean(loss_BxT, mask_BxT, max_completion_length=None):
   """(Σ_i mean_t ℓ_{i,t}, number of non-empty completions)."""
   del max_completion_length
@@ -48,12 +54,14 @@ def seq_mean_token_mean(loss_BxT, mask_BxT, max_completion_length=None):
   return jnp.sum(per_seq_B), jnp.sum(lengths_B > 0).astype(jnp.float32)
 
 
+@AGGREGATIONS.register("token_mean")
 def token_mean(loss_BxT, mask_BxT, max_completion_length=None):
   """(Σ_{i,t} ℓ_{i,t}, number of real tokens)."""
   del max_completion_length
   return jnp.sum(_masked(loss_BxT, mask_BxT)), jnp.sum(_lengths_B(mask_BxT))
 
 
+@AGGREGATIONS.register("seq_mean_token_sum_norm")
 def seq_mean_token_sum_norm(loss_BxT, mask_BxT, max_completion_length=None):
   """(Σ_{i,t} ℓ_{i,t}, number of non-empty completions × L_max): a length-independent constant normalizer."""
   L_max = mask_BxT.shape[-1] if max_completion_length is None else max_completion_length
@@ -61,20 +69,9 @@ def seq_mean_token_sum_norm(loss_BxT, mask_BxT, max_completion_length=None):
   return jnp.sum(_masked(loss_BxT, mask_BxT)), num_seqs * float(L_max)
 
 
-AGGREGATIONS: dict[str, Callable] = {
-    "seq_mean_token_mean": seq_mean_token_mean,
-    "token_mean": token_mean,
-    "seq_mean_token_sum_norm": seq_mean_token_sum_norm,
-}
-
-
 def get_aggregation(name_or_fn: str | Callable) -> Callable:
   """The mode called `name_or_fn`, or a function `fn(loss_BxT, mask_BxT, max_completion_length) -> (sum, denom)`."""
-  if callable(name_or_fn):
-    return name_or_fn
-  if name_or_fn not in AGGREGATIONS:
-    raise ValueError(f"unknown aggregation {name_or_fn!r}; expected one of {sorted(AGGREGATIONS)}")
-  return AGGREGATIONS[name_or_fn]
+  return AGGREGATIONS.get(name_or_fn)
 
 
 def aggregate(name_or_fn, loss_BxT, mask_BxT, max_completion_length=None):

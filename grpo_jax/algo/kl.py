@@ -25,18 +25,26 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from grpo_jax.registry import Registry
 
+# name -> fn(logp, ref_logp) -> per-token kl
+KL_ESTIMATORS = Registry("KL estimator", objects=True)
+
+
+@KL_ESTIMATORS.register("k1")
 def k1(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   """log π_θ − log π_ref: the plain log-ratio (k1 in docs/algorithms.md §4)."""
   return logp - ref_logp
 
 
+@KL_ESTIMATORS.register("k2")
 def k2(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   """½ (log π_ref − log π_θ)²."""
   d = ref_logp - logp
   return 0.5 * d * d
 
 
+@KL_ESTIMATORS.register("k3")
 def k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   """exp(d) − d − 1 with d = log π_ref − log π_θ (DeepSeekMath Eq. 4)."""
   d = ref_logp - logp
@@ -46,14 +54,6 @@ def k3(logp: jax.Array, ref_logp: jax.Array) -> jax.Array:
   return jnp.where(small, series, jnp.expm1(d) - d)
 
 
-KL_ESTIMATORS: dict[str, Callable] = {"k1": k1, "k2": k2, "k3": k3}
-
-
 def get_kl_estimator(name_or_fn: str | Callable) -> Callable:
   """The estimator called `name_or_fn` ("k1", "k2", "k3"), or a function `fn(logp, ref_logp) -> kl` itself."""
-  if callable(name_or_fn):
-    return name_or_fn
-  if name_or_fn not in KL_ESTIMATORS:
-    raise ValueError(f"unknown KL estimator {name_or_fn!r}; expected one of {sorted(KL_ESTIMATORS)} "
-                     "or a function fn(logp, ref_logp) -> per-token kl")
-  return KL_ESTIMATORS[name_or_fn]
+  return KL_ESTIMATORS.get(name_or_fn)

@@ -22,50 +22,21 @@ from __future__ import annotations
 
 from typing import Callable
 
-from grpo_jax.rewards.registry import same_definition
+from grpo_jax.registry import Registry
 
-_LOSSES: dict[str, Callable] = {}
+LOSSES = Registry("policy loss", builtins="grpo_jax.algo.policy_losses", objects=True)
 
 
 def register_loss(name: str, *, overwrite: bool = False):
-  """Decorator that registers `fn` under `name` and returns it unchanged.
-
-  A name can be taken once; re-registering it raises unless `overwrite=True`, or unless the new function has
-  the same module and qualified name as the old one (re-running a notebook cell redefines the function).
-  """
-  if not isinstance(name, str) or not name:
-    raise ValueError(f"loss name must be a non-empty string, got {name!r}")
-
-  def decorator(fn: Callable) -> Callable:
-    if not callable(fn):
-      raise TypeError(f"register_loss({name!r}) expects a function, got {type(fn).__name__}")
-    old = _LOSSES.get(name)
-    if old is not None and old is not fn and not (overwrite or same_definition(old, fn)):
-      raise ValueError(f"a policy loss named {name!r} is already registered ({old!r}); "
-                       "pass overwrite=True to replace it")
-    _LOSSES[name] = fn
-    return fn
-
-  return decorator
-
-
-def _ensure_builtins():
-  # The built-in losses register themselves when their module is imported.
-  from grpo_jax.algo import policy_losses  # noqa: F401
+  """Decorator that registers `fn` under `name` and returns it unchanged (`Registry.register`'s rules)."""
+  return LOSSES.register(name, overwrite=overwrite)
 
 
 def get_loss(name_or_fn: str | Callable) -> Callable:
   """The registered loss called `name_or_fn`, or `name_or_fn` itself when it is already a function."""
-  if callable(name_or_fn):
-    return name_or_fn
-  _ensure_builtins()
-  if not isinstance(name_or_fn, str) or name_or_fn not in _LOSSES:
-    raise ValueError(f"unknown policy loss {name_or_fn!r}; registered losses: {list_losses()} "
-                     "(or pass a function)")
-  return _LOSSES[name_or_fn]
+  return LOSSES.get(name_or_fn)
 
 
 def list_losses() -> list[str]:
   """Sorted names of all registered policy losses."""
-  _ensure_builtins()
-  return sorted(_LOSSES)
+  return LOSSES.names()

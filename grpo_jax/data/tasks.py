@@ -25,6 +25,8 @@ Tasks (`config.task.name`):
   "word_arithmetic"  sums asked in English ("What is 37 + 45?", `word_arithmetic.py`), generated in memory and
               served like dataset rows (chat template, checkpoint's tokenizer), for instruct models.
 
+Each name is a builder registered in `TASKS` (`@register_task("name") def build(config, tokenizer, log)`).
+
 A task may also offer `transfer_sets` (names) and `transfer_rows(name, n)`: further held-out sets
 (`config.task.transfer`), never trained on, evaluated at the start and the end of a run to measure whether what
 was learned carries over.
@@ -40,10 +42,12 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.datasets import load_train_heldout, rows_in_memory, split_rows
 from grpo_jax.data.synthetic import AdditionTask, ChainSumTask, ToolArithmeticTask
 from grpo_jax.data.templates import tokenize_prompts
+from grpo_jax.registry import Registry
 
-TASKS = ("addition", "chain_sum", "dataset", "tool_arithmetic", "word_arithmetic")
-# Task names by pattern: any reasoning-gym dataset ("reasoning_gym:leg_counting", "reasoning_gym:composite").
-TASK_PATTERNS = (reasoning_gym.PREFIX + "<dataset>",)
+# name -> builder(config, tokenizer, log) -> task; tokenizer: the checkpoint's (config.model.hf_path) or None. The
+# dataset builder also takes the rows of a notebook's train_dataset / eval_dataset.
+TASKS = Registry("task")
+register_task = TASKS.register
 # Special tokens that end an assistant turn or a document in common checkpoints (Qwen/ChatML, Llama 3, Gemma). An
 # instruct model ends its answer with the end-of-turn token, which need not be the tokenizer's eos.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>")
@@ -165,78 +169,94 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
   t = config.task
   if train_rows is not None and t.name != "dataset":
     raise ValueError(f"a train_dataset needs config.task.name = 'dataset', not {t.name!r}")
+  build = TASKS.get(t.name)
   tokenizer = load_hf_tokenizer(config.model.hf_path) if config.model.hf_path else None
-  if t.name == "addition":
-    task = AdditionTask(t.num_digits, t.heldout_fraction, config.seed)
-    if tokenizer is not None:
-      task.tokenizer = tokenizer
-    return task
-  if t.name == "chain_sum":
-    if tokenizer is not None:
-      raise ValueError("config.model.hf_path: the chain_sum task uses its own character tokenizer; leave it empty")
-    return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, config.seed, t.scratchpad_fraction)
-  if t.name == "tool_arithmetic":
-    if tokenizer is not None:
-      raise ValueError("config.model.hf_path: the tool_arithmetic task uses its own character tokenizer; leave it "
-                       "empty")
-    return ToolArithmeticTask(t.heldout_fraction, config.seed, t.tool_fraction)
-  if t.name == "dataset":
-    if tokenizer is None:
-      raise ValueError("config.model.hf_path: the dataset task needs a checkpoint directory (its tokenizer "
-                       "encodes the prompts)")
-    field_map = _plain_dict(t.field_map) or None
-    if train_rows is not None:
-      source = "train_dataset"
-      train = rows_in_memory(train_rows, source, field_map)
-      if heldout_rows is not None:
-        heldout = rows_in_memory(heldout_rows, "eval_dataset", field_map)
-      else:
-        train, heldout = split_rows(train, t.heldout_fraction, config.seed)
-    else:
-      source = t.train_path
-      train, heldout = load_train_heldout(
-          t.train_path, t.heldout_path or None, field_map=field_map,
-          heldout_fraction=0.0 if t.heldout_path else t.heldout_fraction, seed=config.seed,
-          train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
-    task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
-                       template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                       seed=config.seed, source=source)
-    dropped = task.num_dropped
-    log(f"[data] {source}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
-        f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
-        f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
-    return task
-  if t.name == "word_arithmetic":
-    if tokenizer is None:
-      raise ValueError("config.model.hf_path: the word_arithmetic task needs a checkpoint directory (its tokenizer "
-                       "and chat template)")
-    # The plain template (base models): few-shot equations to continue; otherwise the English question.
-    style = "few_shot" if t.template == "plain" else "question"
-    train, heldout = word_arithmetic.split(t.num_digits, t.heldout_fraction, style)
-    transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size,
-                                                    style)
-                for name in transfer_names(config)}
-    task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
-                       template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                       seed=config.seed, source="word_arithmetic", transfer=transfer)
-    log(f"[data] word_arithmetic: {task.num_train} train / {task.num_heldout} held-out prompts"
-        + (f", transfer sets {', '.join(task.transfer_sets)}" if task.transfer_sets else ""))
-    return task
-  if reasoning_gym.is_gym_task(t.name):
-    return _make_gym_task(config, tokenizer, log)
-  raise ValueError(f"config.task.name: unknown task {t.name!r} (known: {', '.join(TASKS + TASK_PATTERNS)})")
+  rows = {} if train_rows is None else {"train_rows": train_rows, "heldout_rows": heldout_rows}
+  return build(config, tokenizer, log, **rows)
 
 
-def is_known_task(name: str) -> bool:
-  """A name of TASKS, or one that matches TASK_PATTERNS (whether its dataset exists is checked later)."""
-  return name in TASKS or reasoning_gym.is_gym_task(name)
+def _no_tokenizer(name: str, tokenizer) -> None:
+  if tokenizer is not None:
+    raise ValueError(f"config.model.hf_path: the {name} task uses its own character tokenizer; leave it empty")
 
 
-def _make_gym_task(config, tokenizer, log: Callable[[str], None]) -> DatasetTask:
-  t = config.task
+def _needs_tokenizer(name: str, tokenizer, what: str = "its tokenizer encodes the prompts") -> None:
   if tokenizer is None:
-    raise ValueError(f"config.model.hf_path: the {t.name} task needs a checkpoint directory (its tokenizer "
-                     "encodes the prompts)")
+    raise ValueError(f"config.model.hf_path: the {name} task needs a checkpoint directory ({what})")
+
+
+@register_task("addition")
+def _addition(config, tokenizer, log):
+  t = config.task
+  task = AdditionTask(t.num_digits, t.heldout_fraction, config.seed)
+  if tokenizer is not None:
+    task.tokenizer = tokenizer
+  return task
+
+
+@register_task("chain_sum")
+def _chain_sum(config, tokenizer, log):
+  t = config.task
+  _no_tokenizer("chain_sum", tokenizer)
+  return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, config.seed, t.scratchpad_fraction)
+
+
+@register_task("tool_arithmetic")
+def _tool_arithmetic(config, tokenizer, log):
+  t = config.task
+  _no_tokenizer("tool_arithmetic", tokenizer)
+  return ToolArithmeticTask(t.heldout_fraction, config.seed, t.tool_fraction)
+
+
+@register_task("dataset")
+def _dataset(config, tokenizer, log, train_rows=None, heldout_rows=None):
+  t = config.task
+  _needs_tokenizer("dataset", tokenizer)
+  field_map = _plain_dict(t.field_map) or None
+  if train_rows is not None:
+    source = "train_dataset"
+    train = rows_in_memory(train_rows, source, field_map)
+    if heldout_rows is not None:
+      heldout = rows_in_memory(heldout_rows, "eval_dataset", field_map)
+    else:
+      train, heldout = split_rows(train, t.heldout_fraction, config.seed)
+  else:
+    source = t.train_path
+    train, heldout = load_train_heldout(
+        t.train_path, t.heldout_path or None, field_map=field_map,
+        heldout_fraction=0.0 if t.heldout_path else t.heldout_fraction, seed=config.seed,
+        train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
+  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                     template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                     seed=config.seed, source=source)
+  dropped = task.num_dropped
+  log(f"[data] {source}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
+      f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
+      f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+  return task
+
+
+@register_task("word_arithmetic")
+def _word_arithmetic(config, tokenizer, log):
+  t = config.task
+  _needs_tokenizer("word_arithmetic", tokenizer, "its tokenizer and chat template")
+  # The plain template (base models): few-shot equations to continue; otherwise the English question.
+  style = "few_shot" if t.template == "plain" else "question"
+  train, heldout = word_arithmetic.split(t.num_digits, t.heldout_fraction, style)
+  transfer = {name: word_arithmetic.transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size, style)
+              for name in transfer_names(config)}
+  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                     template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                     seed=config.seed, source="word_arithmetic", transfer=transfer)
+  log(f"[data] word_arithmetic: {task.num_train} train / {task.num_heldout} held-out prompts"
+      + (f", transfer sets {', '.join(task.transfer_sets)}" if task.transfer_sets else ""))
+  return task
+
+
+@register_task(reasoning_gym.PREFIX + "<dataset>")  # any reasoning-gym dataset: "reasoning_gym:leg_counting"
+def _reasoning_gym(config, tokenizer, log) -> DatasetTask:
+  t = config.task
+  _needs_tokenizer(t.name, tokenizer)
   data = reasoning_gym.split(t.name, t.options, train_seed=t.train_seed, train_size=t.train_size,
                              heldout_seed=t.heldout_seed, heldout_size=t.heldout_size, answer_only=t.answer_only)
   if not data.heldout:

@@ -13,10 +13,10 @@ gives the whole episode one group-relative advantage, shared by every policy tok
 from __future__ import annotations
 
 import abc
-import importlib
 from typing import Callable, NamedTuple
 
 from grpo_jax.data.text import encode_text
+from grpo_jax.registry import Registry
 
 
 class StepResult(NamedTuple):
@@ -40,33 +40,19 @@ class Environment(abc.ABC):
     """The environment's answer to the policy's message (its text without the stop token)."""
 
 
-ENVIRONMENTS: dict[str, Callable[[], Environment]] = {}
+ENVIRONMENTS = Registry("environment", import_paths=True)
 
 
-def register_env(name: str):
+def register_env(name: str, *, overwrite: bool = False):
   """Decorator: `@register_env("calculator") class Calculator(Environment): ...` makes `env.name` accept it
   (an environment outside grpo_jax can also be named by its import path, `env.name = "pkg.module:Class"`)."""
-  def wrap(factory):
-    if name in ENVIRONMENTS:
-      raise ValueError(f"environment {name!r} is already registered")
-    ENVIRONMENTS[name] = factory
-    return factory
-  return wrap
+  return ENVIRONMENTS.register(name, overwrite=overwrite)
 
 
 def env_factory(name: str) -> Callable[[], Environment]:
   """A registered environment's factory, or the one at an import path "package.module:Class" (a callable of no
   arguments returning an `Environment`)."""
-  if name in ENVIRONMENTS:
-    return ENVIRONMENTS[name]
-  if ":" in name:
-    module_name, _, attr = name.partition(":")
-    try:
-      return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as e:
-      raise ValueError(f"config.env.name: cannot import environment {name!r}: {e}") from e
-  raise ValueError(f"config.env.name: unknown environment {name!r} (registered: {', '.join(sorted(ENVIRONMENTS))}; "
-                   "or an import path 'package.module:Class')")
+  return ENVIRONMENTS.get(name)
 
 
 def stop_token_ids(env: Environment, tokenizer) -> tuple[int, ...]:

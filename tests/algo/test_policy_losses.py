@@ -121,7 +121,8 @@ def test_registry_by_name_and_by_object():
 
   with pytest.raises(ValueError, match="'clipped' is already registered"):
     registry.register_loss("clipped")(lambda inputs, cfg: None)
-  with pytest.raises(ValueError, match=r"unknown policy loss 'clipd'; registered losses: \[.*'clipped'"):
+  with pytest.raises(ValueError, match=r"unknown policy loss 'clipd', not one of \[.*'clipped'.*"
+                                       r"did you mean 'clipped'"):
     grpo_loss(x, LossConfig(policy_loss="clipd"))
   registry.register_loss("test_half_clipped", overwrite=True)(_unclipped)
   assert registry.get_loss("test_half_clipped") is _unclipped

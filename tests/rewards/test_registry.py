@@ -16,7 +16,7 @@ def test_callable_passes_through_and_import_path_resolves():
 
 
 def test_register_and_duplicate_names(monkeypatch):
-  monkeypatch.setattr(registry, "_REWARDS", dict(registry._REWARDS))
+  monkeypatch.setattr(registry.REWARDS, "_entries", dict(registry.REWARDS._entries))
 
   @register_reward("my_len")
   def my_len(prompts, completions, **cols):
