@@ -85,6 +85,10 @@ def parse_price(text: str) -> tuple[str, float]:
   return label.strip(), number
 
 
+def _seconds(s: float) -> str:
+  return f"{s:,.0f}" if s >= 100 else f"{s:g}"
+
+
 def _duration(hours: float) -> str:
   minutes = round(hours * 60)
   return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
@@ -97,7 +101,7 @@ def table(members: int, member_s: float, prices: list[tuple[str, float]], per_no
            "|---|---|---|---|---|---|"]
   for label, price in prices:
     e = estimate(members, member_s, price, per_node, nodes, head_price)
-    lines.append(f"| {label} | {price:.4g} | {e.node_hours:.1f} | {_duration(e.wall_h)} | "
+    lines.append(f"| {label} | {price:g} | {e.node_hours:.1f} | {_duration(e.wall_h)} | "
                  f"${e.cost_busy:,.2f} | ${e.cost_held:,.2f} |")
   return "\n".join(lines)
 
@@ -121,8 +125,8 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   try:
     member_s = member_seconds(args.steps, args.step_s, args.overhead_s, args.member_s)
-    print(f"{args.members} members x {member_s:,.0f} s each ({_duration(member_s / 3600)}), "
-          f"{args.per_node} per node")
+    took = f" ({_duration(member_s / 3600)})" if member_s >= 60 else ""
+    print(f"{args.members} members x {_seconds(member_s)} s each{took}, {args.per_node} per node")
     print()
     print(table(args.members, member_s, args.price, args.per_node, args.nodes, args.head_price))
     if args.compare:
@@ -137,7 +141,7 @@ def main(argv=None) -> int:
                                  args.per_node)
         where = (f"{step:.1f} s per step ({step / args.step_s:.1f}x the measured {args.step_s:g} s)" if step > 0
                  else "never (the overhead alone costs more)")
-        print(f"| {label} | {price:.4g} | {where} |")
+        print(f"| {label} | {price:g} | {where} |")
   except ValueError as e:
     print(f"study_cost.py: error: {e}", file=sys.stderr)
     return 2
