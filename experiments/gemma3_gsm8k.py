@@ -67,6 +67,8 @@ Memory (scripts/memory_estimate.py; an estimate, not a measurement): 14.8 GiB pe
 (float32, LoRA r64 on all 7 projections: 52M trainable parameters; no remat, as Tunix's default):
   python scripts/memory_estimate.py --model gemma3-1b --param-dtype float32 --dtype float32 --sampler-batch 2 \\
       --prompt-len 256 --new-tokens 768 --micro-batch 2 --prompt-repeats 2 --lora-rank 64
+XLA's own count for the compiled update, on the CPU: 20.0 GiB (`python benchmarks/memory_fit.py --recipe
+experiments/gemma3_gsm8k.py --model gemma3-1b`, random weights of the 1B shape; 358 s to compile on 2 cores).
 """
 import os
 
