@@ -10,3 +10,5 @@ from grpo_jax.rewards.format_rewards import (format_lenient, format_strict, gate
 from grpo_jax.rewards.countdown import countdown, evaluate_expression, make_countdown_reward
 from grpo_jax.rewards.overlong import make_overlong_reward, soft_overlong_penalty
 from grpo_jax.rewards.reasoning_gym import reasoning_gym_score
+from grpo_jax.rewards.reasoning_tags import (reasoning_answer_graded, reasoning_answer_number, reasoning_format,
+                                             reasoning_format_tags)

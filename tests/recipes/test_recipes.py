@@ -21,6 +21,10 @@ RECIPES = {
     "gym": {"rewards": ("reasoning_gym",), "prompt_start": "<|im_start|>system\nGive only the final answer"},
     "gemma3_arithmetic": {"rewards": ("first_line_match",), "prompt_start": "<bos>23 + 41 = 64\n",
                           "checkpoint": "gemma3_checkpoint"},
+    "gemma3_gsm8k": {"rewards": ("reasoning_format", "reasoning_format_tags", "reasoning_answer_graded",
+                                 "reasoning_answer_number"),
+                     "prompt_start": "<bos><start_of_turn>user\nYou are given a problem.",
+                     "checkpoint": "gemma3_checkpoint"},
 }
 # What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
