@@ -427,6 +427,40 @@ def configured_rewards(c) -> dict[str, float]:
 # Old field name -> new one. A config that sets an old name still works: `validate` moves the value to the new
 # field with a DeprecationWarning, and a resume compares a saved config's old names as the new ones.
 RENAMED = {"task.holdout_fraction": "task.heldout_fraction"}
+# Removed key -> what to use instead. The key no longer exists, so setting it is an error naming the replacement
+# (`unknown_key_message`); a saved config.json that has it still reads (`saved_with_defaults` keeps the value, a
+# resume ignores keys the code no longer has).
+REMOVED: dict[str, str] = {}
+
+
+def keys(config=None) -> list[str]:
+  """Every key of the config (default: the base config), dotted, sections included."""
+  out = []
+
+  def walk(node, prefix):
+    for key, value in node.items():
+      out.append(prefix + key)
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value, f"{prefix}{key}.")
+
+  walk(get_config() if config is None else config, "")
+  return out
+
+
+def unknown_key_message(key: str) -> str:
+  """One line for a key the config does not have: its replacement (RENAMED, REMOVED), else the closest keys."""
+  import difflib
+  if key in RENAMED:
+    return f"config.{key} was renamed config.{RENAMED[key]}"
+  if key in REMOVED:
+    return f"config.{key} was removed: {REMOVED[key]}"
+  sections = ("rewards", "reward_gates", "task.field_map", "task.options")  # name -> value maps, set whole
+  known = [k for k in keys() if not isinstance(_get(get_config(), k), ml_collections.ConfigDict) or k in sections]
+  leaf = key.rsplit(".", 1)[-1]
+  close = [k for k in known if k.rsplit(".", 1)[-1] == leaf]  # the same name in another section
+  close += [k for k in difflib.get_close_matches(key, known, n=3, cutoff=0.6) if k not in close]
+  hint = f"; did you mean {' or '.join(f'config.{k}' for k in close[:3])}?" if close else ""
+  return (f"config.{key}: no such key{hint} (every key and its default: docs/config.md)")
 
 
 def apply_renamed(config) -> None:

@@ -157,3 +157,13 @@ def test_a_saved_config_gets_the_fields_it_predates_at_their_defaults():
   config = config_lib.saved_with_defaults(saved)
   assert config.env.name == "" and config.model.lora_rank == 0 and config.num_steps == 7
   assert dict(config.rewards) == {"gsm8k_accuracy": 1.0} and config.optim.learning_rate == 1
+
+
+def test_an_unknown_key_gets_its_replacement_or_the_closest_keys(monkeypatch):
+  message = config_lib.unknown_key_message
+  assert message("task.holdout_fraction") == "config.task.holdout_fraction was renamed config.task.heldout_fraction"
+  monkeypatch.setitem(config_lib.REMOVED, "grpo.clip", "use grpo.epsilon_low and grpo.epsilon_high")
+  assert message("grpo.clip") == "config.grpo.clip was removed: use grpo.epsilon_low and grpo.epsilon_high"
+  assert "did you mean config.optim.eps?" in message("eps")
+  assert "did you mean" not in message("grpo.zzz") and "\n" not in message("grpo.epsilon")
+  assert "optim.learning_rate" in config_lib.keys() and "optim" in config_lib.keys()
