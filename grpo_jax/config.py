@@ -3,7 +3,9 @@
 Experiment files (`experiments/NAME.py`) start from `get_config()` and change what they need; the launcher
 locks the result, so a misspelt key on the command line (`--config.grpo.betta=0`) is an error, and
 ml_collections rejects values of the wrong type (`--config.num_steps=abc`). `validate(config)` then checks
-the values and their consistency, before anything is compiled, and names the offending key.
+the values, before anything is compiled: each section by the module that consumes it (`validate_config` in
+grpo_jax/train/optim.py, grpo_jax/sampling/config.py, ...), then the values that must agree across sections;
+an error reads `config.<key>=<value>: <what is allowed>` (grpo_jax/config_checks.py).
 
 Units: a "step" is one GRPO iteration (sample a rollout batch, then `num_iterations` passes of mini-batch
 updates over it). An "update" is one optimizer step. Batch sizes count completions unless they say prompts.
@@ -11,17 +13,12 @@ updates over it). An "update" is one optimizer step. Batch sizes count completio
 from __future__ import annotations
 
 import math
-
-import os
 from typing import Sequence
 
 import ml_collections
 from ml_collections import config_dict
 
-from grpo_jax.errors import ConfigError
-
-DTYPES = ("float32", "bfloat16", "float16")
-
+from grpo_jax.config_checks import Section, fail
 
 def registries() -> dict:
   """Config field -> the `grpo_jax.registry.Registry` of the names it takes (the single source of those names,
@@ -33,16 +30,6 @@ def registries() -> dict:
   return {"grpo.advantage": advantages.ADVANTAGE_METHODS, "grpo.kl_estimator": kl.KL_ESTIMATORS,
           "grpo.aggregation": aggregation.AGGREGATIONS, "grpo.policy_loss": losses.LOSSES, "task.name": tasks.TASKS,
           "env.name": ENVIRONMENTS, "rewards": rewards.REWARDS}
-
-
-def named_choices() -> dict[str, tuple[str, ...]]:
-  """Config field -> its allowed modes, asked of the modules that implement them (the single source)."""
-  from grpo_jax.algo import objective
-  from grpo_jax.data import templates
-  from grpo_jax.model import config as model_config
-  from grpo_jax.train import optim
-  return {"grpo.importance_level": tuple(objective.IMPORTANCE_LEVELS), "optim.schedule": tuple(optim.SCHEDULES),
-          "task.template": tuple(templates.TEMPLATES), "model.attention": tuple(model_config.ATTENTION)}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -272,33 +259,10 @@ def get_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _fail(key: str, msg: str):
-  raise ConfigError(f"config.{key}: {msg}")
-
-
-def _choice(c, key, choices):
-  value = _get(c, key)
-  if value not in choices:
-    _fail(key, f"{value!r} is not one of {list(choices)}")
-
-
-def _registered(c, key, registry):
-  """The value of `key` names an entry of `registry` (or, where it allows them, an import path)."""
-  try:
-    registry.get(_get(c, key))
-  except (ValueError, TypeError) as e:
-    _fail(key, str(e))
-
-
 def _get(c, key):
   for part in filter(None, key.split(".")):
     c = c[part]
   return c
-
-
-def _at_least(c, key, low):
-  if _get(c, key) < low:
-    _fail(key, f"must be >= {low}, got {_get(c, key)}")
 
 
 def rollout_batch_size(config) -> int:
@@ -322,192 +286,119 @@ def prompt_repeats(config) -> int:
 
 
 def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence[str] = ()) -> None:
-  """Checks values and their consistency; raises ValueError naming the key. Runs before any compile. Values
-  set under an old field name are moved to the new one first (`apply_renamed`). What a notebook passes to
-  `train` besides the config (grpo_jax/train/inputs.py): `in_memory_dataset`, the dataset task's rows come from
-  `train_dataset` rather than task.train_path; `reward_callables`, the names of its reward callables."""
+  """Checks values and their consistency before any compile; raises ConfigError (a ValueError) as
+  `config.<key>=<value>: <what is allowed>`. First values set under an old key move to the new one
+  (`apply_renamed`), then each section is checked by the module that consumes it, then the checks across
+  sections. What a notebook passes to `train` besides the config (grpo_jax/train/inputs.py): `in_memory_dataset`,
+  the dataset task's rows come from `train_dataset` rather than task.train_path; `reward_callables`, the names of
+  its reward callables."""
+  from grpo_jax import envs, precision
+  from grpo_jax.algo import advantages, objective
+  from grpo_jax.data import tasks
+  from grpo_jax.model import config as model_config, lora
+  from grpo_jax.sampling import config as sampling_config
+  from grpo_jax.train import distributed, optim, warmstart
   c = config
   apply_renamed(c)
-  for key in ("num_steps", "grpo.prompts_per_step", "grpo.num_iterations", "sampling.max_prompt_length",
-              "sampling.max_new_tokens", "eval.size", "eval.batch_size", "checkpoint.every",
-              "checkpoint.keep", "log.every", "log.samples_every", "warmstart.batch_size",
-              "warmstart.max_steps", "warmstart.eval_every", "eval.every", "model.logprob_chunk_size",
-              "grpo.dynamic_sampling_max_rounds", "grpo.length_buckets"):
-    _at_least(c, key, 1)
-  for key in ("grpo.mini_batch_size", "grpo.micro_batch_size", "grpo.ref_reset_every", "grpo.overlong_buffer",
-              "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip_norm", "grpo.beta",
-              "grpo.entropy_coef", "grpo.epsilon_low", "grpo.tis_cap", "sampling.top_k", "eval.pass_k",
-              "log.num_samples", "model.vocab_size", "mesh.fsdp", "mesh.tensor"):
-    _at_least(c, key, 0)
-  if c.grpo.group_size < 2:
-    _fail("grpo.group_size", f"must be >= 2 (advantages are relative within a group), got {c.grpo.group_size}")
-  choices = named_choices()
-  for key in ("grpo.importance_level", "optim.schedule", "model.attention"):
-    _choice(c, key, choices[key])
-  named = registries()
-  for key in ("grpo.advantage", "grpo.kl_estimator", "grpo.aggregation", "grpo.policy_loss", "task.name"):
-    _registered(c, key, named[key])
-  _choice(c, "model.param_dtype", DTYPES)
-  _choice(c, "model.dtype", DTYPES)
-  if c.model.attention == "cudnn" and c.model.dtype == "float32":
-    _fail("model.attention", "'cudnn' (flash attention) needs model.dtype bfloat16 or float16, not float32")
-  _validate_lora(c)
-  _choice(c, "distributed.enabled", ("auto", "yes", "no"))
-  from grpo_jax.precision import MATMUL_PRECISIONS
-  _choice(c, "precision.matmul", MATMUL_PRECISIONS)
-  _choice(c, "log.wandb_mode", ("online", "offline"))
-  if c.task.name == "dataset":
-    _validate_dataset_task(c, in_memory_dataset)
-  from grpo_jax.data import reasoning_gym
-  if reasoning_gym.is_gym_task(c.task.name):
-    reasoning_gym.validate_config(c)
-    _validate_rendered_task(c)
-  elif c.task.options:
-    _fail("task.options", f"only reasoning_gym tasks take options, not {c.task.name!r}")
-  elif c.task.answer_only:
-    _fail("task.answer_only", f"only reasoning_gym tasks have an answer-only mode, not {c.task.name!r}")
-  if c.task.name == "chain_sum":
-    _validate_chain_sum_task(c)
-  if c.task.name == "tool_arithmetic" and not 0 <= c.task.tool_fraction <= 1:
-    _fail("task.tool_fraction", f"must be in [0, 1], got {c.task.tool_fraction}")
-  _validate_env(c)
-  if c.task.name == "word_arithmetic":
-    if not c.model.hf_path:
-      _fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
-            "and chat template)")
-    from grpo_jax.data.tasks import transfer_names
-    from grpo_jax.data.word_arithmetic import TRANSFER_SETS
-    for name in transfer_names(c):
-      if name not in TRANSFER_SETS:
-        _fail("task.transfer", f"{name!r} is not one of {list(TRANSFER_SETS)}")
-  elif c.task.transfer:
-    _fail("task.transfer", f"only the word_arithmetic task has transfer sets, not {c.task.name!r}")
-  _choice(c, "grpo.std_ddof", (0, 1))
-  _choice(c, "reward_isolation", ("process", "thread"))
-  for key in ("sampling.temperature", "eval.pass_k_temperature", "optim.learning_rate",
-              "warmstart.learning_rate", "grpo.advantage_eps", "reward_timeout_s"):
-    if not _get(c, key) > 0:
-      _fail(key, f"must be > 0, got {_get(c, key)}")
-  if not 0 < c.sampling.top_p <= 1:
-    _fail("sampling.top_p", f"must be in (0, 1], got {c.sampling.top_p}")
-  if c.grpo.epsilon_high is not None and c.grpo.epsilon_high < 0:
-    _fail("grpo.epsilon_high", f"must be >= 0 or None, got {c.grpo.epsilon_high}")
-  if c.grpo.delta is not None and c.grpo.delta <= 1:
-    _fail("grpo.delta", f"the dual-clip cap must be > 1 (e.g. 3), got {c.grpo.delta}")
-  q = c.grpo.top_entropy_quantile
-  if q is not None and not 0 < q <= 1:
-    _fail("grpo.top_entropy_quantile", f"must be in (0, 1] or None, got {q}")
-  if not 0 <= c.optim.min_lr_ratio <= 1:
-    _fail("optim.min_lr_ratio", f"must be in [0, 1], got {c.optim.min_lr_ratio}")
-  if not 0 < c.task.heldout_fraction < 1:
-    _fail("task.heldout_fraction", f"must be in (0, 1), got {c.task.heldout_fraction}")
-  if c.warmstart.init_checkpoint and not os.path.isdir(c.warmstart.init_checkpoint):
-    _fail("warmstart.init_checkpoint", f"{c.warmstart.init_checkpoint!r} is not a directory (another run's workdir)")
-  if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
-    _fail("grpo.overlong_buffer", f"{c.grpo.overlong_buffer} must be <= sampling.max_new_tokens="
-          f"{c.sampling.max_new_tokens}")
+  _validate_run(c)
+  sampling_config.validate_config(c.sampling)
+  _validate_step(c.grpo)
+  advantages.validate_config(c.grpo)
+  objective.validate_config(c.grpo)
+  optim.validate_config(c.optim)
+  warmstart.validate_config(c.warmstart)
+  _validate_loop(c)
+  precision.validate_config(c.precision)
+  distributed.validate_config(c.distributed)
+  tasks.validate_config(c, in_memory_dataset)
+  envs.validate_config(c.env)
+  _validate_rewards(c, reward_callables)
+  model_config.validate_config(c.model)  # after the task's checks: those say what model.hf_path it needs
+  lora.validate_config(c.model)
+  _validate_across_sections(c)
 
-  B = rollout_batch_size(c)
-  mini = mini_batch_size(c)
-  if B % mini:
-    _fail("grpo.mini_batch_size", f"{mini} does not divide the rollout batch prompts_per_step * group_size "
-          f"= {c.grpo.prompts_per_step} * {c.grpo.group_size} = {B}")
-  micro = micro_batch_size(c)
-  if mini % micro:
-    _fail("grpo.micro_batch_size", f"{micro} does not divide the mini-batch size {mini}")
 
+def _validate_run(c) -> None:
+  """The run's own top-level keys (the rewards: `_validate_rewards`)."""
+  s = Section(c)
+  s.at_least(1, "num_steps")
+  s.one_of("reward_isolation", ("process", "thread"))
+  s.positive("reward_timeout_s")
+
+
+def _validate_step(grpo) -> None:
+  """The keys of `config.grpo` that shape a GRPO step (batch sizes, iterations, buckets, the reference's resets,
+  DAPO's dynamic sampling and overlong penalty); its loss and advantage keys are grpo_jax/algo's."""
+  s = Section(grpo, "grpo")
+  s.at_least(2, "group_size", why=" (advantages are relative within a group)")
+  s.at_least(1, "prompts_per_step", "num_iterations", "dynamic_sampling_max_rounds", "length_buckets")
+  s.at_least(0, "mini_batch_size", "micro_batch_size", "ref_reset_every", "overlong_buffer")
+
+
+def _validate_loop(c) -> None:
+  """The sections the training loop (grpo_jax/train/loop.py) reads directly: eval, checkpoint, log, mesh."""
+  s = Section(c)
+  s.at_least(1, "eval.size", "eval.batch_size", "eval.every", "checkpoint.every", "checkpoint.keep", "log.every",
+             "log.samples_every")
+  s.at_least(0, "eval.pass_k", "log.num_samples", "mesh.fsdp", "mesh.tensor")
+  s.positive("eval.pass_k_temperature")
+  s.one_of("log.wandb_mode", ("online", "offline"))
+
+
+def _validate_rewards(c, reward_callables: Sequence[str]) -> None:
+  """`rewards`, `reward_funcs`, `reward_weights`, `reward_gates`: every reward resolves, each once; and
+  eval.accuracy_reward is one of them."""
+  from grpo_jax.rewards import registry as reward_registry
   if c.reward_weights and len(c.reward_weights) != len(c.reward_funcs):
-    _fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs")
+    fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs",
+         c.reward_weights)
   overlap = set(c.reward_funcs) & set(c.rewards)
   if overlap or len(set(c.reward_funcs)) != len(c.reward_funcs):
-    _fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})")
+    fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})", c.reward_funcs)
   weights = configured_rewards(c)
   if not weights and not reward_callables:
-    _fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
+    fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
   if c.eval.accuracy_reward not in list(weights) + list(reward_callables):
-    _fail("eval.accuracy_reward", f"{c.eval.accuracy_reward!r} is not one of the configured rewards "
-          f"{list(weights) + list(reward_callables)}")
-  from grpo_jax.rewards import registry as reward_registry
+    fail("eval.accuracy_reward", f"not one of the configured rewards {list(weights) + list(reward_callables)}",
+         c.eval.accuracy_reward)
   for name in weights:
     try:
       reward_registry.get_reward(name)
     except (KeyError, ValueError, TypeError) as e:
-      _fail("reward_funcs" if name in c.reward_funcs else f"rewards.{name}", f"unknown reward function ({e})")
+      if name in c.reward_funcs:
+        fail("reward_funcs", f"unknown reward function {name!r} ({e})")
+      fail(f"rewards.{name}", f"unknown reward function ({e})", weights[name])
   for name, format_name in c.reward_gates.items():
     if name not in c.rewards:
-      _fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}")
+      fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}",
+           format_name)
     try:
       reward_registry.get_reward(format_name)
     except (KeyError, ValueError) as e:
-      _fail(f"reward_gates.{name}", f"unknown format reward {format_name!r} ({e})")
+      fail(f"reward_gates.{name}", f"unknown format reward ({e})", format_name)
 
-  if c.model.hf_path and not os.path.isdir(c.model.hf_path):
-    _fail("model.hf_path", f"{c.model.hf_path!r} is not a directory (a Hugging Face checkpoint: config.json, "
-          "safetensors, tokenizer); for SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first")
+
+def _validate_across_sections(c) -> None:
+  """Values that must agree across sections: batch sizes, widths and the context, LoRA and the reference."""
+  B = rollout_batch_size(c)
+  mini = mini_batch_size(c)
+  if B % mini:
+    fail("grpo.mini_batch_size", f"does not divide the rollout batch prompts_per_step * group_size = "
+         f"{c.grpo.prompts_per_step} * {c.grpo.group_size} = {B}", mini)
+  micro = micro_batch_size(c)
+  if mini % micro:
+    fail("grpo.micro_batch_size", f"does not divide the mini-batch size {mini}", micro)
+  if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
+    fail("grpo.overlong_buffer", f"must be <= sampling.max_new_tokens={c.sampling.max_new_tokens}",
+         c.grpo.overlong_buffer)
+  if c.env.name and c.env.max_episode_tokens < c.sampling.max_new_tokens:
+    fail("env.max_episode_tokens", f"cannot hold one message of sampling.max_new_tokens="
+         f"{c.sampling.max_new_tokens}", c.env.max_episode_tokens)
+  if c.model.lora_rank and c.grpo.ref_reset_every:
+    fail("grpo.ref_reset_every", "is not supported with LoRA (model.lora_rank > 0): the reference is the base "
+         "model with the adapters off", c.grpo.ref_reset_every)
   if not c.model.hf_path:
-    context = c.model.max_position_embeddings
-    if c.model.num_heads % c.model.num_kv_heads:
-      _fail("model.num_kv_heads", f"{c.model.num_kv_heads} does not divide num_heads={c.model.num_heads}")
-    check_context(c, context, "model.max_position_embeddings")
-
-
-def _validate_chain_sum_task(c) -> None:
-  t = c.task
-  if not 2 <= t.min_terms <= t.max_terms <= 12:
-    _fail("task.min_terms", f"chain_sum needs 2 <= task.min_terms <= task.max_terms <= 12, got {t.min_terms}, "
-          f"{t.max_terms}")
-  if not 0 <= t.scratchpad_fraction <= 1:
-    _fail("task.scratchpad_fraction", f"must be in [0, 1], got {t.scratchpad_fraction}")
-  if c.model.hf_path:
-    _fail("model.hf_path", "the chain_sum task uses its own character tokenizer; leave it empty")
-  from grpo_jax.data.synthetic import ChainSumTask
-  task = ChainSumTask(t.min_terms, t.max_terms)
-  if c.sampling.max_prompt_length < task.max_prompt_chars:
-    _fail("sampling.max_prompt_length", f"{c.sampling.max_prompt_length} is shorter than the longest chain_sum "
-          f"prompt ({task.max_prompt_chars} characters at task.max_terms={t.max_terms})")
-  if c.sampling.max_new_tokens < task.max_answer_chars + 1:
-    _fail("sampling.max_new_tokens", f"{c.sampling.max_new_tokens} cannot hold the longest written-out answer "
-          f"and its stop token ({task.max_answer_chars + 1} at task.max_terms={t.max_terms})")
-
-
-def _validate_dataset_task(c, in_memory_dataset: bool) -> None:
-  t = c.task
-  if not t.train_path and not in_memory_dataset:
-    _fail("task.train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or "
-          "a save_to_disk directory)")
-  for key in ("task.train_path", "task.heldout_path"):
-    if _get(c, key) and not os.path.exists(_get(c, key)):
-      _fail(key, f"{_get(c, key)!r} does not exist")
-  _validate_rendered_task(c)
-  _at_least(c, "task.max_rows", 0)
-
-
-def _validate_rendered_task(c) -> None:
-  """Tasks whose rows are rendered with a template and the checkpoint's tokenizer (dataset, reasoning_gym)."""
-  t = c.task
-  if not c.model.hf_path:
-    _fail("model.hf_path", f"the {t.name} task needs a Hugging Face checkpoint directory (its tokenizer encodes "
-          "the prompts)")
-  _choice(c, "task.template", named_choices()["task.template"])
-  if t.prefill_think and t.template == "plain":
-    _fail("task.prefill_think", "needs the r1_zero or chat template (the plain template asks for no <think>)")
-  if t.system_prompt and t.template != "chat":
-    _fail("task.system_prompt", f"only the chat template has a system prompt, not {t.template!r}")
-
-
-def _validate_env(c) -> None:
-  e = c.env
-  if not e.name:
-    return
-  _registered(c, "env.name", registries()["env.name"])
-  for key in ("env.max_turns", "env.max_episode_tokens", "env.max_observation_tokens"):
-    _at_least(c, key, 1)
-  if not e.step_timeout_s > 0:
-    _fail("env.step_timeout_s", f"must be > 0, got {e.step_timeout_s}")
-  _at_least(c, "env.max_concurrent_steps", 1)
-  if e.max_episode_tokens < c.sampling.max_new_tokens:
-    _fail("env.max_episode_tokens", f"{e.max_episode_tokens} cannot hold one message of sampling.max_new_tokens="
-          f"{c.sampling.max_new_tokens}")
+    check_context(c, c.model.max_position_embeddings, "model.max_position_embeddings")
 
 
 def completion_width(config) -> int:
@@ -515,26 +406,6 @@ def completion_width(config) -> int:
   sampling.max_new_tokens."""
   env = config.get("env")
   return env.max_episode_tokens if env is not None and env.name else config.sampling.max_new_tokens
-
-
-def _validate_lora(c) -> None:
-  m = c.model
-  _at_least(c, "model.lora_rank", 0)
-  if m.lora_rank == 0:
-    return
-  if not m.lora_alpha > 0:
-    _fail("model.lora_alpha", f"must be > 0, got {m.lora_alpha}")
-  from grpo_jax.model.lora import parse_targets
-  try:
-    parse_targets(m.lora_targets)
-  except ValueError as e:
-    _fail("model.lora_targets", str(e))
-  if m.offload_ref_params:
-    _fail("model.offload_ref_params", "with LoRA (model.lora_rank > 0) the reference is the base model itself, "
-          "there is no reference copy to offload")
-  if c.grpo.ref_reset_every:
-    _fail("grpo.ref_reset_every", "is not supported with LoRA (model.lora_rank > 0): the reference is the base "
-          "model with the adapters off")
 
 
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
@@ -556,6 +427,40 @@ def configured_rewards(c) -> dict[str, float]:
 # Old field name -> new one. A config that sets an old name still works: `validate` moves the value to the new
 # field with a DeprecationWarning, and a resume compares a saved config's old names as the new ones.
 RENAMED = {"task.holdout_fraction": "task.heldout_fraction"}
+# Removed key -> what to use instead. The key no longer exists, so setting it is an error naming the replacement
+# (`unknown_key_message`); a saved config.json that has it still reads (`saved_with_defaults` keeps the value, a
+# resume ignores keys the code no longer has).
+REMOVED: dict[str, str] = {}
+
+
+def keys(config=None) -> list[str]:
+  """Every key of the config (default: the base config), dotted, sections included."""
+  out = []
+
+  def walk(node, prefix):
+    for key, value in node.items():
+      out.append(prefix + key)
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value, f"{prefix}{key}.")
+
+  walk(get_config() if config is None else config, "")
+  return out
+
+
+def unknown_key_message(key: str) -> str:
+  """One line for a key the config does not have: its replacement (RENAMED, REMOVED), else the closest keys."""
+  import difflib
+  if key in RENAMED:
+    return f"config.{key} was renamed config.{RENAMED[key]}"
+  if key in REMOVED:
+    return f"config.{key} was removed: {REMOVED[key]}"
+  sections = ("rewards", "reward_gates", "task.field_map", "task.options")  # name -> value maps, set whole
+  known = [k for k in keys() if not isinstance(_get(get_config(), k), ml_collections.ConfigDict) or k in sections]
+  leaf = key.rsplit(".", 1)[-1]
+  close = [k for k in known if k.rsplit(".", 1)[-1] == leaf]  # the same name in another section
+  close += [k for k in difflib.get_close_matches(key, known, n=3, cutoff=0.6) if k not in close]
+  hint = f"; did you mean {' or '.join(f'config.{k}' for k in close[:3])}?" if close else ""
+  return (f"config.{key}: no such key{hint} (every key and its default: docs/config.md)")
 
 
 def apply_renamed(config) -> None:
@@ -644,8 +549,9 @@ def check_context(config, context: int, source: str) -> None:
   total = config.sampling.max_prompt_length + config.sampling.max_new_tokens
   width = completion_width(config)
   if width != config.sampling.max_new_tokens and config.sampling.max_prompt_length + width > context:
-    _fail("env.max_episode_tokens", f"max_prompt_length + max_episode_tokens = {config.sampling.max_prompt_length}"
-          f" + {width} exceeds the model's context {source}={context}")
+    fail("env.max_episode_tokens", f"max_prompt_length + max_episode_tokens = {config.sampling.max_prompt_length}"
+         f" + {width} exceeds the model's context {source}={context}", width)
   if total > context:
-    _fail("sampling.max_new_tokens", f"max_prompt_length + max_new_tokens = {config.sampling.max_prompt_length}"
-          f" + {config.sampling.max_new_tokens} = {total} exceeds the model's context {source}={context}")
+    fail("sampling.max_new_tokens", f"max_prompt_length + max_new_tokens = {config.sampling.max_prompt_length}"
+         f" + {config.sampling.max_new_tokens} = {total} exceeds the model's context {source}={context}",
+         config.sampling.max_new_tokens)

@@ -42,21 +42,31 @@ def _parse_flags(argv):
     if path is not None and not os.path.isfile(path.partition(":")[0]):
       _one_line(f"--config {path}: no such file {path.partition(':')[0]!r} (relative to {os.getcwd()})")
   try:
-    return flags.FLAGS(argv)
+    parsed = flags.FLAGS(argv)
   except flags.Error as e:
     if "--debug" in argv:
       raise
     _one_line(e)
-  except (AttributeError, KeyError) as e:
-    # ml_collections' message: the quoted key, and a 'Did you mean' line when a key is close.
-    key, _, hint = str(e).strip("\"'").partition("\\n")
-    key = key.strip("\"'\\")
-    given = [a.split("=", 1)[0] for a in argv if a.startswith("--config.")
-             and key in a.split("=", 1)[0][len("--config."):].split(".")]
-    if "--debug" in argv or not given:
+  except (AttributeError, KeyError):
+    # ml_collections rejects a --config.KEY that the config lacks: one line naming its replacement (a renamed or
+    # removed key) or the closest keys.
+    from grpo_jax import config as config_lib
+    known = set(config_lib.keys())
+    unknown = [key for key in _config_keys(argv) if key not in known]
+    if "--debug" in argv or not unknown:
       raise
-    _one_line(f"{given[0]}: the config has no key {key!r}. {hint.strip(chr(39))} The base config with every key "
-              "and its default: grpo_jax/config.py")
+    _one_line(config_lib.unknown_key_message(unknown[0]))
+  from grpo_jax import config as config_lib
+  for key in _config_keys(argv):  # an old name still works (its value moves to the new key): say which
+    if key in config_lib.RENAMED:
+      print(f"train.py: warning: --config.{key} was renamed --config.{config_lib.RENAMED[key]}; its value is used "
+            "for that", file=sys.stderr)
+  return parsed
+
+
+def _config_keys(argv) -> list[str]:
+  """The keys of the --config.KEY=VALUE (or --config.KEY VALUE) flags."""
+  return [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
 
 
 def main(argv):

@@ -56,13 +56,14 @@ def test_default_experiment_and_presets_validate():
     ({"warmstart.init_checkpoint": "/nonexistent/run"}, "warmstart.init_checkpoint", "is not a directory"),
 ])
 def test_inconsistent_settings_name_the_key(overrides, key, message):
-  with pytest.raises(ValueError, match=f"config.{key}: .*{message}"):
+  # config.<key>=<value>: <what is allowed> (grpo_jax/config_checks.py)
+  with pytest.raises(ValueError, match=f"config.{key}(=.*)?: .*{message}"):
     config_lib.validate(_config(**overrides))
 
 
 def test_dynamic_sampling_is_accepted_and_needs_at_least_one_round():
   config_lib.validate(_config(**{"grpo.dynamic_sampling": True}))
-  with pytest.raises(ValueError, match="config.grpo.dynamic_sampling_max_rounds: must be >= 1"):
+  with pytest.raises(ValueError, match="config.grpo.dynamic_sampling_max_rounds=0: must be >= 1"):
     config_lib.validate(_config(**{"grpo.dynamic_sampling": True, "grpo.dynamic_sampling_max_rounds": 0}))
 
 
@@ -97,7 +98,7 @@ def test_every_experiment_file_starts_with_its_command():
 @pytest.mark.parametrize("flag, message", [
     ("--config.grpo.betta=0", "betta"),
     ("--config.num_steps=many", "num_steps"),
-    ("--config.grpo.mini_batch_size=5", "config.grpo.mini_batch_size: 5 does not divide"),
+    ("--config.grpo.mini_batch_size=5", "config.grpo.mini_batch_size=5: does not divide"),
     ("--config.reward_funcs=no_such_package.rewards:f", "config.reward_funcs: unknown reward function"),
     ("--config.model.hf_path=/no/such/model", "model.hf_path"),
 ])
@@ -156,3 +157,13 @@ def test_a_saved_config_gets_the_fields_it_predates_at_their_defaults():
   config = config_lib.saved_with_defaults(saved)
   assert config.env.name == "" and config.model.lora_rank == 0 and config.num_steps == 7
   assert dict(config.rewards) == {"gsm8k_accuracy": 1.0} and config.optim.learning_rate == 1
+
+
+def test_an_unknown_key_gets_its_replacement_or_the_closest_keys(monkeypatch):
+  message = config_lib.unknown_key_message
+  assert message("task.holdout_fraction") == "config.task.holdout_fraction was renamed config.task.heldout_fraction"
+  monkeypatch.setitem(config_lib.REMOVED, "grpo.clip", "use grpo.epsilon_low and grpo.epsilon_high")
+  assert message("grpo.clip") == "config.grpo.clip was removed: use grpo.epsilon_low and grpo.epsilon_high"
+  assert "did you mean config.optim.eps?" in message("eps")
+  assert "did you mean" not in message("grpo.zzz") and "\n" not in message("grpo.epsilon")
+  assert "optim.learning_rate" in config_lib.keys() and "optim" in config_lib.keys()

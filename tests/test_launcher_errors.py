@@ -60,3 +60,20 @@ def test_a_missing_optional_extra(tmp_path):
   (fake / "__init__.py").write_text("raise ImportError('No module named reasoning_gym')\n")
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "hide"), ROOT])}
   _one_line(_train(tmp_path / "w", "--config.task.name=reasoning_gym:leg_counting", env=env), ".[gym]")
+
+
+def test_an_unknown_key_names_the_closest_keys(tmp_path):
+  _one_line(_train(tmp_path, "--config.grpo.epsilon=0.2"), "config.grpo.epsilon: no such key",
+            "config.grpo.epsilon_low", "config.grpo.epsilon_high")
+  _one_line(_train(tmp_path, "--config.grpo.learning_rate=1e-5"), "config.optim.learning_rate")
+  _one_line(_train(tmp_path, "--config.grpo.beta.x=1"), "config.grpo.beta.x: no such key")
+  assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_renamed_key_is_one_line_naming_the_new_key(tmp_path):
+  # The old name still works (a warning), here stopped by another mistake before anything runs.
+  proc = _train(tmp_path, "--config.task.holdout_fraction=0.2", "--config.num_steps=0")
+  _one_line(proc, "config.num_steps=0: must be >= 1")
+  warnings = [line for line in proc.stderr.splitlines() if "holdout_fraction" in line]
+  assert warnings == ["train.py: warning: --config.task.holdout_fraction was renamed --config.task.heldout_fraction;"
+                      " its value is used for that"], proc.stderr

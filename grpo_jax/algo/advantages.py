@@ -30,6 +30,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from grpo_jax.config_checks import Section
 from grpo_jax.registry import Registry
 
 # name -> scale(centered_RxG, std_ddof, eps) -> [R, 1]: Â = (R_i − R̄) / scale, except in all-equal groups (0).
@@ -112,6 +113,15 @@ def _batch_scale(centered_RxG, std_ddof, eps):
 
 
 METHODS = tuple(ADVANTAGE_METHODS)  # the built-in methods, in the table's order
+
+
+def validate_config(grpo) -> None:
+  """Checks the advantage keys of `config.grpo` (advantage, std_ddof, advantage_eps); raises ConfigError naming
+  key and value."""
+  s = Section(grpo, "grpo")
+  s.registered("advantage", ADVANTAGE_METHODS)
+  s.one_of("std_ddof", (0, 1))
+  s.positive("advantage_eps")
 
 
 def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof: int = 1,

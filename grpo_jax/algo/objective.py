@@ -41,7 +41,8 @@ import jax.numpy as jnp
 from grpo_jax.algo import aggregation as agg
 from grpo_jax.algo import kl as kl_lib
 from grpo_jax.algo.entropy import top_entropy_mask
-from grpo_jax.algo.registry import get_loss
+from grpo_jax.algo.registry import LOSSES, get_loss
+from grpo_jax.config_checks import Section
 
 IMPORTANCE_LEVELS = ("token", "sequence")
 
@@ -108,6 +109,17 @@ class LossConfig:
       raise ValueError(f"LossConfig.max_completion_length must be a positive int or None, got "
                        f"{self.max_completion_length!r}")
 
+  @classmethod
+  def from_config(cls, grpo, max_completion_length: int | None = None) -> "LossConfig":
+    """From the ml_collections `config.grpo` (its loss knobs; tis_cap 0 is off); `max_completion_length` is the
+    completion width of the run (grpo_jax/config.py: completion_width)."""
+    g = grpo
+    return cls(policy_loss=g.policy_loss, epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high, delta=g.delta,
+               importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
+               kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
+               top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
+               max_completion_length=max_completion_length, tis_cap=g.tis_cap or None)
+
   @property
   def resolved_epsilon_high(self) -> float:
     return self.epsilon_low if self.epsilon_high is None else self.epsilon_high
@@ -119,6 +131,23 @@ class LossConfig:
   @property
   def needs_entropy(self) -> bool:
     return self.entropy_coef != 0.0 or self.top_entropy_quantile is not None
+
+
+def validate_config(grpo) -> None:
+  """Checks the loss knobs of `config.grpo` (grpo_jax/config.py documents each key); raises ConfigError naming key
+  and value."""
+  s = Section(grpo, "grpo")
+  s.registered("policy_loss", LOSSES)
+  s.at_least(0, "epsilon_low", "beta", "entropy_coef", "tis_cap")
+  if s["epsilon_high"] is not None:
+    s.at_least(0, "epsilon_high", why=" or None")
+  if s["delta"] is not None and not s["delta"] > 1:
+    s.fail("delta", "the dual-clip cap must be > 1 (e.g. 3) or None")
+  s.one_of("importance_level", IMPORTANCE_LEVELS)
+  s.positive("cispo_epsilon_high")
+  s.registered("kl_estimator", kl_lib.KL_ESTIMATORS)
+  s.within("top_entropy_quantile", 0, 1, open_low=True, or_none=True)
+  s.registered("aggregation", agg.AGGREGATIONS)
 
 
 class LossInputs(NamedTuple):

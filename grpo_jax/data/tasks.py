@@ -33,11 +33,13 @@ was learned carries over.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from grpo_jax.data import reasoning_gym, word_arithmetic
+from grpo_jax.config_checks import Section, fail
+from grpo_jax.data import reasoning_gym, templates, word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.datasets import load_train_heldout, rows_in_memory, split_rows
 from grpo_jax.data.synthetic import AdditionTask, ChainSumTask, ToolArithmeticTask
@@ -173,6 +175,75 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
   tokenizer = load_hf_tokenizer(config.model.hf_path) if config.model.hf_path else None
   rows = {} if train_rows is None else {"train_rows": train_rows, "heldout_rows": heldout_rows}
   return build(config, tokenizer, log, **rows)
+
+
+def validate_config(config, in_memory_dataset: bool = False) -> None:
+  """Checks `config.task` and what the named task needs of the rest (a tokenizer from model.hf_path or none,
+  prompt and answer widths); raises ConfigError naming key and value. `in_memory_dataset`: the dataset task's
+  rows come from a notebook's `train_dataset` (grpo_jax/train/inputs.py), not task.train_path."""
+  t, s = config.task, Section(config.task, "task")
+  s.registered("name", TASKS)
+  s.within("heldout_fraction", 0, 1, open_low=True, open_high=True)
+  if t.name == "dataset":
+    if not t.train_path and not in_memory_dataset:
+      s.fail("train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or a "
+             "save_to_disk directory)")
+    for key in ("train_path", "heldout_path"):
+      if s[key] and not os.path.exists(s[key]):
+        s.fail(key, "does not exist")
+    _validate_rendered_task(config)
+    s.at_least(0, "max_rows")
+  if reasoning_gym.is_gym_task(t.name):
+    reasoning_gym.validate_config(config)
+    _validate_rendered_task(config)
+  elif t.options:
+    fail("task.options", f"only reasoning_gym tasks take options, not {t.name!r}")
+  elif t.answer_only:
+    s.fail("answer_only", f"only reasoning_gym tasks have an answer-only mode, not {t.name!r}")
+  if t.name == "chain_sum":
+    _validate_chain_sum_task(config)
+  if t.name == "tool_arithmetic":
+    s.within("tool_fraction", 0, 1)
+  if t.name == "word_arithmetic":
+    if not config.model.hf_path:
+      fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
+           "and chat template)", config.model.hf_path)
+    for name in transfer_names(config):
+      if name not in word_arithmetic.TRANSFER_SETS:
+        s.fail("transfer", f"{name!r} is not one of {list(word_arithmetic.TRANSFER_SETS)}")
+  elif t.transfer:
+    s.fail("transfer", f"only the word_arithmetic task has transfer sets, not {t.name!r}")
+
+
+def _validate_chain_sum_task(config) -> None:
+  t, s = config.task, Section(config.task, "task")
+  if not 2 <= t.min_terms <= t.max_terms <= 12:
+    s.fail("min_terms", f"chain_sum needs 2 <= task.min_terms <= task.max_terms <= 12 (task.max_terms="
+           f"{t.max_terms})")
+  s.within("scratchpad_fraction", 0, 1)
+  if config.model.hf_path:
+    fail("model.hf_path", "the chain_sum task uses its own character tokenizer; leave it empty", config.model.hf_path)
+  task = ChainSumTask(t.min_terms, t.max_terms)
+  sampling = Section(config.sampling, "sampling")
+  if sampling["max_prompt_length"] < task.max_prompt_chars:
+    sampling.fail("max_prompt_length", f"shorter than the longest chain_sum prompt ({task.max_prompt_chars} "
+                  f"characters at task.max_terms={t.max_terms})")
+  if sampling["max_new_tokens"] < task.max_answer_chars + 1:
+    sampling.fail("max_new_tokens", f"cannot hold the longest written-out answer and its stop token "
+                  f"({task.max_answer_chars + 1} at task.max_terms={t.max_terms})")
+
+
+def _validate_rendered_task(config) -> None:
+  """Tasks whose rows are rendered with a template and the checkpoint's tokenizer (dataset, reasoning_gym)."""
+  t, s = config.task, Section(config.task, "task")
+  if not config.model.hf_path:
+    fail("model.hf_path", f"the {t.name} task needs a Hugging Face checkpoint directory (its tokenizer encodes the "
+         "prompts)", config.model.hf_path)
+  s.one_of("template", templates.TEMPLATES)
+  if t.prefill_think and t.template == "plain":
+    s.fail("prefill_think", "needs the r1_zero or chat template (the plain template asks for no <think>)")
+  if t.system_prompt and t.template != "chat":
+    s.fail("system_prompt", f"only the chat template has a system prompt, not {t.template!r}")
 
 
 def _no_tokenizer(name: str, tokenizer) -> None:

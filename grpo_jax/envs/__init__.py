@@ -2,4 +2,18 @@
 from grpo_jax.envs.base import ENVIRONMENTS, Environment, StepResult, env_factory, register_env, stop_token_ids
 from grpo_jax.envs import calculator  # noqa: F401  (registers "calculator")
 
-__all__ = ["ENVIRONMENTS", "Environment", "StepResult", "env_factory", "register_env", "stop_token_ids"]
+__all__ = ["ENVIRONMENTS", "Environment", "StepResult", "env_factory", "register_env", "stop_token_ids",
+           "validate_config"]
+
+
+def validate_config(env) -> None:
+  """Checks `config.env` (nothing when env.name is "", single-turn); raises ConfigError naming key and value.
+  That an episode holds one message of sampling.max_new_tokens is the config's cross-section check."""
+  from grpo_jax.config_checks import Section
+  s = Section(env, "env")
+  if not s["name"]:
+    return
+  s.registered("name", ENVIRONMENTS)
+  s.at_least(1, "max_turns", "max_episode_tokens", "max_observation_tokens")
+  s.positive("step_timeout_s")
+  s.at_least(1, "max_concurrent_steps")

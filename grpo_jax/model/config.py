@@ -6,9 +6,12 @@ hand (tests, the tiny default experiment) or from a Hugging Face `config.json` (
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Mapping
 
 import jax.numpy as jnp
+
+from grpo_jax.config_checks import Section
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # How the full-sequence forward (the update, reference and old log-probs) computes attention; the sampler's
@@ -137,6 +140,24 @@ NOT_YET_SUPPORTED = {
     "gemma2": "Gemma 2 has logit soft-capping in attention and at the output (and no q/k norms)",
     "mistral": "Mistral's sliding-window attention",
 }
+def validate_config(model) -> None:
+  """Checks `config.model` but its LoRA keys (grpo_jax/model/lora.py); raises ConfigError naming key and value.
+  The context a fresh model must hold is the config's cross-section check (grpo_jax/config.py: check_context)."""
+  s = Section(model, "model")
+  s.at_least(0, "vocab_size")
+  s.at_least(1, "logprob_chunk_size")
+  s.one_of("attention", ATTENTION)
+  s.one_of("param_dtype", tuple(DTYPES))
+  s.one_of("dtype", tuple(DTYPES))
+  if s["attention"] == "cudnn" and s["dtype"] == "float32":
+    s.fail("attention", "'cudnn' (flash attention) needs model.dtype bfloat16 or float16, not float32")
+  if s["hf_path"] and not os.path.isdir(s["hf_path"]):
+    s.fail("hf_path", "is not a directory (a Hugging Face checkpoint: config.json, safetensors, tokenizer); for "
+           "SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first")
+  if not s["hf_path"] and s["num_heads"] % s["num_kv_heads"]:
+    s.fail("num_kv_heads", f"does not divide num_heads={s['num_heads']}")
+
+
 # transformers' Gemma3TextConfig defaults (transformers/models/gemma3/configuration_gemma3.py): the
 # multimodal checkpoints' text_config leaves most of them out (e.g. gemma-3-4b-it gives only hidden_size,
 # intermediate_size, num_hidden_layers, rope_scaling and sliding_window).

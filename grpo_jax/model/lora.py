@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from grpo_jax.config_checks import Section
 from grpo_jax.model.config import ModelConfig
 
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -43,6 +44,14 @@ class LoraConfig:
     if unknown or not self.targets:
       raise ValueError(f"LoRA targets {list(self.targets)}: expected a non-empty subset of {list(TARGETS)}")
 
+  @classmethod
+  def from_config(cls, model) -> "LoraConfig | None":
+    """`config.model`'s lora_rank / lora_alpha / lora_targets; None when lora_rank is 0 (full fine-tuning)."""
+    rank = int(model.get("lora_rank", 0))
+    if rank == 0:
+      return None
+    return cls(rank, float(model.lora_alpha), parse_targets(model.lora_targets))
+
   @property
   def scale(self) -> float:
     return self.alpha / self.rank
@@ -60,12 +69,26 @@ def parse_targets(spec: str) -> tuple[str, ...]:
   return tuple(t for t in TARGETS if t in names)
 
 
+def validate_config(model) -> None:
+  """Checks the LoRA keys of `config.model` (lora_rank, lora_alpha, lora_targets) and what LoRA excludes within
+  the section; raises ConfigError naming key and value."""
+  s = Section(model, "model")
+  s.at_least(0, "lora_rank")
+  if s["lora_rank"] == 0:
+    return
+  s.positive("lora_alpha")
+  try:
+    parse_targets(s["lora_targets"])
+  except ValueError as e:
+    s.fail("lora_targets", str(e))
+  if s["offload_ref_params"]:
+    s.fail("offload_ref_params", "with LoRA (model.lora_rank > 0) the reference is the base model itself, there "
+           "is no reference copy to offload")
+
+
 def from_config(model_config) -> LoraConfig | None:
   """`config.model`'s lora_rank / lora_alpha / lora_targets as a LoraConfig; None when lora_rank is 0."""
-  rank = int(model_config.get("lora_rank", 0))
-  if rank == 0:
-    return None
-  return LoraConfig(rank, float(model_config.lora_alpha), parse_targets(model_config.lora_targets))
+  return LoraConfig.from_config(model_config)
 
 
 def projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:

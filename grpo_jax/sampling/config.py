@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from grpo_jax.config_checks import Section
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -47,3 +49,19 @@ class SamplingConfig:
       raise ValueError(f"SamplingConfig.stop_ids={self.stop_ids!r}: token ids must be >= 0")
     if self.pad_id < 0:
       raise ValueError(f"SamplingConfig.pad_id={self.pad_id!r}: expected a token id >= 0")
+
+  @classmethod
+  def from_config(cls, sampling, **fields) -> "SamplingConfig":
+    """From the ml_collections `config.sampling` (max_new_tokens, temperature, top_k, top_p); `fields` (the
+    tokenizer's stop_ids and pad_id, greedy, ...) are set or replaced by the caller."""
+    section = {f.name: sampling[f.name] for f in dataclasses.fields(cls) if f.name in sampling}
+    return cls(**{**section, **fields})
+
+
+def validate_config(sampling) -> None:
+  """Checks `config.sampling` (grpo_jax/config.py documents each key); raises ConfigError naming key and value."""
+  s = Section(sampling, "sampling")
+  s.at_least(1, "max_prompt_length", "max_new_tokens")
+  s.positive("temperature")
+  s.at_least(0, "top_k")
+  s.within("top_p", 0, 1, open_low=True)

@@ -86,12 +86,8 @@ def build_reward_fns(config, inputs: RunInputs = RunInputs()):
 
 
 def loss_config(config) -> LossConfig:
-  g = config.grpo
-  return LossConfig(policy_loss=g.policy_loss, epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high,
-                    delta=g.delta, importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
-                    kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
-                    top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
-                    max_completion_length=config_lib.completion_width(config), tis_cap=g.tis_cap or None)
+  """`config.grpo`'s loss knobs at the run's completion width."""
+  return LossConfig.from_config(config.grpo, config_lib.completion_width(config))
 
 
 def make_samplers(graphdef, config, tokenizer):
@@ -102,8 +98,7 @@ def make_samplers(graphdef, config, tokenizer):
   extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
   if config.task.answer_only:  # reasoning_gym's answer-only mode: stop where the model closes the <answer> tag.
     extra_stops += closing_tag_ids(tokenizer)
-  common = dict(max_new_tokens=s.max_new_tokens, stop_ids=tuple(stop_ids(tokenizer)) + extra_stops,
-                pad_id=tokenizer.pad_token_id)
+  common = dict(stop_ids=tuple(stop_ids(tokenizer)) + extra_stops, pad_id=tokenizer.pad_token_id)
   # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
   # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so
   # far) is padded likewise, to buckets of their combined width.
@@ -118,11 +113,12 @@ def make_samplers(graphdef, config, tokenizer):
                           max_observation_tokens=e.max_observation_tokens, step_timeout_s=e.step_timeout_s,
                           max_concurrent_steps=e.max_concurrent_steps)
 
-  train = sampler(SamplingConfig(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, **common))
-  greedy = sampler(SamplingConfig(temperature=s.temperature, greedy=True, **common))
+  train = sampler(SamplingConfig.from_config(s, **common))
+  greedy = sampler(SamplingConfig.from_config(s, greedy=True, top_k=0, top_p=1.0, **common))
   pass_k = None
   if config.eval.pass_k > 0:
-    pass_k = sampler(SamplingConfig(temperature=config.eval.pass_k_temperature, **common))
+    pass_k = sampler(SamplingConfig.from_config(s, temperature=config.eval.pass_k_temperature, top_k=0, top_p=1.0,
+                                                **common))
   return train, greedy, pass_k
 
 

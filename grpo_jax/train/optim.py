@@ -9,6 +9,8 @@ import dataclasses
 
 import optax
 
+from grpo_jax.config_checks import Section
+
 
 SCHEDULES = ("constant", "cosine")
 
@@ -36,6 +38,15 @@ class OptimConfig:
     if isinstance(optim, cls):
       return optim
     return cls(**{f.name: optim[f.name] for f in dataclasses.fields(cls) if f.name in optim})
+
+
+def validate_config(optim) -> None:
+  """Checks `config.optim` (grpo_jax/config.py documents each key); raises ConfigError naming key and value."""
+  s = Section(optim, "optim")
+  s.positive("learning_rate")
+  s.one_of("schedule", SCHEDULES)
+  s.at_least(0, "warmup_steps", "weight_decay", "grad_clip_norm")
+  s.within("min_lr_ratio", 0, 1)
 
 
 def learning_rate_schedule(optim_config: OptimConfig, num_steps: int, updates_per_step: int = 1) -> optax.Schedule:

@@ -8,6 +8,7 @@ starts GRPO from an imperfect but non-trivial policy.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -17,10 +18,20 @@ import numpy as np
 import optax
 from flax import nnx
 
+from grpo_jax.config_checks import Section
 from grpo_jax.model.logprobs import completion_logprobs
 from grpo_jax.sampling.buckets import left_pad
 from grpo_jax.train.rollout import encode_prompts, encode_text
 from grpo_jax.train.state import init_opt_state
+
+
+def validate_config(warmstart) -> None:
+  """Checks `config.warmstart` (grpo_jax/config.py documents each key); raises ConfigError naming key and value."""
+  s = Section(warmstart, "warmstart")
+  s.positive("learning_rate")
+  s.at_least(1, "batch_size", "max_steps", "eval_every")
+  if s["init_checkpoint"] and not os.path.isdir(s["init_checkpoint"]):
+    s.fail("init_checkpoint", "is not a directory (another run's workdir)")
 
 
 def sft_batch(tokenizer, columns: dict[str, list], max_prompt_length: int, max_new_tokens: int):

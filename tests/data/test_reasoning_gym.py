@@ -105,7 +105,7 @@ def _config(name="reasoning_gym:leg_counting", **task):
     (dict(name="reasoning_gym:composite", options={"datasets": {"chain_sum": -1.0}}),
      "config.task.options.datasets.chain_sum.weight: must be a positive number"),
     (dict(name="addition", options={"x": 1}), "config.task.options: only reasoning_gym tasks take options"),
-    (dict(name="addition", answer_only=True), "config.task.answer_only: only reasoning_gym tasks have an answer-only"),
+    (dict(name="addition", answer_only=True), "config.task.answer_only=True: only reasoning_gym tasks have an answer-only"),
 ])
 def test_config_errors_name_key_and_fix(task, message):
   with pytest.raises(ValueError, match="^" + re.escape(message)):

@@ -1,0 +1,75 @@
+"""The checks of config values, shared by the modules that own a config section.
+
+Each section of the config (grpo_jax/config.py: `config.optim`, `config.sampling`, ...) is checked by the module
+that consumes it (`grpo_jax.train.optim.validate_config(config.optim)`, ...), through these helpers, so every
+error reads the same: `config.<key>=<value>: <what is allowed>`, a `grpo_jax.errors.ConfigError` (one line and
+exit code 2 at the launchers).
+
+  s = Section(config.optim, "optim")
+  s.positive("learning_rate")            # config.optim.learning_rate=0.0: must be > 0
+  s.one_of("schedule", SCHEDULES)        # config.optim.schedule='linear': not one of ['constant', 'cosine']
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from grpo_jax.errors import ConfigError
+
+_NO_VALUE = object()
+
+
+def fail(key: str, allowed: str, value: Any = _NO_VALUE):
+  """Raises the ConfigError `config.<key>=<value>: <allowed>` (without `=<value>` when none is given)."""
+  shown = "" if value is _NO_VALUE else f"={value!r}"
+  raise ConfigError(f"config.{key}{shown}: {allowed}")
+
+
+class Section:
+  """A config section (a ConfigDict, or the whole config with name "") with checks that name key and value."""
+
+  def __init__(self, values, name: str = ""):
+    self.values, self.name = values, name
+
+  def key(self, field: str) -> str:
+    return f"{self.name}.{field}" if self.name else field
+
+  def __getitem__(self, field: str):
+    value = self.values
+    for part in field.split("."):
+      value = value[part]
+    return value
+
+  def fail(self, field: str, allowed: str):
+    fail(self.key(field), allowed, self[field])
+
+  def at_least(self, low, *fields: str, why: str = ""):
+    for field in fields:
+      if self[field] < low:
+        self.fail(field, f"must be >= {low}{why}")
+
+  def positive(self, *fields: str):
+    for field in fields:
+      if not self[field] > 0:
+        self.fail(field, "must be > 0")
+
+  def within(self, field: str, low, high, *, open_low: bool = False, open_high: bool = False,
+             or_none: bool = False):
+    """low <= value <= high, each end open where asked; `or_none`: None is allowed too."""
+    value = self[field]
+    if or_none and value is None:
+      return
+    if not ((low < value if open_low else low <= value) and (value < high if open_high else value <= high)):
+      interval = f"{'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
+      self.fail(field, f"must be in {interval}{' or None' if or_none else ''}")
+
+  def one_of(self, field: str, choices: Iterable):
+    if self[field] not in tuple(choices):
+      self.fail(field, f"not one of {list(choices)}")
+
+  def registered(self, field: str, registry):
+    """The value names an entry of `registry` (a grpo_jax.registry.Registry; or, where it allows them, an import
+    path); the registry's error names the registered ones and the closest."""
+    try:
+      registry.get(self[field])
+    except (ValueError, TypeError) as e:
+      self.fail(field, str(e))
