@@ -42,16 +42,16 @@ def _parent(pid):
     return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
-def _overlaps(sweep_dir, names):
-  """The most attempts of `names` that ran at the same time (from their attempts.jsonl start and end times)."""
+def _overlaps(sweep_dir, names, killed_at=None):
+  """The most attempts of `names` that ran at the same time (from their attempts.jsonl start and end times; an
+  attempt whose Ray worker was killed has no end row: it ended at `killed_at`)."""
   events = []
   for name in names:
     rows = runner.read_jsonl(os.path.join(sweep_dir, name, runner.ATTEMPTS))
     starts = [r["start"] for r in rows if "rc" not in r]
     ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r}
-    # An attempt whose worker was killed has no end row: it ended before the next attempt started.
-    for start, later in zip(starts, starts[1:] + [None]):
-      events += [(start, 1), (ends.get(start, later), -1)]
+    for start in starts:
+      events += [(start, 1), (ends.get(start, killed_at), -1)]
   running = most = 0
   for _, change in sorted(events, key=lambda e: (e[0], e[1])):
     running += change
@@ -60,8 +60,10 @@ def _overlaps(sweep_dir, names):
 
 
 def _report_numbers(sweep_dir):
-  """Each member's report row without its timings (wall time, steps per second)."""
-  return {m.name: (m.group, m.status, {k: v for k, v in m.summary.items() if k not in ("wall_s", "steps_per_s")})
+  """Each member's report row without its timings (wall time, steps per second); NaN (a metric never logged, e.g.
+  KL with beta 0) as None, so that equal rows compare equal."""
+  return {m.name: (m.group, m.status, {k: None if v != v else v for k, v in m.summary.items()
+                                       if k not in ("wall_s", "steps_per_s")})
           for m in report.load_sweep_dir(sweep_dir)}
 
 
@@ -78,27 +80,29 @@ def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_report
   killed = []
 
   def kill_the_worker_after_the_step_2_checkpoint():
-    deadline = time.time() + 300
+    deadline = time.time() + 600
     while time.time() < deadline and not killed:
       pids = _trainer_pids(victim)
       if os.path.isdir(os.path.join(victim, "checkpoints", "2")) and pids:
         worker = _parent(pids[0])
         os.kill(worker, signal.SIGKILL)  # the Ray worker running the member's task, as if its node died
-        killed.append(worker)
+        killed.append(time.time())
       time.sleep(0.1)
 
   watcher = threading.Thread(target=kill_the_worker_after_the_step_2_checkpoint, daemon=True)
   watcher.start()
-  outcomes = study.run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=COMMON,
+  # The eight runs share one persistent compilation cache (the same programs: the later ones load them).
+  common = {**COMMON, "compile_cache_dir": str(tmp_path / "xla")}
+  outcomes = study.run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=common,
                              member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2}, echo=lambda *_: None)
   watcher.join(timeout=1)
   assert killed and outcomes == dict.fromkeys(names, "done")
-  assert _overlaps(sweep_dir, names) == 2  # two at once, never more
+  assert _overlaps(sweep_dir, names, killed[0]) == 2  # two at once, never more
   assert progress.read_member(sweep_dir, names[0]).attempts == 2
   with open(os.path.join(victim, "train.log")) as f:  # the second attempt resumed from a GRPO checkpoint
     assert re.search(r"\[resume\] restored step [24] ", f.read())
   local_dir = str(tmp_path / "local")
-  assert study.run_sweep(CONFIG, local_dir, members=members, common=COMMON, echo=lambda *_: None) == outcomes
+  assert study.run_sweep(CONFIG, local_dir, members=members, common=common, echo=lambda *_: None) == outcomes
   assert _metrics(victim) == _metrics(os.path.join(local_dir, names[0]))  # CPU: exactly
   assert _report_numbers(sweep_dir) == _report_numbers(local_dir)
   assert _overlaps(local_dir, names) == 1
