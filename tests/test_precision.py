@@ -45,7 +45,7 @@ def test_highest_precision_matches_float64_on_this_backend(restore_matmul_precis
 
 
 def test_unknown_matmul_precision_is_a_config_error_naming_the_field():
-  with pytest.raises(ValueError, match=r"config\.precision\.matmul: 'tf32' is not one of"):
+  with pytest.raises(ValueError, match=r"config\.precision\.matmul='tf32': not one of"):
     config_lib.validate(_config("tf32"))
 
 

@@ -64,7 +64,7 @@ def test_reward_callables_datasets_in_memory_and_a_callback_that_stops(tmp_path)
 def test_bad_in_memory_inputs_are_named(tmp_path):
   with pytest.raises(ValueError, match="reward_weights has 2 entries for 1 reward_funcs"):
     loop.train(_config(), str(tmp_path / "a"), reward_funcs=[short_answers], reward_weights=[1.0, 2.0])
-  with pytest.raises(ValueError, match="task.train_path: the dataset task needs a data file"):
+  with pytest.raises(ValueError, match="task.train_path='': the dataset task needs a data file"):
     loop.train(_config(), str(tmp_path / "b"))
   with pytest.raises(Exception, match=r"train_dataset, row 2: missing field 'answer'"):
     loop.train(_config(), str(tmp_path / "c"), train_dataset=[{"question": "q", "answer": "#### 1"},
