@@ -21,7 +21,6 @@ Notes on what the GGUF loader gives (transformers 5.x), checked here so a silent
 """
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import os
 import subprocess
@@ -78,15 +77,8 @@ def _check(config, model, gguf_file: str) -> None:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
-  args = parser.parse_args(argv)
-  if os.path.exists(os.path.join(args.out, "config.json")):
-    print(f"[get_gemma3] {args.out} already exists; nothing to do")
-    return
-  out = from_gguf.convert(gguf_path(), os.path.abspath(args.out), check=_check,
-                          chat_template=GEMMA3_CHAT_TEMPLATE)  # the GGUF carries none
-  print(f"[get_gemma3] wrote {out}: use --config.model.hf_path={out}")
+  from_gguf.main("get_gemma3", __doc__.splitlines()[0], DEFAULT_OUT, gguf_path, argv, check=_check,
+                 chat_template=GEMMA3_CHAT_TEMPLATE)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ slightly from the original bfloat16 release.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import importlib.util
 import os
@@ -48,14 +47,7 @@ def gguf_path() -> str:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
-  args = parser.parse_args(argv)
-  if os.path.exists(os.path.join(args.out, "config.json")):
-    print(f"[get_smollm2] {args.out} already exists; nothing to do")
-    return
-  out = from_gguf.convert(gguf_path(), os.path.abspath(args.out))
-  print(f"[get_smollm2] wrote {out}: use --config.model.hf_path={out}")
+  from_gguf.main("get_smollm2", __doc__.splitlines()[0], DEFAULT_OUT, gguf_path, argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ them). The weights are the quantized ones, dequantized: close to, not equal to, 
 """
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Callable
 
@@ -44,3 +45,16 @@ def convert(gguf_file: str, out: str, *, check: Callable | None = None, chat_tem
     raise FileExistsError(f"{out} appeared while converting; remove it and run again")
   os.rename(staging, out)
   return out
+
+
+def main(prog: str, description: str, default_out: str, gguf_path: Callable[[], str], argv=None, **kwargs) -> None:
+  """The command line of scripts/get_*.py: `--out DIR` (default `default_out`); nothing to do when DIR holds a
+  config.json; else `convert(gguf_path(), DIR, **kwargs)`."""
+  parser = argparse.ArgumentParser(prog=prog, description=description)
+  parser.add_argument("--out", default=default_out, help=f"output directory (default {default_out})")
+  args = parser.parse_args(argv)
+  if os.path.exists(os.path.join(args.out, "config.json")):
+    print(f"[{prog}] {args.out} already exists; nothing to do")
+    return
+  out = convert(gguf_path(), os.path.abspath(args.out), **kwargs)
+  print(f"[{prog}] wrote {out}: use --config.model.hf_path={out}")
