@@ -295,24 +295,28 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   from grpo_jax import envs, precision
   from grpo_jax.algo import advantages, objective
   from grpo_jax.data import tasks
-  from grpo_jax.model import config as model_config, lora
+  from grpo_jax.model import config as model_config, lora, sharding
+  from grpo_jax.rewards import registry as reward_registry
   from grpo_jax.sampling import config as sampling_config
-  from grpo_jax.train import distributed, optim, warmstart
+  from grpo_jax.train import checkpoint, distributed, evaluation, metrics, optim, run, warmstart
   c = config
   apply_renamed(c)
   _validate_run(c)
   sampling_config.validate_config(c.sampling)
-  _validate_step(c.grpo)
+  run.validate_config(c.grpo)
   advantages.validate_config(c.grpo)
   objective.validate_config(c.grpo)
   optim.validate_config(c.optim)
   warmstart.validate_config(c.warmstart)
-  _validate_loop(c)
+  evaluation.validate_config(c.eval)
+  checkpoint.validate_config(c.checkpoint)
+  metrics.validate_config(c.log)
+  sharding.validate_config(c.mesh)
   precision.validate_config(c.precision)
   distributed.validate_config(c.distributed)
   tasks.validate_config(c, in_memory_dataset)
   envs.validate_config(c.env)
-  _validate_rewards(c, reward_callables)
+  reward_registry.validate_config(c, reward_callables)
   model_config.validate_config(c.model)  # after the task's checks: those say what model.hf_path it needs
   lora.validate_config(c.model)
   _validate_across_sections(c)
@@ -324,58 +328,6 @@ def _validate_run(c) -> None:
   s.at_least(1, "num_steps")
   s.one_of("reward_isolation", ("process", "thread"))
   s.positive("reward_timeout_s")
-
-
-def _validate_step(grpo) -> None:
-  """The keys of `config.grpo` that shape a GRPO step (batch sizes, iterations, buckets, the reference's resets,
-  DAPO's dynamic sampling and overlong penalty); its loss and advantage keys are grpo_jax/algo's."""
-  s = Section(grpo, "grpo")
-  s.at_least(2, "group_size", why=" (advantages are relative within a group)")
-  s.at_least(1, "prompts_per_step", "num_iterations", "dynamic_sampling_max_rounds", "length_buckets")
-  s.at_least(0, "mini_batch_size", "micro_batch_size", "ref_reset_every", "overlong_buffer")
-
-
-def _validate_loop(c) -> None:
-  """The sections the training loop (grpo_jax/train/loop.py) reads directly: eval, checkpoint, log, mesh."""
-  s = Section(c)
-  s.at_least(1, "eval.size", "eval.batch_size", "eval.every", "checkpoint.every", "checkpoint.keep", "log.every",
-             "log.samples_every")
-  s.at_least(0, "eval.pass_k", "log.num_samples", "mesh.fsdp", "mesh.tensor")
-  s.positive("eval.pass_k_temperature")
-  s.one_of("log.wandb_mode", ("online", "offline"))
-
-
-def _validate_rewards(c, reward_callables: Sequence[str]) -> None:
-  """`rewards`, `reward_funcs`, `reward_weights`, `reward_gates`: every reward resolves, each once; and
-  eval.accuracy_reward is one of them."""
-  from grpo_jax.rewards import registry as reward_registry
-  if c.reward_weights and len(c.reward_weights) != len(c.reward_funcs):
-    fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs",
-         c.reward_weights)
-  overlap = set(c.reward_funcs) & set(c.rewards)
-  if overlap or len(set(c.reward_funcs)) != len(c.reward_funcs):
-    fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})", c.reward_funcs)
-  weights = configured_rewards(c)
-  if not weights and not reward_callables:
-    fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
-  if c.eval.accuracy_reward not in list(weights) + list(reward_callables):
-    fail("eval.accuracy_reward", f"not one of the configured rewards {list(weights) + list(reward_callables)}",
-         c.eval.accuracy_reward)
-  for name in weights:
-    try:
-      reward_registry.get_reward(name)
-    except (KeyError, ValueError, TypeError) as e:
-      if name in c.reward_funcs:
-        fail("reward_funcs", f"unknown reward function {name!r} ({e})")
-      fail(f"rewards.{name}", f"unknown reward function ({e})", weights[name])
-  for name, format_name in c.reward_gates.items():
-    if name not in c.rewards:
-      fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}",
-           format_name)
-    try:
-      reward_registry.get_reward(format_name)
-    except (KeyError, ValueError) as e:
-      fail(f"reward_gates.{name}", f"unknown format reward ({e})", format_name)
 
 
 def _validate_across_sections(c) -> None:

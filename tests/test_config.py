@@ -54,6 +54,13 @@ def test_default_experiment_and_presets_validate():
     ({"optim.schedule": "linear"}, "optim.schedule", "not one of"),
     ({"model.num_kv_heads": 3}, "model.num_kv_heads", "does not divide"),
     ({"warmstart.init_checkpoint": "/nonexistent/run"}, "warmstart.init_checkpoint", "is not a directory"),
+    ({"eval.batch_size": 0}, "eval.batch_size", "must be >= 1"),
+    ({"eval.pass_k_temperature": 0.0}, "eval.pass_k_temperature", "must be > 0"),
+    ({"checkpoint.keep": 0}, "checkpoint.keep", "must be >= 1"),
+    ({"log.wandb_mode": "disabled"}, "log.wandb_mode", "not one of"),
+    ({"mesh.tensor": 0}, "mesh.tensor", "must be >= 1"),
+    ({"mesh.data": 0}, "mesh.data", "must be >= 1 .or -1"),
+    ({"grpo.length_buckets": 0}, "grpo.length_buckets", "must be >= 1"),
 ])
 def test_inconsistent_settings_name_the_key(overrides, key, message):
   # config.<key>=<value>: <what is allowed> (grpo_jax/config_checks.py)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from typing import Callable
 
+from grpo_jax.config_checks import fail
 from grpo_jax.registry import Registry
 
 RewardFn = Callable[..., list]
@@ -52,3 +53,36 @@ def registered_name(fn: RewardFn) -> str | None:
 
 def list_rewards() -> list[str]:
   return REWARDS.names()
+
+
+def validate_config(c, reward_callables=()) -> None:
+  """`rewards`, `reward_funcs`, `reward_weights`, `reward_gates`: every reward resolves, each once, and
+  `eval.accuracy_reward` is one of them; `reward_callables` names the callables a notebook passes to `train`."""
+  from grpo_jax.config import configured_rewards
+  if c.reward_weights and len(c.reward_weights) != len(c.reward_funcs):
+    fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs",
+         c.reward_weights)
+  overlap = set(c.reward_funcs) & set(c.rewards)
+  if overlap or len(set(c.reward_funcs)) != len(c.reward_funcs):
+    fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})", c.reward_funcs)
+  weights = configured_rewards(c)
+  if not weights and not reward_callables:
+    fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
+  if c.eval.accuracy_reward not in list(weights) + list(reward_callables):
+    fail("eval.accuracy_reward", f"not one of the configured rewards {list(weights) + list(reward_callables)}",
+         c.eval.accuracy_reward)
+  for name in weights:
+    try:
+      get_reward(name)
+    except (KeyError, ValueError, TypeError) as e:
+      if name in c.reward_funcs:
+        fail("reward_funcs", f"unknown reward function {name!r} ({e})")
+      fail(f"rewards.{name}", f"unknown reward function ({e})", weights[name])
+  for name, format_name in c.reward_gates.items():
+    if name not in c.rewards:
+      fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}",
+           format_name)
+    try:
+      get_reward(format_name)
+    except (KeyError, ValueError) as e:
+      fail(f"reward_gates.{name}", f"unknown format reward ({e})", format_name)

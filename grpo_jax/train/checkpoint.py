@@ -31,10 +31,17 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from grpo_jax.config_checks import Section
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"  # WORKDIR/checkpoints/STEP
 WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started from; never rotated out
+
+
+def validate_config(checkpoint_cfg) -> None:
+  """`config.checkpoint`: the cadence and how many checkpoints to keep."""
+  Section(checkpoint_cfg, "checkpoint").at_least(1, "every", "keep")
 
 
 def abstract_like(tree):

@@ -20,6 +20,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import config as config_lib
+from grpo_jax.config_checks import Section
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import build, distributed
 from grpo_jax.train.evaluation import evaluate
@@ -31,6 +32,15 @@ from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
 # Looked up here at call time, so tests can count or interrupt them.
 from grpo_jax.train.build import make_samplers
+
+
+def validate_config(grpo) -> None:
+  """The keys of `config.grpo` that shape a step (batch sizes, iterations, buckets, the reference's resets, DAPO's
+  dynamic sampling and overlong penalty); its loss and advantage keys are grpo_jax/algo's."""
+  s = Section(grpo, "grpo")
+  s.at_least(2, "group_size", why=" (advantages are relative within a group)")
+  s.at_least(1, "prompts_per_step", "num_iterations", "dynamic_sampling_max_rounds", "length_buckets")
+  s.at_least(0, "mini_batch_size", "micro_batch_size", "ref_reset_every", "overlong_buffer")
 
 
 class RunState(NamedTuple):
