@@ -26,6 +26,7 @@ from grpo_jax.train.checkpoint import CHECKPOINT_DIR, WARMSTART_DIR, Checkpointe
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.run import Run, RunState
+from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
 # The building blocks, also used by scripts and tests under these names.
 from grpo_jax.train.build import (build_model, build_reward_fns, build_tokenizer_and_task, loss_config,  # noqa: F401
@@ -43,7 +44,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   The keyword arguments are for notebooks: reward callables, datasets in memory and step callbacks
   (grpo_jax/train/inputs.py); the launcher passes none.
   """
-  t_start = time.time()
+  time_split = TimeSplit()
   inputs = RunInputs(tuple(reward_funcs), reward_weights, train_dataset, eval_dataset, tuple(callbacks))
   config_lib.validate(config, in_memory_dataset=train_dataset is not None,
                       reward_callables=[name for name, _, _ in inputs.reward_specs()])
@@ -55,13 +56,14 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   if main:  # the lock file is the only thing written before the settings are checked
     with workdir_lib.WorkdirLock(workdir):
       workdir_lib.check_resumable(config, workdir, log_console)
-      return _train(config, workdir, t_start, main, log_console, inputs)
-  return _train(config, workdir, t_start, main, log_console, inputs)
+      return _train(config, workdir, time_split, main, log_console, inputs)
+  return _train(config, workdir, time_split, main, log_console, inputs)
 
 
-def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs: RunInputs) -> Summary:
+def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console, inputs: RunInputs) -> Summary:
+  t_start = time_split.t_start
   cfg_json = workdir_lib.prepare(config, workdir, main)
-  run = Run(config, inputs, log_console)
+  run = Run(config, inputs, log_console, time_split)
   checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
   writer = bar = None
@@ -88,6 +90,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
     bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
     bar.accuracy = last_eval["eval/accuracy"]
     nonfinite_steps = 0  # consecutive steps whose every update was skipped
+    time_split.steps_begin()
     for step in range(state.step + 1, config.num_steps + 1):
       t0 = time.time()
       batch, rollout, data_position = run.rollout(state, step)
@@ -96,6 +99,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       if nonfinite_steps >= MAX_NONFINITE_STEPS:
         raise _diverged(config, step, nonfinite_steps, step_metrics)
       metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
+      time_split.add_step(metrics)
       if step % config.eval.every == 0 or step == config.num_steps:
         last_eval = run.evaluate(state.params, step)
         metrics.update(last_eval)
@@ -107,6 +111,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
       if stop:
         log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
         break
+    time_split.steps_end()
     if config.checkpoint.export_hf:
       write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, os.path.join(workdir, EXPORT_DIR),
                      log=log_console)
@@ -116,7 +121,7 @@ def _train(config, workdir: str, t_start: float, main: bool, log_console, inputs
     if writer is not None:
       writer.close()
     checkpointer.close()
-  return workdir_lib.finish(config, workdir, state, last_eval, t_start, main, log_console)
+  return workdir_lib.finish(config, workdir, state, last_eval, time_split, main, log_console)
 
 
 def _restore(run: Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:

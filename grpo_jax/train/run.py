@@ -29,6 +29,7 @@ from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optim
 from grpo_jax.train.policy import make_policy
 from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
+from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
 # Looked up here at call time, so tests can count or interrupt them.
 from grpo_jax.train.build import make_samplers
@@ -59,8 +60,9 @@ class RunState(NamedTuple):
 class Run:
   """The fixed parts of one run: data, policy, samplers, rewards, and the compiled programs."""
 
-  def __init__(self, config, inputs: RunInputs, log):
+  def __init__(self, config, inputs: RunInputs, log, time_split: TimeSplit | None = None):
     self.config = config
+    self.time_split = time_split or TimeSplit()  # evaluations and checkpoint saves add their seconds to it
     g, s = config.grpo, config.sampling
     self.tokenizer, self.task = build.build_tokenizer_and_task(config, log=log, inputs=inputs)
     self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
@@ -118,10 +120,15 @@ class Run:
             "seed": int(self.config.seed), "rng_key_data": np.asarray(key_data).tolist(),
             "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json),
             **self.policy.checkpoint_meta(state.params)}
-    checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
+    with self.time_split.phase("checkpoint"):
+      checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
 
   def evaluate(self, params, step: int) -> dict:
     """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
+    with self.time_split.phase("eval"):
+      return self._evaluate(params, step)
+
+  def _evaluate(self, params, step: int) -> dict:
     c = self.config
     kwargs = dict(accuracy_reward=c.eval.accuracy_reward, max_prompt_length=c.sampling.max_prompt_length,
                   batch_size=min(c.eval.batch_size, c.eval.size),

@@ -39,6 +39,9 @@ class Summary:
   workdir: str
   wall_s_this_process: float = 0.0
   wall_s_total: float = 0.0
+  # This process's seconds by part (grpo_jax/train/timing.py) and from its launch to its first finished step.
+  time_split_s: dict = dataclasses.field(default_factory=dict)
+  launch_to_first_step_s: float | None = None
 
   def line(self) -> str:
     delta = 100 * (self.accuracy_after - self.accuracy_before)
@@ -60,8 +63,10 @@ def prepare(config, workdir: str, main: bool) -> str:
   return cfg_json
 
 
-def finish(config, workdir: str, state, last_eval: dict, t_start: float, main: bool, log) -> Summary:
-  """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
+def finish(config, workdir: str, state, last_eval: dict, time_split, main: bool, log) -> Summary:
+  """The plot and summary.json of a run that reached its last step (or was stopped by a callback);
+  `time_split`: grpo_jax.train.timing.TimeSplit of this process."""
+  t_start = time_split.t_start
   plot_path = None
   if config.log.plot and main:
     from grpo_jax.train.plotting import plot_runs
@@ -70,11 +75,14 @@ def finish(config, workdir: str, state, last_eval: dict, t_start: float, main: b
   summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                     steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
                     workdir=workdir, wall_s_this_process=this_process,
-                    wall_s_total=state.wall_before + this_process)
+                    wall_s_total=state.wall_before + this_process,
+                    time_split_s=time_split.as_dict(),
+                    launch_to_first_step_s=time_split.launch_to_first_step_s)
   if main:
     with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
       json.dump(dataclasses.asdict(summary), f, indent=2)
   log(summary.line())
+  log("[time] " + ", ".join(f"{name} {s:.1f}s" for name, s in summary.time_split_s.items()))
   return summary
 
 

@@ -119,7 +119,16 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
   assert glob.glob(os.path.join(workdir, "tensorboard", "events.out.tfevents.*"))
   assert read_jsonl(os.path.join(workdir, "warmstart.jsonl"))
   with open(os.path.join(workdir, "summary.json")) as f:
-    assert json.load(f)["steps"] == NUM_STEPS
+    saved = json.load(f)
+  assert saved["steps"] == NUM_STEPS
+  # The time split: its additive parts are this process's wall time (what is left out: logging between steps);
+  # the steps' phases are the sums of the timing/* metrics; launch comes before train() was called.
+  split = saved["time_split_s"]
+  parts = ("start", "eval", "checkpoint", "sample", "reward", "reference", "update", "step_other", "finish")
+  assert set(parts) | {"launch", "first_step_excess"} == set(split) and min(split[p] for p in parts) >= 0
+  assert sum(split[p] for p in parts) == pytest.approx(saved["wall_s_this_process"], rel=0.05)
+  assert split["update"] == pytest.approx(sum(r["timing/update_s"] for r in records[1:]), abs=0.01)
+  assert split["launch"] < saved["launch_to_first_step_s"] < split["launch"] + saved["wall_s_this_process"]
   # Dynamic sampling: every prompt block sampled counts in the data position (after the warm start's rows).
   rounds = [r["dynamic_sampling/rounds"] for r in records[1:]]
   assert all(1 <= n <= 3 for n in rounds) and all(0 <= r["dynamic_sampling/kept_groups"] <= 4 for r in records[1:])
