@@ -46,3 +46,8 @@ def make_pid_reward():
 
 registered_pid = register_reward("test_isolation_pid")(make_pid_reward())
 registered_spin = register_reward("test_isolation_spin")(spin)
+
+
+def digit_count(prompts, completions, **columns):
+  """Digits in each completion: varies across a random model's samples, so its groups carry an advantage."""
+  return [float(sum(ch.isdigit() for ch in c)) for c in completions]

@@ -188,6 +188,9 @@ def test_killed_and_resumed_gemma3_run_ends_identical(gemma3_checkpoint, compile
   def config():
     c = _config(gemma3_checkpoint)
     c.eval.pass_k = 1  # one sampler program fewer to compile
+    # A random model never answers a sum exactly; digits in the completion vary between its samples, so the
+    # groups carry an advantage and the update moves the policy on every CPU.
+    c.reward_funcs = ("tests.rewards.isolation_rewards:digit_count",)
     return c
 
   ref_dir = str(tmp_path / "uninterrupted")
