@@ -1,24 +1,28 @@
 #!/usr/bin/env python
-"""One GRPO step (sampling, reference log-probs, update), grpo_jax against TRL's GRPOTrainer, on the same
-checkpoint, prompts and sizes, in one invocation.
+"""One GRPO step (sampling, reference log-probs, update), grpo_jax against TRL's GRPOTrainer and Tunix's
+GRPOLearner, on the same checkpoint, prompts and sizes, in one invocation.
 
   .venv/bin/pip install "trl==1.16.0" -c constraints.txt       # once; TRL is not a dependency
-  .venv/bin/python benchmarks/step_bench.py                    # tiny random Qwen2 (the recipes' test fixture)
+  bash benchmarks/setup_tunix.sh                               # once; Tunix gets its own ./.venv-tunix
   .venv/bin/python benchmarks/step_bench.py --model smollm2    # SmolLM2-135M-Instruct (bash scripts/get_smollm2.sh)
+  .venv/bin/python benchmarks/step_bench.py --sides grpo_jax,trl   # tiny random Qwen2 (the recipes' fixture)
 
 Both sides take the GSM8K recipe (experiments/gsm8k.py; preset `test` for the tiny model, `smollm2` for
 SmolLM2 on the vendored GSM8K prompts) with the sizes given here (default: 4 prompts x G 8, 64 new tokens,
-beta 0.04 with the reference model, micro-batches of 8, the recipe's remat) and float32 compute on a CPU
+beta 0.04 with the reference model, micro-batches of 8, no remat: `--remat 1` for the recipe's) and float32 compute on a CPU
 (`--dtype`). The settings map to TRL's names as in benchmarks/trl_learning.py; TRL gets the prompt texts that
-grpo_jax renders (chat template and system prompt), as plain strings, and grpo_jax's GSM8K reward.
+grpo_jax renders (chat template and system prompt), as plain strings, and grpo_jax's GSM8K reward. Tunix gets the same through benchmarks/tunix_grpo.py (its docstring has the mapping
+and the three Tunix pitfalls it works around); it maps Llama checkpoints only, so not the tiny Qwen2.
 
 Each side runs in its own process, one after the other, for `--steps` steps (default 6). A step's time is
 the wall time from its start to the end of its update (grpo_jax: `step_time` in metrics.jsonl; TRL: a
-callback's on_step_begin to on_step_end); the table gives the median of steps 2..N, so the first step's
+callback's on_step_begin to on_step_end; Tunix: the end of one global step to the end of the next, the first
+from the start of `train`); the table gives the median of steps 2..N, so the first step's
 compilation (grpo_jax) and warm-up (both) are left out. Steps that meet a new prompt or completion width
 compile again in grpo_jax (at most `grpo.length_buckets` widths per side), which the median keeps out as well
 when it is a minority of steps; the per-step figures are printed too. grpo_jax's split comes from its
-`timing/*` metrics (sampling, rewards, reference, update, the rest).
+`timing/*` metrics (sampling, rewards, reference, update, the rest). "launch to first step" is each
+process's start (Linux /proc) to the end of its first step: imports, loading, compilation and one step.
 """
 from __future__ import annotations
 
@@ -38,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PRESETS = {"tiny": "test", "smollm2": "smollm2"}
 PHASES = ("sample", "reward", "reference", "update", "other")
-SIDES = ("grpo_jax", "grpo_jax_per_row", "trl")
+SIDES = ("grpo_jax", "grpo_jax_per_row", "trl", "tunix")
+TUNIX_PYTHON = os.path.join(ROOT, ".venv-tunix", "bin", "python")
 
 
 def bench_config(args):
@@ -55,6 +60,7 @@ def bench_config(args):
   c.model.dtype = args.dtype
   c.optim.warmup_steps = 0
   c.model.share_prompt_forward = args.side != "grpo_jax_per_row"
+  c.model.remat = bool(args.remat)
   c.eval.every = 10_000        # the step-0 and final evaluations only, outside the timed steps
   c.eval.size = c.eval.batch_size = 4
   c.checkpoint.every = 10_000
@@ -64,29 +70,51 @@ def bench_config(args):
   return c
 
 
-def run_grpo_jax(args) -> list[dict]:
+def run_grpo_jax(args) -> dict:
   from grpo_jax.train.loop import train
   from grpo_jax.train.metrics import read_jsonl
   workdir = os.path.join(args.out, args.side)
-  train(bench_config(args), workdir)
-  return [{"step": r["step"], "seconds": r["step_time"], "completion_length": r["completions/mean_length"],
-           **{p: r.get(f"timing/{p}_s", 0.0) for p in PHASES}}
-          for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["step"] >= 1]
+  config = bench_config(args)
+  summary = train(config, workdir)
+  reward = f"rewards/{config.eval.accuracy_reward}/mean"
+  return {"launch_to_first_step_s": summary.launch_to_first_step_s,
+          "steps": [{"step": r["step"], "seconds": r["step_time"], "completion_length": r["completions/mean_length"],
+                     "reward": r[reward], **{p: r.get(f"timing/{p}_s", 0.0) for p in PHASES}}
+                    for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["step"] >= 1]}
 
 
-def run_trl(args) -> list[dict]:
+def train_rows(config, n: int) -> dict:
+  """The first `n` training prompts as grpo_jax renders them, with their answers."""
+  from grpo_jax.data.tasks import make_task
+  return make_task(config, log=lambda _: None).train_rows(0, n)
+
+
+def run_tunix(args) -> dict:
+  """benchmarks/tunix_grpo.py in ./.venv-tunix on the spec of this config."""
+  from tunix_grpo import make_spec
+  config = bench_config(args)
+  spec = make_spec(config, train_rows(config, args.prompts * (args.steps + 1)), args.steps)
+  spec_path, out = os.path.join(args.out, "tunix_spec.json"), os.path.join(args.out, "tunix_records.json")
+  with open(spec_path, "w") as f:
+    json.dump(spec, f)
+  subprocess.run([TUNIX_PYTHON, os.path.join(ROOT, "benchmarks", "tunix_grpo.py"), "--spec", spec_path,
+                  "--out", out], check=True)
+  with open(out) as f:
+    return json.load(f)
+
+
+def run_trl(args) -> dict:
   import torch
   from datasets import Dataset
   from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
   from trl import GRPOConfig, GRPOTrainer
 
-  from grpo_jax.data.tasks import make_task
   from grpo_jax.rewards.registry import get_reward
+  from grpo_jax.train.timing import seconds_since_launch
   from trl_learning import logs_by_step, trl_arguments
 
   config = bench_config(args)
-  task = make_task(config, log=lambda _: None)
-  rows = task.train_rows(0, args.prompts * (args.steps + 1))
+  rows = train_rows(config, args.prompts * (args.steps + 1))
   dataset = Dataset.from_dict(rows)
   accuracy = get_reward(config.eval.accuracy_reward)
 
@@ -96,7 +124,7 @@ def run_trl(args) -> list[dict]:
   torch.manual_seed(args.seed)
   dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
   model = AutoModelForCausalLM.from_pretrained(config.model.hf_path, dtype=dtype)
-  records = []
+  records, first_step = [], {}
 
   class Clock(TrainerCallback):
     def on_step_begin(self, a, state, control, **kw):
@@ -104,6 +132,7 @@ def run_trl(args) -> list[dict]:
 
     def on_step_end(self, a, state, control, **kw):
       records.append({"step": state.global_step, "seconds": time.perf_counter() - self.t0})
+      first_step.setdefault("launch", seconds_since_launch())
 
   trl_args = trl_arguments(config, os.path.join(args.out, "trl"), args.steps)
   trl_args["bf16"] = args.dtype == "bfloat16"
@@ -113,8 +142,10 @@ def run_trl(args) -> list[dict]:
   trainer.train()
   logs = logs_by_step(trainer)
   for r in records:
-    r["completion_length"] = logs.get(r["step"], {}).get("completions/mean_length", float("nan"))
-  return records
+    log = logs.get(r["step"], {})
+    r["completion_length"] = log.get("completions/mean_length", float("nan"))
+    r["reward"] = log.get("rewards/gsm8k_accuracy/mean", float("nan"))
+  return {"steps": records, "launch_to_first_step_s": first_step.get("launch")}
 
 
 def median_after_first(records: list[dict], key: str) -> float:
@@ -122,9 +153,32 @@ def median_after_first(records: list[dict], key: str) -> float:
   return float(np.median(values)) if values else float("nan")
 
 
+def spread_after_first(records: list[dict], key: str) -> str:
+  values = [r[key] for r in records if r["step"] >= 2]
+  return f"{min(values):.2f}-{max(values):.2f}" if values else "-"
+
+
+LABELS = {"grpo_jax": "grpo_jax", "grpo_jax_per_row": "grpo_jax, each row its own prompt forward",
+          "trl": "TRL GRPOTrainer", "tunix": "Tunix GRPOLearner"}
+
+
+def missing_side(side: str) -> str | None:
+  """Why `side` cannot run here, with the fix, or None."""
+  if side == "trl":
+    try:
+      import trl  # noqa: F401
+    except ImportError:
+      return '--sides has trl, which is not installed: .venv/bin/pip install "trl==1.16.0" -c constraints.txt'
+  if side == "tunix" and not os.path.exists(TUNIX_PYTHON):
+    return "--sides has tunix, whose environment is missing: bash benchmarks/setup_tunix.sh"
+  return None
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--model", choices=sorted(PRESETS), default="tiny")
+  parser.add_argument("--sides", default="grpo_jax,trl,tunix",
+                      help=f"comma-separated, run in this order; from {', '.join(SIDES)}")
   parser.add_argument("--steps", type=int, default=6)
   parser.add_argument("--prompts", type=int, default=4)
   parser.add_argument("--group", type=int, default=8)
@@ -134,47 +188,57 @@ def main(argv=None) -> None:
   parser.add_argument("--beta", type=float, default=0.04)
   parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--compare-per-row", action="store_true",
-                      help="also run grpo_jax with model.share_prompt_forward off (each row runs its own prompt)")
+  parser.add_argument("--remat", type=int, choices=(0, 1), default=0,
+                      help="recompute the forward in the backward pass (TRL: gradient_checkpointing); Tunix: 0 only")
   parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # child processes
-  parser.add_argument("--out", help="where both runs and their step records go (default: a temporary dir)")
+  parser.add_argument("--out", help="where the runs and their step records go (default: a temporary dir)")
   args = parser.parse_args(argv)
 
   if args.side:
-    records = run_trl(args) if args.side == "trl" else run_grpo_jax(args)
+    run = {"trl": run_trl, "tunix": run_tunix}.get(args.side, run_grpo_jax)
     with open(os.path.join(args.out, f"{args.side}_steps.json"), "w") as f:
-      json.dump(records, f)
+      json.dump(run(args), f)
     return
 
+  sides = [x for x in args.sides.split(",") if x]
+  unknown = [x for x in sides if x not in SIDES]
+  if unknown or not sides:
+    sys.exit(f"--sides: unknown {unknown}; choose from {', '.join(SIDES)}")
   if args.model == "smollm2" and not os.path.isdir(os.path.join(ROOT, "models", "SmolLM2-135M-Instruct")):
     sys.exit("models/SmolLM2-135M-Instruct is missing: bash scripts/get_smollm2.sh")
+  if args.model == "tiny" and "tunix" in sides:
+    sys.exit("--sides has tunix, which maps Llama checkpoints only: use --model smollm2 or drop tunix")
+  for side in sides:
+    if missing_side(side):
+      sys.exit(missing_side(side))
   out = args.out or tempfile.mkdtemp(prefix="step_bench_")
   child = [a for a in (argv if argv is not None else sys.argv[1:])]
-  results = {}
-  for side in SIDES if args.compare_per_row else ("grpo_jax", "trl"):
+  results, launch = {}, {}
+  for side in sides:
     t0 = time.time()
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), *child, "--side", side, "--out", out],
                           cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
       sys.exit(f"{side} failed:\n{proc.stderr[-4000:]}")
     with open(os.path.join(out, f"{side}_steps.json")) as f:
-      results[side] = json.load(f)
+      record = json.load(f)
+    results[side], launch[side] = record["steps"], record["launch_to_first_step_s"]
     print(f"{side}: {len(results[side])} steps in {time.time() - t0:.0f} s (process, set-up included); per step: "
-          + " ".join(f"{r['seconds']:.1f}" for r in results[side]), flush=True)
+          + " ".join(f"{r['seconds']:.1f}" for r in results[side])
+          + "; reward per step: " + " ".join(f"{r['reward']:.2f}" for r in results[side]), flush=True)
 
-  ours, theirs = results["grpo_jax"], results["trl"]
-  t_ours, t_theirs = median_after_first(ours, "seconds"), median_after_first(theirs, "seconds")
   print(f"\n{args.model}: {args.prompts} prompts x G {args.group}, {args.new_tokens} new tokens, beta {args.beta}, "
-        f"micro-batch {args.micro_batch}, {args.dtype}; median of steps 2..{args.steps}; "
+        f"micro-batch {args.micro_batch}, {args.dtype}; median (min-max) of steps 2..{args.steps}; "
         f"load average {os.getloadavg()[0]:.2f}")
-  print("| | step (s) | mean completion length |\n|---|---|---|")
-  print(f"| grpo_jax | {t_ours:.2f} | {median_after_first(ours, 'completion_length'):.1f} |")
-  print(f"| TRL GRPOTrainer | {t_theirs:.2f} | {median_after_first(theirs, 'completion_length'):.1f} |")
-  if "grpo_jax_per_row" in results:
-    per_row = results["grpo_jax_per_row"]
-    print(f"| grpo_jax, each row its own prompt forward | {median_after_first(per_row, 'seconds'):.2f} | "
-          f"{median_after_first(per_row, 'completion_length'):.1f} |")
-  print(f"grpo_jax / TRL speed: {t_theirs / t_ours:.2f}x")
+  base = median_after_first(results[sides[0]], "seconds")
+  print(f"| | step (s) | steps 2+ min-max | {sides[0]} speed vs this | launch to first step (s) | "
+        "mean completion length | mean reward |\n|---|---|---|---|---|---|---|")
+  for side in sides:
+    t = median_after_first(results[side], "seconds")
+    first = "-" if launch[side] is None else f"{launch[side]:.1f}"
+    print(f"| {LABELS[side]} | {t:.2f} | {spread_after_first(results[side], 'seconds')} | {t / base:.2f}x | {first} | "
+          f"{median_after_first(results[side], 'completion_length'):.1f} | "
+          f"{np.mean([r['reward'] for r in results[side]]):.3f} |")
   for side in ("grpo_jax", "grpo_jax_per_row"):
     if side in results:
       split = ", ".join(f"{p} {median_after_first(results[side], p):.2f}" for p in PHASES)

@@ -1,0 +1,58 @@
+"""benchmarks/tunix_grpo.py's mapping of a grpo_jax config to Tunix's settings (runs without Tunix)."""
+import os
+import sys
+import types
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import tunix_grpo  # noqa: E402
+
+from tests.train.conftest import load_experiment  # noqa: E402
+
+
+def _config():
+  c = load_experiment("smollm2_arithmetic")(None)
+  c.grpo.beta = 0.04
+  c.grpo.kl_estimator = "k3"
+  c.model.remat = False
+  return c
+
+
+def test_spec_counts_prompts_where_grpo_jax_counts_completions():
+  c = _config()  # 8 prompts x G 8, micro-batches of 16 completions
+  rows = {"prompt": ["What is 1 + 2?"] * 16, "answer": ["3"] * 16}
+  spec = tunix_grpo.make_spec(c, rows, steps=2)
+  assert (spec["prompts_per_step"], spec["group_size"], spec["micro_prompts"]) == (8, 8, 2)
+  assert (spec["max_new_tokens"], spec["max_prompt_length"], spec["temperature"]) == (48, 48, 0.8)
+  assert (spec["beta"], spec["epsilon"], spec["kl_loss_mode"]) == (0.04, 0.2, "low_var_kl")
+  assert (spec["learning_rate"], spec["grad_clip_norm"], spec["reward"]) == (1e-5, 1.0, "gsm8k_accuracy")
+  assert spec["model_dir"].endswith("SmolLM2-135M-Instruct") and spec["rows"] == rows
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("grpo.micro_batch_size", 12, "not a multiple of G"),
+    ("grpo.num_iterations", 2, "one update per step"),
+    ("grpo.aggregation", "token_mean", "not mapped"),
+    ("grpo.epsilon_high", 0.28, "one clip epsilon"),
+    ("model.remat", True, "remat off on every side"),
+])
+def test_spec_refuses_what_it_cannot_map(key, value, match):
+  c = _config()
+  section, name = key.split(".")
+  setattr(getattr(c, section), name, value)
+  with pytest.raises(ValueError, match=match):
+    tunix_grpo.make_spec(c, {"prompt": []}, steps=1)
+
+
+def test_llama_config_keeps_the_checkpoints_rope_theta_and_tied_embeddings():
+  fake = types.SimpleNamespace(ModelConfig=lambda **kw: kw)
+  hf = {"model_type": "llama", "num_hidden_layers": 30, "vocab_size": 49152, "hidden_size": 576,
+        "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
+        "rope_parameters": {"rope_theta": 100000.0},  # transformers 5's place for it
+        "rms_norm_eps": 1e-5, "tie_word_embeddings": True}
+  got = tunix_grpo.llama_config(fake, hf)
+  assert got == dict(num_layers=30, vocab_size=49152, embed_dim=576, hidden_dim=1536, num_heads=9, head_dim=64,
+                     num_kv_heads=3, rope_theta=100000, norm_eps=1e-5, weight_tying=True)
+  with pytest.raises(SystemExit, match="model_type 'qwen2'"):
+    tunix_grpo.llama_config(fake, {**hf, "model_type": "qwen2"})
