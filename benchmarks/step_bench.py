@@ -7,12 +7,16 @@ GRPOLearner, on the same checkpoint, prompts and sizes, in one invocation.
   .venv/bin/python benchmarks/step_bench.py --model smollm2    # SmolLM2-135M-Instruct (bash scripts/get_smollm2.sh)
   .venv/bin/python benchmarks/step_bench.py --sides grpo_jax,trl   # tiny random Qwen2 (the recipes' fixture)
 
-Both sides take the GSM8K recipe (experiments/gsm8k.py; preset `test` for the tiny model, `smollm2` for
+`--task arithmetic` takes experiments/smollm2_arithmetic.py instead ("What is 37 + 45?", 8 prompts x G 8, 48
+new tokens, micro-batches of 16), where SmolLM2's reward climbs within 10 steps, so the sides' reward curves
+can be compared as well as their speed; beta is 0.04 there too unless `--beta`. By default every
+side takes the GSM8K recipe (experiments/gsm8k.py; preset `test` for the tiny model, `smollm2` for
 SmolLM2 on the vendored GSM8K prompts) with the sizes given here (default: 4 prompts x G 8, 64 new tokens,
-beta 0.04 with the reference model, micro-batches of 8, no remat: `--remat 1` for the recipe's) and float32 compute on a CPU
-(`--dtype`). The settings map to TRL's names as in benchmarks/trl_learning.py; TRL gets the prompt texts that
-grpo_jax renders (chat template and system prompt), as plain strings, and grpo_jax's GSM8K reward. Tunix gets the same through benchmarks/tunix_grpo.py (its docstring has the mapping
-and the three Tunix pitfalls it works around); it maps Llama checkpoints only, so not the tiny Qwen2.
+beta 0.04 with the reference model, micro-batches of 8, no remat: `--remat 1` for the recipe's) and float32
+compute on a CPU (`--dtype`). The settings map to TRL's names as in benchmarks/trl_learning.py; TRL gets the
+prompt texts that grpo_jax renders (chat template and system prompt), as plain strings, and grpo_jax's
+reward. Tunix gets the same through benchmarks/tunix_grpo.py (its docstring has the mapping and the three
+Tunix pitfalls it works around); it maps Llama checkpoints only, so not the tiny Qwen2.
 
 Each side runs in its own process, one after the other, for `--steps` steps (default 6). A step's time is
 the wall time from its start to the end of its update (grpo_jax: `step_time` in metrics.jsonl; TRL: a
@@ -40,7 +44,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-PRESETS = {"tiny": "test", "smollm2": "smollm2"}
+# (experiment file, preset) per --task and --model, and the sizes a flag left unset takes.
+EXPERIMENTS = {("gsm8k", "tiny"): ("gsm8k.py", "test"), ("gsm8k", "smollm2"): ("gsm8k.py", "smollm2"),
+               ("arithmetic", "tiny"): ("smollm2_arithmetic.py", "test"),
+               ("arithmetic", "smollm2"): ("smollm2_arithmetic.py", None)}
+SIZES = {"gsm8k": dict(prompts=4, group=8, micro_batch=8, new_tokens=64, max_prompt_length=256, beta=0.04),
+         "arithmetic": dict(beta=0.04)}  # arithmetic: the experiment's 8 prompts x G 8, micro 16, 48 + 48 tokens
 PHASES = ("sample", "reward", "reference", "update", "other")
 SIDES = ("grpo_jax", "grpo_jax_per_row", "trl", "tunix")
 TUNIX_PYTHON = os.path.join(ROOT, ".venv-tunix", "bin", "python")
@@ -48,15 +57,17 @@ TUNIX_PYTHON = os.path.join(ROOT, ".venv-tunix", "bin", "python")
 
 def bench_config(args):
   from trl_learning import load_experiment
-  c = load_experiment(os.path.join(ROOT, "experiments", "gsm8k.py"), PRESETS[args.model])
+  name, preset = EXPERIMENTS[args.task, args.model]
+  c = load_experiment(os.path.join(ROOT, "experiments", name), preset)
   c.seed = args.seed
   c.num_steps = args.steps
-  c.grpo.prompts_per_step = args.prompts
-  c.grpo.group_size = args.group
-  c.grpo.micro_batch_size = args.micro_batch
-  c.grpo.beta = args.beta
-  c.sampling.max_new_tokens = args.new_tokens
-  c.sampling.max_prompt_length = args.max_prompt_length
+  sizes = {**SIZES[args.task], **{k: v for k, v in vars(args).items() if k in SIZES["gsm8k"] and v is not None}}
+  for key, value in sizes.items():
+    section, name = {"prompts": ("grpo", "prompts_per_step"), "group": ("grpo", "group_size"),
+                     "micro_batch": ("grpo", "micro_batch_size"), "beta": ("grpo", "beta"),
+                     "new_tokens": ("sampling", "max_new_tokens"),
+                     "max_prompt_length": ("sampling", "max_prompt_length")}[key]
+    setattr(getattr(c, section), name, value)
   c.model.dtype = args.dtype
   c.optim.warmup_steps = 0
   c.model.share_prompt_forward = args.side != "grpo_jax_per_row"
@@ -93,14 +104,34 @@ def run_tunix(args) -> dict:
   """benchmarks/tunix_grpo.py in ./.venv-tunix on the spec of this config."""
   from tunix_grpo import make_spec
   config = bench_config(args)
-  spec = make_spec(config, train_rows(config, args.prompts * (args.steps + 1)), args.steps)
+  spec = make_spec(config, train_rows(config, config.grpo.prompts_per_step * (args.steps + 1)), args.steps)
   spec_path, out = os.path.join(args.out, "tunix_spec.json"), os.path.join(args.out, "tunix_records.json")
   with open(spec_path, "w") as f:
     json.dump(spec, f)
   subprocess.run([TUNIX_PYTHON, os.path.join(ROOT, "benchmarks", "tunix_grpo.py"), "--spec", spec_path,
                   "--out", out], check=True)
   with open(out) as f:
-    return json.load(f)
+    record = json.load(f)
+  # After the timed run: both models must compute the same function of the first prompt.
+  reference, checked = os.path.join(args.out, "grpo_jax_logits.npz"), os.path.join(args.out, "tunix_parity.json")
+  np.savez(reference, **grpo_jax_logits(config, spec["rows"]["prompt"][0]))
+  subprocess.run([TUNIX_PYTHON, os.path.join(ROOT, "benchmarks", "tunix_grpo.py"), "--spec", spec_path,
+                  "--out", checked, "--parity", reference], check=True)
+  with open(checked) as f:
+    record["parity"] = json.load(f)
+  return record
+
+
+def grpo_jax_logits(config, prompt: str) -> dict:
+  """grpo_jax's float32 logits of `prompt` (one row, no padding): tokens_1xT, logits_1xTxV."""
+  from grpo_jax.data.text import encode_text
+  from grpo_jax.model import hf_io
+  from grpo_jax.model.logprobs import causal_attention_mask, positions_from_mask
+  tokens = np.asarray([encode_text(hf_io.load_tokenizer(config.model.hf_path), prompt)], np.int32)
+  mask = np.ones_like(tokens, bool)
+  model = hf_io.from_pretrained(config.model.hf_path, param_dtype="float32", dtype="float32")
+  hidden, _ = model(tokens, positions_from_mask(mask), causal_attention_mask(mask))
+  return {"tokens_1xT": tokens, "logits_1xTxV": np.asarray(model.logits(hidden), np.float64)}
 
 
 def run_trl(args) -> dict:
@@ -114,7 +145,7 @@ def run_trl(args) -> dict:
   from trl_learning import logs_by_step, trl_arguments
 
   config = bench_config(args)
-  rows = train_rows(config, args.prompts * (args.steps + 1))
+  rows = train_rows(config, config.grpo.prompts_per_step * (args.steps + 1))
   dataset = Dataset.from_dict(rows)
   accuracy = get_reward(config.eval.accuracy_reward)
 
@@ -176,16 +207,18 @@ def missing_side(side: str) -> str | None:
 
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--model", choices=sorted(PRESETS), default="tiny")
+  parser.add_argument("--model", choices=("tiny", "smollm2"), default="tiny")
+  parser.add_argument("--task", choices=sorted(SIZES), default="gsm8k",
+                      help="gsm8k: experiments/gsm8k.py's prompts; arithmetic: experiments/smollm2_arithmetic.py")
   parser.add_argument("--sides", default="grpo_jax,trl,tunix",
                       help=f"comma-separated, run in this order; from {', '.join(SIDES)}")
   parser.add_argument("--steps", type=int, default=6)
-  parser.add_argument("--prompts", type=int, default=4)
-  parser.add_argument("--group", type=int, default=8)
-  parser.add_argument("--micro-batch", type=int, default=8)
-  parser.add_argument("--new-tokens", type=int, default=64)
-  parser.add_argument("--max-prompt-length", type=int, default=256)
-  parser.add_argument("--beta", type=float, default=0.04)
+  parser.add_argument("--prompts", type=int)
+  parser.add_argument("--group", type=int)
+  parser.add_argument("--micro-batch", type=int)
+  parser.add_argument("--new-tokens", type=int)
+  parser.add_argument("--max-prompt-length", type=int)
+  parser.add_argument("--beta", type=float)
   parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--remat", type=int, choices=(0, 1), default=0,
@@ -226,9 +259,15 @@ def main(argv=None) -> None:
     print(f"{side}: {len(results[side])} steps in {time.time() - t0:.0f} s (process, set-up included); per step: "
           + " ".join(f"{r['seconds']:.1f}" for r in results[side])
           + "; reward per step: " + " ".join(f"{r['reward']:.2f}" for r in results[side]), flush=True)
+    if "parity" in record:
+      print("  Tunix's logits against grpo_jax's on the first prompt, max |difference|: "
+            + ", ".join(f"{k} {v:.2e}" for k, v in record["parity"].items()), flush=True)
 
-  print(f"\n{args.model}: {args.prompts} prompts x G {args.group}, {args.new_tokens} new tokens, beta {args.beta}, "
-        f"micro-batch {args.micro_batch}, {args.dtype}; median (min-max) of steps 2..{args.steps}; "
+  c = bench_config(args)
+  g = c.grpo
+  print(f"\n{args.model}, {args.task}: {g.prompts_per_step} prompts x G {g.group_size}, {c.sampling.max_new_tokens} "
+        f"new tokens, beta {g.beta}, micro-batch {g.micro_batch_size}, {args.dtype}, remat {args.remat}; "
+        f"median (min-max) of steps 2..{args.steps}; "
         f"load average {os.getloadavg()[0]:.2f}")
   base = median_after_first(results[sides[0]], "seconds")
   print(f"| | step (s) | steps 2+ min-max | {sides[0]} speed vs this | launch to first step (s) | "

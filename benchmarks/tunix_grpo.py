@@ -79,8 +79,38 @@ def llama_config(model_lib, hf: dict):
       num_layers=hf["num_hidden_layers"], vocab_size=hf["vocab_size"], embed_dim=hf["hidden_size"],
       hidden_dim=hf["intermediate_size"], num_heads=hf["num_attention_heads"],
       head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
-      num_kv_heads=hf["num_key_value_heads"], rope_theta=int(hf.get("rope_theta") or hf["rope_parameters"]["rope_theta"]), norm_eps=hf["rms_norm_eps"],
+      num_kv_heads=hf["num_key_value_heads"], norm_eps=hf["rms_norm_eps"],
+      rope_theta=int(hf.get("rope_theta") or hf["rope_parameters"]["rope_theta"]),  # transformers 5: the latter
       weight_tying=bool(hf.get("tie_word_embeddings")))
+
+
+def parity(spec: dict, reference: str) -> dict:
+  """Max |logit difference| of Tunix's model against grpo_jax's logits in `reference` (an .npz of tokens_1xT
+  and logits_1xTxV), with Tunix's RoPE as shipped and with the checkpoint's rope_theta: both sides must train
+  the same function."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from tunix.models.llama3 import model as model_lib
+  from tunix.models.llama3 import params as params_lib
+
+  with open(os.path.join(spec["model_dir"], "config.json")) as f:
+    config = llama_config(model_lib, json.load(f))
+  ref = np.load(reference)
+  tokens = jnp.asarray(ref["tokens_1xT"])
+  T = tokens.shape[1]
+  mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  model = params_lib.create_model_from_safe_tensors(spec["model_dir"], config, mesh, dtype=jnp.float32)
+  causal = jnp.tril(jnp.ones((1, T, T), bool))
+  shipped_rope = model_lib.apply_rope
+  result = {}
+  for name, rope in (("as shipped", shipped_rope),
+                     ("checkpoint rope_theta", functools.partial(shipped_rope, rope_theta=config.rope_theta))):
+    model_lib.apply_rope = rope
+    logits, _ = model(tokens, jnp.arange(T)[None], None, causal)
+    result[name] = float(np.abs(np.asarray(logits, np.float64) - ref["logits_1xTxV"]).max())
+  model_lib.apply_rope = shipped_rope
+  return result
 
 
 def run(spec: dict, out: str) -> None:
@@ -192,9 +222,15 @@ def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--spec", required=True, help="JSON written by make_spec")
   parser.add_argument("--out", required=True, help="where the step records go (JSON)")
+  parser.add_argument("--parity", help="an .npz of grpo_jax's tokens_1xT and logits_1xTxV: compare, then exit")
   args = parser.parse_args(argv)
   with open(args.spec) as f:
-    run(json.load(f), args.out)
+    spec = json.load(f)
+  if args.parity:
+    with open(args.out, "w") as f:
+      json.dump(parity(spec, args.parity), f)
+  else:
+    run(spec, args.out)
 
 
 if __name__ == "__main__":
