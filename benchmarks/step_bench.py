@@ -90,7 +90,7 @@ def run_grpo_jax(args) -> dict:
   reward = f"rewards/{config.eval.accuracy_reward}/mean"
   return {"launch_to_first_step_s": summary.launch_to_first_step_s,
           "steps": [{"step": r["step"], "seconds": r["step_time"], "completion_length": r["completions/mean_length"],
-                     "reward": r[reward], **{p: r.get(f"timing/{p}_s", 0.0) for p in PHASES}}
+                     "reward": r[reward], **{f"t_{p}": r.get(f"timing/{p}_s", 0.0) for p in PHASES}}
                     for r in read_jsonl(os.path.join(workdir, "metrics.jsonl")) if r["step"] >= 1]}
 
 
@@ -244,7 +244,8 @@ def main(argv=None) -> None:
   for side in sides:
     if missing_side(side):
       sys.exit(missing_side(side))
-  out = args.out or tempfile.mkdtemp(prefix="step_bench_")
+  out = os.path.abspath(args.out or tempfile.mkdtemp(prefix="step_bench_"))
+  os.makedirs(out, exist_ok=True)
   child = [a for a in (argv if argv is not None else sys.argv[1:])]
   results, launch = {}, {}
   for side in sides:
@@ -280,7 +281,7 @@ def main(argv=None) -> None:
           f"{np.mean([r['reward'] for r in results[side]]):.3f} |")
   for side in ("grpo_jax", "grpo_jax_per_row"):
     if side in results:
-      split = ", ".join(f"{p} {median_after_first(results[side], p):.2f}" for p in PHASES)
+      split = ", ".join(f"{p} {median_after_first(results[side], f't_{p}'):.2f}" for p in PHASES)
       print(f"{side} step split (s, medians): {split}")
 
 

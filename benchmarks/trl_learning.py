@@ -88,6 +88,7 @@ def train_trl(args) -> None:
 
   from grpo_jax.data import templates, word_arithmetic
   from grpo_jax.rewards.registry import get_reward
+  from grpo_jax.train.timing import seconds_since_launch
 
   config = load_experiment(args.config)
   config.seed = args.seed
@@ -125,7 +126,9 @@ def train_trl(args) -> None:
 
     def on_step_end(self, a, state, control, **kw):
       wall = time.time() - self.start - self.paused
-      records.append({"step": state.global_step, "wall_s": wall})
+      launch = seconds_since_launch()
+      records.append({"step": state.global_step, "wall_s": wall,
+                      "since_launch_s": None if launch is None else launch - self.paused})
       print(f"step {state.global_step}: {wall:.1f} s", flush=True)
       if state.global_step % args.eval_every == 0 or state.global_step == args.steps:
         t0 = time.time()
@@ -142,11 +145,12 @@ def train_trl(args) -> None:
   with open(os.path.join(args.out, "train_log.jsonl"), "w") as f:
     for r in records:
       f.write(json.dumps(r) + "\n")
-  evaluate_snapshots(args, config, {r["step"]: r["wall_s"] for r in records})
+  evaluate_snapshots(args.out, config, {r["step"]: r for r in records}, args.keep_snapshots)
 
 
-def evaluate_snapshots(args, config, wall_by_step: dict) -> None:
-  """grpo_jax's greedy evaluator on the base model (step 0) and on every saved snapshot."""
+def evaluate_snapshots(out_dir: str, config, clock_by_step: dict, keep: bool = False) -> None:
+  """grpo_jax's greedy evaluator on the base model (step 0) and on every snapshot in OUT_DIR/snapshots/STEP;
+  OUT_DIR/metrics.jsonl gets a record per step: its clock_by_step fields (wall_s...) and the eval/* metrics."""
   import jax
 
   from grpo_jax.model import hf_io
@@ -161,7 +165,7 @@ def evaluate_snapshots(args, config, wall_by_step: dict) -> None:
   graphdef, _ = loop.build_model(config, tokenizer, mesh)
   _, greedy, _ = loop.make_samplers(graphdef, config, tokenizer)
   columns = task.eval_rows(config.eval.size)
-  snapshots = os.path.join(args.out, "snapshots")
+  snapshots = os.path.join(out_dir, "snapshots")
   steps = sorted(int(d) for d in os.listdir(snapshots))
   out = []
   for step in [0] + steps:
@@ -172,13 +176,14 @@ def evaluate_snapshots(args, config, wall_by_step: dict) -> None:
                        accuracy_reward=config.eval.accuracy_reward,
                        batch_size=min(config.eval.batch_size, len(columns["prompt"])),
                        max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0))
-    record = {"step": step, "wall_s": wall_by_step.get(step, 0.0), **metrics}
+    clock = {k: v for k, v in clock_by_step.get(step, {}).items() if k != "step"}
+    record = {"step": step, "wall_s": 0.0, **clock, **metrics}
     print(json.dumps(record), flush=True)
     out.append(record)
-  with open(os.path.join(args.out, "metrics.jsonl"), "w") as f:
+  with open(os.path.join(out_dir, "metrics.jsonl"), "w") as f:
     for r in out:
       f.write(json.dumps(r) + "\n")
-  if not args.keep_snapshots:
+  if not keep:
     shutil.rmtree(snapshots)
 
 
@@ -238,7 +243,7 @@ def main(argv=None):
     config.seed = args.seed
     from grpo_jax.train.metrics import read_jsonl
     records = read_jsonl(os.path.join(args.out, "train_log.jsonl"))
-    evaluate_snapshots(args, config, {r["step"]: r["wall_s"] for r in records})
+    evaluate_snapshots(args.out, config, {r["step"]: r for r in records}, args.keep_snapshots)
   else:
     train_trl(args)
 

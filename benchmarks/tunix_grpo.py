@@ -29,7 +29,9 @@ Three pitfalls of Tunix 0.1.7, handled here:
 
 Records: per step the wall time from the end of the previous step (the first: from the start of
 `learner.train`), the mean reward and completion length of its rollout; `launch_to_first_step_s` is the process's
-start (Linux /proc, as grpo_jax's summary.json) to the end of the first step.
+start (Linux /proc, as grpo_jax's summary.json) to the end of the first step. With `snapshot_every` in the spec,
+the policy is saved as a Hugging Face folder (`snapshot_dir`/STEP, by the inverse of Tunix's name mapping)
+every that many steps and at the last, off the clock, for grpo_jax's evaluator (benchmarks/learning_race.py).
 """
 from __future__ import annotations
 
@@ -82,6 +84,58 @@ def llama_config(model_lib, hf: dict):
       num_kv_heads=hf["num_key_value_heads"], norm_eps=hf["rms_norm_eps"],
       rope_theta=int(hf.get("rope_theta") or hf["rope_parameters"]["rope_theta"]),  # transformers 5: the latter
       weight_tying=bool(hf.get("tie_word_embeddings")))
+
+
+def hf_tensors(flat: dict, hf: dict) -> dict:
+  """Tunix Llama 3 parameters {"layers.0.attn.q_proj.w": array, ...} -> Hugging Face tensors, the inverse of
+  tunix/models/llama3/params.py's mapping (projections [D, N, H] -> [N*H, D], kernels transposed)."""
+  out = {}
+  for name, x in flat.items():
+    parts = name.split(".")
+    if name == "embedder.input_embedding":
+      out["model.embed_tokens.weight"] = x
+    elif name == "final_norm.w":
+      out["model.norm.weight"] = x
+    elif name == "lm_head.w":
+      out["lm_head.weight"] = x.T
+    elif parts[0] == "layers":
+      prefix, rest = f"model.layers.{parts[1]}", ".".join(parts[2:])
+      if rest in ("attn.q_proj.w", "attn.k_proj.w", "attn.v_proj.w"):   # [D, N, H]
+        out[f"{prefix}.self_attn.{parts[3]}.weight"] = x.reshape(x.shape[0], -1).T
+      elif rest == "attn.o_proj.w":                                      # [N, H, D]
+        out[f"{prefix}.self_attn.o_proj.weight"] = x.reshape(-1, x.shape[-1]).T
+      elif rest.startswith("mlp.") and parts[-1] == "kernel":            # [in, out]
+        out[f"{prefix}.mlp.{parts[3]}.weight"] = x.T
+      elif rest in ("input_layernorm.w", "post_attention_layernorm.w"):
+        out[f"{prefix}.{parts[2]}.weight"] = x
+      else:
+        raise KeyError(f"no Hugging Face name for Tunix parameter {name}")
+    else:
+      raise KeyError(f"no Hugging Face name for Tunix parameter {name}")
+  if hf.get("tie_word_embeddings"):
+    out.pop("lm_head.weight", None)
+  return out
+
+
+def save_snapshot(model, model_dir: str, path: str) -> None:
+  """The model as a Hugging Face folder: model.safetensors, with the other files of `model_dir` copied."""
+  import shutil
+
+  import numpy as np
+  from flax import nnx
+  from safetensors.numpy import save_file
+
+  with open(os.path.join(model_dir, "config.json")) as f:
+    hf = json.load(f)
+  flat = {".".join(str(k) for k in path_): np.ascontiguousarray(np.asarray(v.get_value() if hasattr(v, "get_value")
+                                                                           else v.value, np.float32))
+          for path_, v in nnx.state(model, nnx.Param).flat_state()}
+  os.makedirs(path, exist_ok=True)
+  save_file({k: np.ascontiguousarray(v) for k, v in hf_tensors(flat, hf).items()},
+            os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  for name in os.listdir(model_dir):
+    if not name.endswith(".safetensors") and os.path.isfile(os.path.join(model_dir, name)):
+      shutil.copy(os.path.join(model_dir, name), path)
 
 
 def parity(spec: dict, reference: str) -> dict:
@@ -195,13 +249,19 @@ def run(spec: dict, out: str) -> None:
   columns = [k for k in rows if k != "prompt"]
   batches = [{"prompts": rows["prompt"][i:i + R], **{k: rows[k][i:i + R] for k in columns}}
              for i in range(0, R * spec["steps"], R)]
-  ends, step_calls = [], []
+  ends, step_calls, paused = [], [], [0.0]
   run_global_step = learner._run_global_step
+  every = spec.get("snapshot_every", 0)
 
   def timed_global_step(*a, **kw):
     run_global_step(*a, **kw)
-    ends.append(time.perf_counter())
+    ends.append(time.perf_counter() - paused[0])
     step_calls.append(len(rollouts))
+    step = len(ends)
+    if every and (step % every == 0 or step == spec["steps"]):  # saved off the clock
+      t = time.perf_counter()
+      save_snapshot(cluster.actor_trainer.model, spec["model_dir"], os.path.join(spec["snapshot_dir"], str(step)))
+      paused[0] += time.perf_counter() - t
 
   learner._run_global_step = timed_global_step
   t0 = time.perf_counter()
@@ -211,7 +271,8 @@ def run(spec: dict, out: str) -> None:
   for i, (end, n) in enumerate(zip(ends, step_calls)):
     mine = rollouts[prev_calls:n] or [(float("nan"), float("nan"))]
     records.append({"step": i + 1, "seconds": end - prev, "reward": sum(r for r, _ in mine) / len(mine),
-                    "completion_length": sum(c for _, c in mine) / len(mine)})
+                    "completion_length": sum(c for _, c in mine) / len(mine),
+                    "since_launch_s": None if launch is None else launch + end - t0})
     prev, prev_calls = end, n
   with open(out, "w") as f:
     json.dump({"steps": records, "launch_to_first_step_s": None if launch is None else launch + ends[0] - t0},

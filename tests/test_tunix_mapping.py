@@ -56,3 +56,39 @@ def test_llama_config_keeps_the_checkpoints_rope_theta_and_tied_embeddings():
                      num_kv_heads=3, rope_theta=100000, norm_eps=1e-5, weight_tying=True)
   with pytest.raises(SystemExit, match="model_type 'qwen2'"):
     tunix_grpo.llama_config(fake, {**hf, "model_type": "qwen2"})
+
+
+def test_snapshot_names_invert_tunixs_loading_map():
+  """Tunix loads a Hugging Face Llama by (tunix/models/llama3/params.py): projections transposed and reshaped to
+  [D, N, H] (o_proj: [N, H, D]), MLP kernels transposed, norms and embeddings as they are. Built here that way
+  from random tensors, `hf_tensors` must give the tensors back, name for name."""
+  import numpy as np
+  rng = np.random.default_rng(0)
+  D, N, K, H, F, V = 8, 4, 2, 2, 12, 10
+  hf = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,), "lm_head.weight": (V, D)}
+  for i in range(2):
+    p = f"model.layers.{i}"
+    hf.update({f"{p}.self_attn.q_proj.weight": (N * H, D), f"{p}.self_attn.k_proj.weight": (K * H, D),
+               f"{p}.self_attn.v_proj.weight": (K * H, D), f"{p}.self_attn.o_proj.weight": (D, N * H),
+               f"{p}.mlp.gate_proj.weight": (F, D), f"{p}.mlp.up_proj.weight": (F, D),
+               f"{p}.mlp.down_proj.weight": (D, F), f"{p}.input_layernorm.weight": (D,),
+               f"{p}.post_attention_layernorm.weight": (D,)})
+  hf = {k: rng.normal(size=s) for k, s in hf.items()}
+  tunix = {"embedder.input_embedding": hf["model.embed_tokens.weight"], "final_norm.w": hf["model.norm.weight"],
+           "lm_head.w": hf["lm_head.weight"].T}
+  for i in range(2):
+    p, t = f"model.layers.{i}", f"layers.{i}"
+    for name, heads in (("q_proj", N), ("k_proj", K), ("v_proj", K)):
+      tunix[f"{t}.attn.{name}.w"] = hf[f"{p}.self_attn.{name}.weight"].T.reshape(D, heads, H)
+    tunix[f"{t}.attn.o_proj.w"] = hf[f"{p}.self_attn.o_proj.weight"].T.reshape(N, H, D)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+      tunix[f"{t}.mlp.{name}.kernel"] = hf[f"{p}.mlp.{name}.weight"].T
+    for name in ("input_layernorm", "post_attention_layernorm"):
+      tunix[f"{t}.{name}.w"] = hf[f"{p}.{name}.weight"]
+  back = tunix_grpo.hf_tensors(tunix, {"tie_word_embeddings": False})
+  assert sorted(back) == sorted(hf)
+  for k in hf:
+    np.testing.assert_array_equal(back[k], hf[k], err_msg=k)
+  assert "lm_head.weight" not in tunix_grpo.hf_tensors(tunix, {"tie_word_embeddings": True})
+  with pytest.raises(KeyError, match="layers.0.attn.rotary"):
+    tunix_grpo.hf_tensors({"layers.0.attn.rotary": np.zeros(1)}, {})

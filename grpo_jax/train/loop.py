@@ -100,6 +100,8 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
         raise _diverged(config, step, nonfinite_steps, step_metrics)
       metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
       time_split.add_step(metrics)
+      if time_split.launch_s is not None:
+        metrics["timing/since_launch_s"] = time_split.since_launch()
       if step % config.eval.every == 0 or step == config.num_steps:
         last_eval = run.evaluate(state.params, step)
         metrics.update(last_eval)

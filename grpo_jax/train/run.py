@@ -124,9 +124,12 @@ class Run:
       checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
 
   def evaluate(self, params, step: int) -> dict:
-    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set."""
+    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set; and
+    timing/eval_s, the seconds all of it took."""
+    t0 = time.perf_counter()
     with self.time_split.phase("eval"):
-      return self._evaluate(params, step)
+      metrics = self._evaluate(params, step)
+    return {**metrics, "timing/eval_s": time.perf_counter() - t0}
 
   def _evaluate(self, params, step: int) -> dict:
     c = self.config

@@ -12,7 +12,9 @@
               the first step's time minus the median of the others: about the compile time (not additive)
 
 `launch_to_first_step_s` is process start -> the end of the first GRPO step, what a user waits for before the
-run shows its first update.
+run shows its first update. Per step, metrics.jsonl has `timing/since_launch_s` (process start -> the end of the
+step's update, before its evaluation) and, where it evaluated, `timing/eval_s`: a curve of accuracy against
+time since launch, with or without the evaluations' time (benchmarks/learning_race.py).
 """
 from __future__ import annotations
 
@@ -69,8 +71,12 @@ class TimeSplit:
     for key, name in STEP_PHASES.items():
       self.seconds[name] += float(metrics.get(key, 0.0))
     self.step_times.append(float(metrics["step_time"]))
-    if self.launch_to_first_step_s is None and self.launch_s is not None:
-      self.launch_to_first_step_s = self.launch_s + time.time() - self.t_start
+    if self.launch_to_first_step_s is None:
+      self.launch_to_first_step_s = self.since_launch()
+
+  def since_launch(self) -> float | None:
+    """Seconds from this process's start to now, or None where the start cannot be read."""
+    return None if self.launch_s is None else self.launch_s + time.time() - self.t_start
 
   def as_dict(self) -> dict[str, float]:
     out = {} if self.launch_s is None else {"launch": round(self.launch_s, 3)}

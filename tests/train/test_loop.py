@@ -129,6 +129,13 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
   assert sum(split[p] for p in parts) == pytest.approx(saved["wall_s_this_process"], rel=0.05)
   assert split["update"] == pytest.approx(sum(r["timing/update_s"] for r in records[1:]), abs=0.01)
   assert split["launch"] < saved["launch_to_first_step_s"] < split["launch"] + saved["wall_s_this_process"]
+  # Per step: seconds since launch at the end of the update (before that step's evaluation), and what each
+  # evaluation took (the warm start's evaluations are in split["eval"] too, not in metrics.jsonl).
+  since = [r["timing/since_launch_s"] for r in records[1:]]
+  assert since[0] == pytest.approx(saved["launch_to_first_step_s"], abs=0.5) and since == sorted(set(since))
+  evals = {r["step"]: r["timing/eval_s"] for r in records if "timing/eval_s" in r}
+  assert sorted(evals) == [r["step"] for r in records if "eval/accuracy" in r] and min(evals.values()) > 0
+  assert sum(evals.values()) <= split["eval"] + 0.01
   # Dynamic sampling: every prompt block sampled counts in the data position (after the warm start's rows).
   rounds = [r["dynamic_sampling/rounds"] for r in records[1:]]
   assert all(1 <= n <= 3 for n in rounds) and all(0 <= r["dynamic_sampling/kept_groups"] <= 4 for r in records[1:])
