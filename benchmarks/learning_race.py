@@ -109,24 +109,11 @@ def report(args) -> None:
   if "grpo_jax" in curves:
     print(f"grpo_jax's own evaluations took {curves['grpo_jax']['eval_s']:.0f} s (not in the clock above)")
   if args.figure:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for side, c in curves.items():
-      ax.plot([t / 60 for t, _, _ in c["points"]], [100 * a for _, a, _ in c["points"]], marker="o",
-              label=LABELS[side])
+    from trl_learning import draw
     start = next(iter(curves.values()))["points"][0][1]
-    ax.axhline(100 * start + args.points, color="gray", linestyle="--", linewidth=1,
-               label=f"threshold (+{args.points:g} points)")
-    ax.set_xlabel("minutes since launch, evaluation excluded (2-core CPU)")
-    ax.set_ylabel("held-out greedy accuracy (%)")
-    ax.set_title(args.title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(args.figure, dpi=120)
-    print(f"wrote {args.figure}")
+    draw([(LABELS[side], [t / 60 for t, _, _ in c["points"]], [100 * a for _, a, _ in c["points"]])
+          for side, c in curves.items()], "minutes since launch, evaluation excluded (2-core CPU)", args.title,
+         args.figure, hline=(100 * start + args.points, f"threshold (+{args.points:g} points)"))
 
 
 def main(argv=None) -> None:

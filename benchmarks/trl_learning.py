@@ -202,23 +202,33 @@ def curve(workdir: str) -> tuple[list[float], list[float]]:
   return [p[0] for p in pts], [p[1] for p in pts]
 
 
-def plot(args) -> None:
+def draw(series, xlabel: str, title: str, figure: str, hline=None) -> None:
+  """Held-out accuracy curves [(label, minutes, accuracy %)] in one figure; `hline`: (y %, label) or None."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   fig, ax = plt.subplots(figsize=(6.4, 4.0))
-  for workdir, label in zip(args.plot, args.labels.split(",")):
-    x, y = curve(workdir)
-    ax.plot([t / 60 for t in x], [100 * a for a in y], marker="o", label=label)
-    print(f"{label}: " + ", ".join(f"{t / 60:.1f} min {100 * a:.1f}%" for t, a in zip(x, y)))
-  ax.set_xlabel("training wall-clock (minutes, 2-core CPU)")
+  for label, x, y in series:
+    ax.plot(x, y, marker="o", label=label)
+  if hline:
+    ax.axhline(hline[0], color="gray", linestyle="--", linewidth=1, label=hline[1])
+  ax.set_xlabel(xlabel)
   ax.set_ylabel("held-out greedy accuracy (%)")
-  ax.set_title(args.title)
+  ax.set_title(title)
   ax.grid(alpha=0.3)
   ax.legend()
   fig.tight_layout()
-  fig.savefig(args.figure, dpi=120)
-  print(f"wrote {args.figure}")
+  fig.savefig(figure, dpi=120)
+  print(f"wrote {figure}")
+
+
+def plot(args) -> None:
+  series = []
+  for workdir, label in zip(args.plot, args.labels.split(",")):
+    x, y = curve(workdir)
+    series.append((label, [t / 60 for t in x], [100 * a for a in y]))
+    print(f"{label}: " + ", ".join(f"{t / 60:.1f} min {100 * a:.1f}%" for t, a in zip(x, y)))
+  draw(series, "training wall-clock (minutes, 2-core CPU)", args.title, args.figure)
 
 
 def main(argv=None):
