@@ -78,7 +78,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                                         wandb=metrics_lib.wandb_init_kwargs(config, workdir, state.run_id, cfg_json))
               if main else distributed.NullWriter())
     if fresh:
-      writer.write(0, state.initial_eval)
+      writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
       run.save_checkpoint(checkpointer, state, time.time() - t_start, cfg_json)
     # Every process reads the file (process 0 writes it): they all return the same summary.
     last_eval = (dict(state.initial_eval) if state.step == 0 else
@@ -104,7 +104,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
         metrics["timing/since_launch_s"] = time_split.since_launch()
       if step % config.eval.every == 0 or step == config.num_steps:
         last_eval = run.evaluate(state.params, step)
-        metrics.update(last_eval)
+        metrics.update(last_eval, **_eval_time(run, step))
       _log_step(config, writer, bar, main, step, metrics, rollout)
       stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
       if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
@@ -189,6 +189,12 @@ def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
                                            "seed": int(config.seed), "config": json.loads(cfg_json)},
                        config.checkpoint.verify)
   return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
+
+
+def _eval_time(run: Run, step: int) -> dict[str, float]:
+  """{"timing/eval_s": seconds} of this process's evaluation at `step` (none after a resume from a checkpoint)."""
+  seconds = run.eval_seconds.pop(step, None)
+  return {} if seconds is None else {"timing/eval_s": seconds}
 
 
 def _step_metrics(run: Run, rollout, step_metrics: dict, step: int, step_time: float) -> dict[str, Any]:

@@ -63,6 +63,7 @@ class Run:
   def __init__(self, config, inputs: RunInputs, log, time_split: TimeSplit | None = None):
     self.config = config
     self.time_split = time_split or TimeSplit()  # evaluations and checkpoint saves add their seconds to it
+    self.eval_seconds: dict[int, float] = {}       # step -> its last evaluation's seconds
     g, s = config.grpo, config.sampling
     self.tokenizer, self.task = build.build_tokenizer_and_task(config, log=log, inputs=inputs)
     self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
@@ -124,12 +125,14 @@ class Run:
       checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
 
   def evaluate(self, params, step: int) -> dict:
-    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set; and
-    timing/eval_s, the seconds all of it took."""
+    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set. The
+    seconds it took go to `eval_seconds[step]` (the loop logs them as timing/eval_s), not into the metrics,
+    which checkpoints and the warm start's log keep."""
     t0 = time.perf_counter()
     with self.time_split.phase("eval"):
       metrics = self._evaluate(params, step)
-    return {**metrics, "timing/eval_s": time.perf_counter() - t0}
+    self.eval_seconds[step] = time.perf_counter() - t0
+    return metrics
 
   def _evaluate(self, params, step: int) -> dict:
     c = self.config
