@@ -19,11 +19,14 @@ driver or Ctrl-C leaves no trainer behind.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 from typing import Any, Mapping, Sequence
@@ -302,18 +305,21 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
                                        resources=resources, pg=pg)] = m
     live = _LiveLine(echo)
     pending = list(refs)
-    while pending:
-      ready, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
-      for ref in ready:
-        m = refs[ref]
-        try:
-          outcomes[m.name] = ray.get(ref)
-        except MemberFailed:
-          outcomes[m.name] = "failed"
-        except Exception as e:  # retries spent on lost workers or nodes: no attempt wrote FAILED
-          outcomes[m.name] = _record_lost(sweep_dir, m, e)
-      states = _progress(sweep_dir, members, outcomes)
-      live.show(progress.status_line(states), key=sorted(m.state for m in states))
+    with _sigint_flag() as interrupted:
+      while pending and not interrupted.is_set():
+        ready, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
+        for ref in ready:
+          m = refs[ref]
+          try:
+            outcomes[m.name] = ray.get(ref)
+          except MemberFailed:
+            outcomes[m.name] = "failed"
+          except Exception as e:  # retries spent on lost workers or nodes: no attempt wrote FAILED
+            outcomes[m.name] = _record_lost(sweep_dir, m, e)
+        states = _progress(sweep_dir, members, outcomes)
+        live.show(progress.status_line(states), key=sorted(m.state for m in states))
+      if interrupted.is_set():
+        raise KeyboardInterrupt("SIGINT")
     live.end()
   except KeyboardInterrupt:
     echo("[sweep] interrupted: stopping every member (they resume when the sweep is started again)")
@@ -341,6 +347,23 @@ def _record_lost(sweep_dir: str, member: spec_lib.Member, error: Exception) -> s
     os.makedirs(workdir, exist_ok=True)
     runner.mark_failed(workdir, None, f"{type(error).__name__}: {error}"[-4000:])
   return runner.status(workdir)
+
+
+@contextlib.contextmanager
+def _sigint_flag():
+  """Ctrl-C sets the yielded Event instead of raising KeyboardInterrupt wherever the main thread happens to be.
+  Raised there, it was lost twice in full test-suite runs (the driver went on and every member finished;
+  Python drops exceptions raised inside finalizers, which Ray's object references run on the main thread);
+  a flag the loop reads after each `ray.wait` cannot be lost. Off the main thread: no handler."""
+  flag = threading.Event()
+  if threading.current_thread() is not threading.main_thread():
+    yield flag
+    return
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: flag.set())
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGINT, previous)
 
 
 class _LiveLine:
