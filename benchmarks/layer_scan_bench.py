@@ -9,7 +9,9 @@ and with one layer body under `jax.lax.scan` over the layers' stacked weights (w
 Both programs take the same weights and compute the same function (checked: loss and gradients agree to float32
 rounding); the scanned one stacks the layers' weights inside the program (a copy per call, in its run time).
 Prints per variant: XLA compile time (after tracing and lowering, timed apart), then the median of 5 runs.
-A measurement for issue 33's first-step compile, not a code path of the trainer.
+A measurement for issue 33's first-step compile, not a code path of the trainer. Measured (2-core CPU,
+2026-11-25, defaults): unrolled 2.0 s to compile, 6.42 s a run; scanned 3.1 s, 7.22 s; gradients equal. The 30
+unrolled layers are not what makes the trainer's update take 35 s to compile (benchmarks/README.md).
 """
 from __future__ import annotations
 
