@@ -50,6 +50,9 @@ EXPERIMENTS = {("gsm8k", "tiny"): ("gsm8k.py", "test"), ("gsm8k", "smollm2"): ("
                ("arithmetic", "smollm2"): ("smollm2_arithmetic.py", None)}
 SIZES = {"gsm8k": dict(prompts=4, group=8, micro_batch=8, new_tokens=64, max_prompt_length=256, beta=0.04),
          "arithmetic": dict(beta=0.04)}  # arithmetic: the experiment's 8 prompts x G 8, micro 16, 48 + 48 tokens
+SIZE_KEYS = {"prompts": ("grpo", "prompts_per_step"), "group": ("grpo", "group_size"),  # flag -> config key
+             "micro_batch": ("grpo", "micro_batch_size"), "beta": ("grpo", "beta"),
+             "new_tokens": ("sampling", "max_new_tokens"), "max_prompt_length": ("sampling", "max_prompt_length")}
 PHASES = ("sample", "reward", "reference", "update", "other")
 SIDES = ("grpo_jax", "grpo_jax_per_row", "trl", "tunix")
 TUNIX_PYTHON = os.path.join(ROOT, ".venv-tunix", "bin", "python")
@@ -61,12 +64,9 @@ def bench_config(args):
   c = load_experiment(os.path.join(ROOT, "experiments", name), preset)
   c.seed = args.seed
   c.num_steps = args.steps
-  sizes = {**SIZES[args.task], **{k: v for k, v in vars(args).items() if k in SIZES["gsm8k"] and v is not None}}
+  sizes = {**SIZES[args.task], **{k: v for k, v in vars(args).items() if k in SIZE_KEYS and v is not None}}
   for key, value in sizes.items():
-    section, name = {"prompts": ("grpo", "prompts_per_step"), "group": ("grpo", "group_size"),
-                     "micro_batch": ("grpo", "micro_batch_size"), "beta": ("grpo", "beta"),
-                     "new_tokens": ("sampling", "max_new_tokens"),
-                     "max_prompt_length": ("sampling", "max_prompt_length")}[key]
+    section, name = SIZE_KEYS[key]
     setattr(getattr(c, section), name, value)
   c.model.dtype = args.dtype
   c.optim.warmup_steps = 0
@@ -242,8 +242,8 @@ def main(argv=None) -> None:
   if args.model == "tiny" and "tunix" in sides:
     sys.exit("--sides has tunix, which maps Llama checkpoints only: use --model smollm2 or drop tunix")
   for side in sides:
-    if missing_side(side):
-      sys.exit(missing_side(side))
+    if why := missing_side(side):
+      sys.exit(why)
   out = os.path.abspath(args.out or tempfile.mkdtemp(prefix="step_bench_"))
   os.makedirs(out, exist_ok=True)
   child = [a for a in (argv if argv is not None else sys.argv[1:])]
