@@ -28,9 +28,6 @@ with β = 0 starts from the warm start of `grpo_smtm` with the same seed (`warms
 the state it would have computed itself; see grpo_jax/ablation/runner.py:init_overrides). The β > 0 members
 keep their own warm start (as when the study was first run). Members run seed-major: seed 0 of every group first.
 """
-import importlib.util
-import os
-
 from grpo_jax.ablation import spec
 
 SEEDS = (0, 1, 2, 3)
@@ -49,16 +46,8 @@ STUDY = {
 }
 
 
-def _default_experiment():
-  path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")
-  module_spec = importlib.util.spec_from_file_location("_grpo_jax_default_experiment", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module
-
-
 def get_config(preset=None):
-  config = _default_experiment().get_config(preset)
+  config = spec.sibling_experiment(__file__, "default.py").get_config(preset)
   for dotted_key, value in STUDY.items():
     *parents, leaf = dotted_key.split(".")
     node = config

@@ -12,25 +12,15 @@ stops at 10% held-out greedy accuracy: the policy then calls the tool on about a
 mostly guesses the rest. GRPO (G = 8 x 32 prompts, beta = 0, Adam lr 3e-4) should raise both the share of
 episodes that call the tool (episodes/turns -> 2) and the accuracy.
 """
-import os
-
-from grpo_jax.ablation.spec import load_module
-
-
-def _default_config(preset):
-  """experiments/default.py's config (this file starts from it)."""
-  return load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")).get_config(preset)
+from grpo_jax.ablation.spec import sibling_experiment
 
 
 def get_config(preset: str | None = None):
-  c = _default_config(preset)
+  c = sibling_experiment(__file__, "default.py").get_config(preset)
   c.task.name = "tool_arithmetic"
   c.task.tool_fraction = 0.1
   c.warmstart.target_accuracy = 0.1
-  c.env.name = "calculator"
-  c.env.max_turns = 3
-  c.env.max_episode_tokens = 24
-  c.env.max_observation_tokens = 8
+  c.env.update(name="calculator", max_turns=3, max_episode_tokens=24, max_observation_tokens=8)
   c.sampling.max_prompt_length = 8
   c.sampling.max_new_tokens = 8
   c.model.max_position_embeddings = 32

@@ -25,16 +25,16 @@ Predictions, written before the runs (docs/ablations.md has the outcome):
   2. DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476): a wider upper clip lets unlikely tokens gain
      probability, so the policy's entropy falls more slowly under `clip_higher` than under `grpo`.
 """
-from grpo_jax import config as base
 from grpo_jax.ablation import spec
 
 SEEDS = (0, 1, 2, 3, 4, 5, 6, 7)
 
 
 def get_config(preset: str | None = None):
-  c = base.get_config()
-  c.seed = 0
-  c.num_steps = 150
+  if preset not in (None, "", "test"):
+    raise ValueError(f"experiments/chain_sum.py: unknown preset {preset!r} (known: test)")
+  # experiments/default.py's model, warm start, optimizer and evaluation (its tiny shapes for "test").
+  c = spec.sibling_experiment(__file__, "default.py").get_config(preset)
   c.task.name = "chain_sum"
   c.task.min_terms = 3
   c.task.max_terms = 8
@@ -43,55 +43,21 @@ def get_config(preset: str | None = None):
   c.eval.accuracy_reward = "final_field_match"
   c.sampling.max_prompt_length = 16
   c.sampling.max_new_tokens = 24
-  c.sampling.temperature = 1.0
   c.model.max_position_embeddings = 64
-
-  c.grpo.group_size = 8
-  c.grpo.prompts_per_step = 32
   c.grpo.mini_batch_size = 64          # 4 updates per rollout batch
-  c.grpo.beta = 0.0
-  c.grpo.advantage = "grpo"
-  c.grpo.aggregation = "seq_mean_token_mean"
-  c.optim.learning_rate = 3e-4
-  c.optim.grad_clip_norm = 1.0
-
-  c.warmstart.enabled = True
-  c.warmstart.learning_rate = 3e-3
-  c.warmstart.batch_size = 128
-  c.warmstart.eval_every = 25
-  c.warmstart.target_accuracy = 0.3
-  c.warmstart.max_steps = 3000
-
-  c.eval.every = 25
-  c.eval.size = 256
-  c.checkpoint.every = c.num_steps     # steps 0 (the shared warm start) and the last are kept
   c.checkpoint.keep = 2
-  c.log.samples_every = 50
 
   if preset == "test":
-    # Tiny shapes, the same structure (warm start, 4 mini-batches, the chain_sum reward).
+    # The same structure (warm start, 4 mini-batches, the chain_sum reward) in 2 steps.
     c.num_steps = 2
-    c.model.hidden_size = 16
-    c.model.intermediate_size = 32
-    c.model.num_layers = 1
-    c.model.num_heads = 2
-    c.model.num_kv_heads = 2
-    c.model.head_dim = 8
-    c.grpo.group_size = 4
-    c.grpo.prompts_per_step = 4
     c.grpo.mini_batch_size = 4
-    c.warmstart.batch_size = 16
-    c.warmstart.max_steps = 2
-    c.warmstart.eval_every = 1
-    c.warmstart.target_accuracy = 1.0
     c.eval.every = 1
-    c.eval.size = 16
-    c.eval.batch_size = 16
-    c.checkpoint.every = 2
     c.log.samples_every = 1
-    c.log.progress_bar = False
-  elif preset not in (None, ""):
-    raise ValueError(f"experiments/chain_sum.py: unknown preset {preset!r} (known: test)")
+  else:
+    c.num_steps = 150
+    c.warmstart.eval_every = 25
+    c.warmstart.max_steps = 3000
+    c.checkpoint.every = c.num_steps   # steps 0 (the shared warm start) and the last are kept
   return c
 
 

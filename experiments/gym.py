@@ -14,17 +14,11 @@ first non-empty line (docs/gym.md). With reasoning-gym's tag convention the 135M
 it does not write the tags. Training items come from seed 1, held-out ones from seed 1,000,000 (held-out
 questions also asked in training dropped and counted).
 
-Settings as experiments/smollm2_arithmetic.py (beta 0, 8 prompts x G 8, T 0.8, AdamW lr 1e-5, float32), with
-24 new tokens (an answer, not a worked solution).
+The config is experiments/smollm2_arithmetic.py's (beta 0, 8 prompts x G 8, T 0.8, AdamW lr 1e-5, float32) with
+the task, its reward, 24 new tokens (an answer, not a worked solution) and 100 steps set below.
 """
-import os
-
-from grpo_jax import config as base
 from grpo_jax.ablation import spec
 from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
-
-MODEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models",
-                         "SmolLM2-135M-Instruct")
 
 # preset -> (task name, dataset options): the sweep's tasks, three families on which the model starts in the band.
 TASKS = {
@@ -34,36 +28,19 @@ TASKS = {
     "isomorphic_strings": ("reasoning_gym:isomorphic_strings", {}),
 }
 # Further presets tried for the starting band (docs/gym.md has their numbers); not in the sweep.
-CANDIDATES = {
-    "leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, "max_animals": 2}),
-    "course_schedule": ("reasoning_gym:course_schedule", {}),
-    "letter_counting": ("reasoning_gym:letter_counting", {}),
-    "gcd": ("reasoning_gym:gcd", {}),
-    "spell_backward": ("reasoning_gym:spell_backward", {}),
-    "coin_flip": ("reasoning_gym:coin_flip", {}),
-    "number_sequence": ("reasoning_gym:number_sequence", {}),
-    "rectangle_count": ("reasoning_gym:rectangle_count", {}),
-    "propositional_logic": ("reasoning_gym:propositional_logic", {}),
-    "color_cube_rotation": ("reasoning_gym:color_cube_rotation", {}),
-    "largest_island": ("reasoning_gym:largest_island", {}),
-    "count_primes": ("reasoning_gym:count_primes", {}),
-    "family_relationships": ("reasoning_gym:family_relationships", {}),
-    "needle_haystack": ("reasoning_gym:needle_haystack", {}),
-}
+CANDIDATES = {"leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, "max_animals": 2}),
+              **{name: (f"reasoning_gym:{name}", {}) for name in (
+                  "course_schedule", "letter_counting", "gcd", "spell_backward", "coin_flip", "number_sequence",
+                  "rectangle_count", "propositional_logic", "color_cube_rotation", "largest_island",
+                  "count_primes", "family_relationships", "needle_haystack")}}
 SEEDS = (0, 1, 2)
 
 
 def get_config(preset: str | None = None):
   presets = {**TASKS, **CANDIDATES}
   task = preset if preset in presets else "basic_arithmetic"
-  c = base.get_config()
-  c.seed = 0
+  c = spec.sibling_experiment(__file__, "smollm2_arithmetic.py").get_config()
   c.num_steps = 100
-
-  c.model.hf_path = MODEL_DIR
-  c.model.param_dtype = "float32"
-  c.model.dtype = "float32"
-  c.model.logprob_chunk_size = 64
 
   c.task.name, options = presets[task]
   c.task.options = options
@@ -71,32 +48,18 @@ def get_config(preset: str | None = None):
   c.task.train_seed = 1
   c.task.heldout_size = 500
   c.task.heldout_seed = 1_000_000
-  c.task.template = "chat"
   c.task.system_prompt = ANSWER_ONLY_SYSTEM_PROMPT
   c.task.answer_only = True   # the prompt ends in "<answer>"; the completion stops at "</"
+  c.task.transfer = ""
 
   c.rewards = {"reasoning_gym": 1.0}
   c.eval.accuracy_reward = "reasoning_gym"
-
   c.sampling.max_prompt_length = 320
   c.sampling.max_new_tokens = 24
-  c.sampling.temperature = 0.8
-
-  c.grpo.group_size = 8
-  c.grpo.prompts_per_step = 8
-  c.grpo.micro_batch_size = 16
-  c.grpo.beta = 0.0
-
-  c.optim.learning_rate = 1e-5
-  c.optim.schedule = "constant"
-  c.optim.grad_clip_norm = 1.0
 
   c.eval.every = 25
-  c.eval.size = 200
-  c.eval.batch_size = 200
   c.checkpoint.every = 25
   c.log.samples_every = 25
-  c.log.num_samples = 4
 
   if preset == "test":
     from grpo_jax.data import fixtures
@@ -111,5 +74,6 @@ def get_config(preset: str | None = None):
 def get_sweep():
   """Every task x SEEDS: `python scripts/report.py runs/gym` adds a table with one column per task."""
   # task.options as a Python dict literal: the trainer's command line parses it into the ConfigDict.
-  return spec.grid(spec.variants({preset: {"task.name": name, "task.options": repr(options)}
-                                  for preset, (name, options) in TASKS.items()}), seeds=SEEDS)
+  # Seed-major: a sweep stopped early has every task at some seeds.
+  return spec.order_by_seed(spec.grid(spec.variants({preset: {"task.name": name, "task.options": repr(options)}
+                                                     for preset, (name, options) in TASKS.items()}), seeds=SEEDS))

@@ -13,20 +13,13 @@ The sweep (`get_sweep`), 3 seeds each, every member starting from the `full` mem
   lora_r8   adapters of rank 8, lr 1e-3
   lora_r1   adapters of rank 1, lr 1e-3 (Schulman et al. 2025, "LoRA Without Regret": RL needs very little rank)
 """
-import os
-
 from grpo_jax.ablation import spec
 
 SEEDS = (0, 1, 2)
 
 
-def _default_config(preset):
-  """experiments/default.py's config (this file starts from it)."""
-  return spec.load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "default.py")).get_config(preset)
-
-
 def get_config(preset: str | None = None):
-  c = _default_config(preset)
+  c = spec.sibling_experiment(__file__, "default.py").get_config(preset)
   c.model.lora_rank = 8
   c.model.lora_alpha = 32.0
   c.model.lora_targets = "all"

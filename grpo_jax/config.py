@@ -302,18 +302,12 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   c = config
   apply_renamed(c)
   _validate_run(c)
-  sampling_config.validate_config(c.sampling)
-  run.validate_config(c.grpo)
-  advantages.validate_config(c.grpo)
-  objective.validate_config(c.grpo)
-  optim.validate_config(c.optim)
-  warmstart.validate_config(c.warmstart)
-  evaluation.validate_config(c.eval)
-  checkpoint.validate_config(c.checkpoint)
-  metrics.validate_config(c.log)
-  sharding.validate_config(c.mesh)
-  precision.validate_config(c.precision)
-  distributed.validate_config(c.distributed)
+  # Each section by the module that consumes it.
+  for owner, section in ((sampling_config, c.sampling), (run, c.grpo), (advantages, c.grpo), (objective, c.grpo),
+                         (optim, c.optim), (warmstart, c.warmstart), (evaluation, c.eval),
+                         (checkpoint, c.checkpoint), (metrics, c.log), (sharding, c.mesh),
+                         (precision, c.precision), (distributed, c.distributed)):
+    owner.validate_config(section)
   tasks.validate_config(c, in_memory_dataset)
   envs.validate_config(c.env)
   reward_registry.validate_config(c, reward_callables)

@@ -184,6 +184,12 @@ def load_module(config_spec: str):
   return module
 
 
+def sibling_experiment(this_file: str, name: str):
+  """The experiment file `name` in `this_file`'s folder, imported: for an experiment that starts from another's
+  config (`sibling_experiment(__file__, "default.py").get_config(preset)`) and changes what differs."""
+  return load_module(os.path.join(os.path.dirname(os.path.abspath(this_file)), name))
+
+
 def load_sweep(config_spec: str, check_keys: bool = False) -> list[Member]:
   """Imports the experiment file of `config_spec` (`path.py` or `path.py:preset`) and validates `get_sweep()`.
   With `check_keys`, every override must also name an existing field of the file's `get_config([preset])`."""

@@ -106,6 +106,13 @@ def _masked_abs_sum_count(a_BxC, b_BxC, mask_BxC):
   return jnp.sum(jnp.where(real, jnp.abs(a_BxC - b_BxC), 0.0)), jnp.sum(real).astype(jnp.float32)
 
 
+def keep_if(flag, new, old):
+  """`new` where the scalar `flag` holds, else `old` (same pytrees). One lax.cond, not a jnp.where per leaf: on
+  SmolLM2 the per-leaf select on a flag reduced from every new parameter made the update take 3.7x longer to
+  compile (benchmarks/update_compile_bench.py), for the same values."""
+  return jax.lax.cond(flag, lambda: new, lambda: old)
+
+
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
                     num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
                     chunk_size: int, prompt_repeats: int = 1, trainable: nnx.filterlib.Filter | None = None):
@@ -198,9 +205,7 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       # were (the loop counts it and stops after several in a row), so no NaN ever reaches a checkpoint.
       finite = jnp.isfinite(loss_sum) & jnp.isfinite(grad_norm) & jnp.all(
           jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(new_trained)]))
-      # One lax.cond, not a jnp.where per leaf: selecting each leaf on a flag reduced from every new leaf made
-      # XLA's fusion and copy insertion take 27 s more to compile on SmolLM2 (benchmarks/README.md); same values.
-      trained, opt_state = jax.lax.cond(finite, lambda: (new_trained, new_opt_state), lambda: (trained, opt_state))
+      trained, opt_state = keep_if(finite, (new_trained, new_opt_state), (trained, opt_state))
       metrics_total = jax.tree.map(jnp.add, metrics_total, metrics)
       return (trained, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch, ~finite)
 

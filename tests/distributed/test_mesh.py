@@ -2,13 +2,11 @@
 (8,1,1), (2,4,1), (2,2,2) against the same computation on one device (the worker: mesh_worker.py)."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.virtual_devices import run_worker
 
 MESHES = ["(8, 1, 1)", "(2, 4, 1)", "(2, 2, 2)"]
 # Worker model: V=64, D=32, F=48, 4 heads, 2 kv heads, H=8; rollout batch of 16 rows.
@@ -25,14 +23,7 @@ SHARDS = {
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-  repo = Path(__file__).resolve().parents[2]
-  env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")])
-  proc = subprocess.run([sys.executable, str(Path(__file__).with_name("mesh_worker.py")),
-                         str(tmp_path_factory.mktemp("mesh"))], env=env, capture_output=True, text=True,
-                        timeout=600)
-  assert proc.returncode == 0, proc.stderr[-5000:]
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return run_worker(Path(__file__).with_name("mesh_worker.py"), str(tmp_path_factory.mktemp("mesh")))
 
 
 def _shards(layout: dict, suffix: str) -> list:

@@ -142,19 +142,28 @@ def _rewrite(path, tensors):
   save_file(tensors, str(path / hf_io.SINGLE_FILE), metadata={"format": "pt"})
 
 
-def test_missing_tensor_is_named(qwen2_copy):
-  path, tensors = qwen2_copy
+def _drop_up_proj(tensors):
   del tensors["model.layers.1.mlp.up_proj.weight"]
-  _rewrite(path, tensors)
-  with pytest.raises(ValueError, match=r"missing tensors \['model.layers.1.mlp.up_proj.weight'\]"):
-    hf_io.from_pretrained(path)
 
 
-def test_unexpected_tensor_is_named(qwen2_copy):
-  path, tensors = qwen2_copy
+def _add_o_proj_bias(tensors):
   tensors["model.layers.0.self_attn.o_proj.bias"] = np.zeros(32, np.float32)
+
+
+def _one_kv_head(tensors):
+  tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((8, 32), np.float32)  # 1 kv head, not 2
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (_drop_up_proj, r"missing tensors \['model.layers.1.mlp.up_proj.weight'\]"),
+    (_add_o_proj_bias, r"unexpected tensors \['model.layers.0.self_attn.o_proj.bias'\]"),
+    (_one_kv_head, r"model.layers.0.self_attn.k_proj.weight has shape \[8, 32\], expected \[16, 32\]"),
+])
+def test_a_wrong_tensor_is_named(qwen2_copy, mutate, message):
+  path, tensors = qwen2_copy
+  mutate(tensors)
   _rewrite(path, tensors)
-  with pytest.raises(ValueError, match=r"unexpected tensors \['model.layers.0.self_attn.o_proj.bias'\]"):
+  with pytest.raises(ValueError, match=message):
     hf_io.from_pretrained(path)
 
 
@@ -163,15 +172,6 @@ def test_legacy_rotary_buffers_are_ignored(qwen2_copy):
   tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(4, np.float32)
   _rewrite(path, tensors)
   hf_io.from_pretrained(path)
-
-
-def test_misshaped_tensor_is_named(qwen2_copy):
-  path, tensors = qwen2_copy
-  tensors["model.layers.0.self_attn.k_proj.weight"] = np.zeros((8, 32), np.float32)  # 1 kv head, not 2
-  _rewrite(path, tensors)
-  with pytest.raises(ValueError, match=r"model.layers.0.self_attn.k_proj.weight has shape \[8, 32\], "
-                                       r"expected \[16, 32\]"):
-    hf_io.from_pretrained(path)
 
 
 def test_tied_lm_head_equal_is_accepted_and_different_is_an_error(qwen2_copy):

@@ -1,10 +1,6 @@
 """Sharding rules: logical axes -> mesh axes; parameters really sharded on 8 virtual CPU devices."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -12,6 +8,7 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from grpo_jax.model import sharding
+from tests.virtual_devices import run_worker
 
 # Parameter -> (PartitionSpec entries, per-device shard shape) on a mesh data=2, fsdp=2, tensor=2, for the
 # worker's model: V=64, D=32, F=48, N=4 heads, K=2 kv heads, H=8.
@@ -49,14 +46,8 @@ FULL_SHAPES = {"embed_VxD": (64, 32), "lm_head_DxV": (32, 64), "layers.0.attn.q_
 
 @pytest.fixture(scope="module")
 def worker_result(tmp_path_factory):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-  repo = Path(__file__).resolve().parents[2]
-  env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")])
-  proc = subprocess.run([sys.executable, str(Path(__file__).with_name("sharded_worker.py")),
-                         str(tmp_path_factory.mktemp("sharded_ckpt"))],
-                        env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-5000:]
-  return json.loads(proc.stdout.strip().splitlines()[-1])
+  return run_worker(Path(__file__).with_name("sharded_worker.py"), str(tmp_path_factory.mktemp("sharded_ckpt")),
+                    timeout=300)
 
 
 @pytest.mark.parametrize("how", ["shard_state", "from_pretrained"])

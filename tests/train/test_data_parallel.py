@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 from tests.train.conftest import ROOT
+from tests.virtual_devices import env_with_devices
 
 
 def test_two_device_data_parallel_run(tmp_path):
   workdir = tmp_path / "dp"
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+  env = env_with_devices(2)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the config's directory (one set in the environment would win)
   cache = tmp_path / "xla_cache"
   proc = subprocess.run(
