@@ -19,3 +19,7 @@ class ConfigError(UserError, ValueError):
 
 class WorkdirError(UserError, RuntimeError):
   """A workdir that holds another run, is in use, or would lose its history."""
+
+
+class CheckpointSaveError(UserError, RuntimeError):
+  """A checkpoint that could not be written (a full disk, a lost mount): the run stops with its history kept."""

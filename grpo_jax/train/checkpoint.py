@@ -11,16 +11,20 @@ arrays live, so neither the save nor the check on restore copies the state to th
 
 Safety: orbax writes each checkpoint into a temporary directory and renames it when complete, and deletes
 checkpoints beyond `keep` only after a newer one has been finalized, so an interrupted save never touches
-the previous checkpoints. On restore the newest checkpoint is tried first; if it cannot be read, or its
+the previous checkpoints. A save that fails in the background (a full disk) is reported by `check`, which
+the loop calls every step, so the run stops within a step of it instead of training on without checkpoints
+(CheckpointSaveError: one line, the history kept; freeing the space and running again resumes). On restore the newest checkpoint is tried first; if it cannot be read, or its
 bytes do not match the stored fingerprint (or the SHA-256 older checkpoints stored), a warning is issued, it
 is moved aside to `<dir>_damaged/`, and the next older one is tried.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
 import os
+import re
 import shutil
 import warnings
 from typing import Any, NamedTuple
@@ -32,6 +36,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from grpo_jax.config_checks import Section
+from grpo_jax.errors import CheckpointSaveError
 
 logger = logging.getLogger(__name__)
 
@@ -206,14 +211,33 @@ class Checkpointer:
     meta = dict(meta, step=int(step))
     if self.verify:
       meta["state_fingerprint"] = state_fingerprint(state)
-    self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                     meta=ocp.args.JsonSave(meta)), force=True)
-    if not self.async_save:
-      self._manager.wait_until_finished()
+    with self._save_errors():
+      self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                       meta=ocp.args.JsonSave(meta)), force=True)
+      if not self.async_save:
+        self._manager.wait_until_finished()
 
   def wait(self) -> None:
     """Blocks until the last save is on disk and committed."""
-    self._manager.wait_until_finished()
+    with self._save_errors():
+      self._manager.wait_until_finished()
+
+  def check(self) -> None:
+    """Raises CheckpointSaveError if the last background save has failed; returns at once otherwise (while a
+    save is running too). orbax's own `check_for_errors` misses a failed write: the finalize thread holds it."""
+    if not self._manager.is_saving_in_progress():
+      self.wait()  # nothing left to wait for: returns at once, or raises the save's error
+
+  @contextlib.contextmanager
+  def _save_errors(self):
+    """Any failure of orbax's writing (ENOSPC, EFBIG, a lost mount) as one CheckpointSaveError."""
+    try:
+      yield
+    except Exception as e:
+      raise CheckpointSaveError(
+          f"writing a checkpoint to {self.directory} failed ({_save_failure_reason(e)}); the run stopped with its "
+          "history and earlier checkpoints kept: free disk space there (`df -h`) and run the same command again "
+          "to resume") from e
 
   def restore_latest(self, abstract_state) -> Restored | None:
     """The newest readable checkpoint restored into `abstract_state`'s structure, or None if there is none."""
@@ -250,8 +274,17 @@ class Checkpointer:
     self._manager.reload()  # re-read the list of steps
 
   def close(self):
-    self._manager.wait_until_finished()
-    self._manager.close()
+    try:
+      self.wait()
+    finally:
+      self._manager.close()
+
+
+def _save_failure_reason(error: Exception) -> str:
+  """The operating system's words when orbax's message carries them ("No space left on device"), else the
+  error's type and the start of its message."""
+  match = re.search(r":\s*([^:]+?)\s*\[os_error_code='\d+'\]", str(error))
+  return match.group(1) if match else f"{type(error).__name__}: {str(error)[:240]}"
 
 
 def restore_params(directory: str, step: int, abstract_params, verify: bool = True,

@@ -98,6 +98,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
       nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.updates_per_step else 0
       if nonfinite_steps >= MAX_NONFINITE_STEPS:
         raise _diverged(config, step, nonfinite_steps, step_metrics)
+      checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
       metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
       time_split.add_step(metrics)
       if time_split.launch_s is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +14,7 @@ import pytest
 from grpo_jax.train import checkpoint
 from grpo_jax.train.checkpoint import (Checkpointer, restore_params, save_initial_state, state_checksum,
                                        state_fingerprint)
+from tests.virtual_devices import run_worker
 
 
 def _state(x):
@@ -202,3 +204,38 @@ def test_restore_params_refuses_what_the_checkpoint_does_not_hold(tmp_path):
     assert ("LoRA run's checkpoint" in str(err.value)) == (name == "lora")
   adapters, _ = checkpoint.restore_params(str(tmp_path / "lora"), 0, want, item="adapters")
   np.testing.assert_array_equal(adapters["w"], np.ones(3))
+
+
+def test_a_failed_background_save_is_reported_by_check(tmp_path):
+  """The write fails for real (the worker caps file sizes below the checkpoint's): `check` raises one
+  CheckpointSaveError that names the cause and the fix, soon after, and the first checkpoint stays readable."""
+  out = run_worker(Path(__file__).with_name("save_error_worker.py"), str(tmp_path / "ck"), devices=1, timeout=300)
+  assert out["error"] is not None, "check() never reported the failed save"
+  assert "File too large" in out["error"] and "free disk space" in out["error"], out["error"]
+  assert out["seconds"] < 30
+  restored = Checkpointer(str(tmp_path / "ck"), keep=2).restore_latest(
+      jax.eval_shape(lambda: {"w": jnp.zeros((512, 512), jnp.float32)}))
+  assert restored.step == 1
+
+
+def test_the_loop_stops_at_the_step_a_save_failed(tmp_path, monkeypatch):
+  """Wiring: the step loop asks the checkpointer every step, so a save that failed in the background (here the
+  one at step 2) stops the run at step 3 with its history on disk, not at the next checkpoint."""
+  from grpo_jax.errors import CheckpointSaveError
+  from grpo_jax.train import loop
+  from grpo_jax.train.metrics import read_jsonl
+  from tests.train.conftest import load_experiment
+
+  config = load_experiment("default")("test")
+  config.num_steps, config.checkpoint.every, config.warmstart.max_steps = 8, 2, 1
+  calls = []
+
+  def check(self):
+    calls.append(1)
+    if len(calls) >= 3:
+      raise CheckpointSaveError("writing a checkpoint failed (No space left on device)")
+
+  monkeypatch.setattr(Checkpointer, "check", check)
+  with pytest.raises(CheckpointSaveError, match="No space left on device"):
+    loop.train(config, str(tmp_path / "run"))
+  assert [r["step"] for r in read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))] == [0, 1, 2]
