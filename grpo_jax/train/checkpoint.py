@@ -13,9 +13,10 @@ Safety: orbax writes each checkpoint into a temporary directory and renames it w
 checkpoints beyond `keep` only after a newer one has been finalized, so an interrupted save never touches
 the previous checkpoints. A save that fails in the background (a full disk) is reported by `check`, which
 the loop calls every step, so the run stops within a step of it instead of training on without checkpoints
-(CheckpointSaveError: one line, the history kept; freeing the space and running again resumes). On restore the newest checkpoint is tried first; if it cannot be read, or its
-bytes do not match the stored fingerprint (or the SHA-256 older checkpoints stored), a warning is issued, it
-is moved aside to `<dir>_damaged/`, and the next older one is tried.
+(CheckpointSaveError: one line, the history kept; freeing the space and running again resumes). On restore
+the newest checkpoint is tried first; if it cannot be read, or its bytes do not match the stored fingerprint
+(or the SHA-256 older checkpoints stored), a warning is issued, it is moved aside to `<dir>_damaged/`, and the
+next older one is tried.
 """
 from __future__ import annotations
 
@@ -230,14 +231,17 @@ class Checkpointer:
 
   @contextlib.contextmanager
   def _save_errors(self):
-    """Any failure of orbax's writing (ENOSPC, EFBIG, a lost mount) as one CheckpointSaveError."""
+    """A write the operating system refused (ENOSPC, EFBIG, a lost mount) as one CheckpointSaveError; any other
+    error (a bug) raises as it is."""
     try:
       yield
     except Exception as e:
+      reason = _os_failure_reason(e)
+      if reason is None:
+        raise
       raise CheckpointSaveError(
-          f"writing a checkpoint to {self.directory} failed ({_save_failure_reason(e)}); the run stopped with its "
-          "history and earlier checkpoints kept: free disk space there (`df -h`) and run the same command again "
-          "to resume") from e
+          f"writing a checkpoint to {self.directory} failed ({reason}); the run stopped with its history and "
+          "earlier checkpoints kept: free disk space there (`df -h`) and run the same command again to resume") from e
 
   def restore_latest(self, abstract_state) -> Restored | None:
     """The newest readable checkpoint restored into `abstract_state`'s structure, or None if there is none."""
@@ -280,11 +284,13 @@ class Checkpointer:
       self._manager.close()
 
 
-def _save_failure_reason(error: Exception) -> str:
-  """The operating system's words when orbax's message carries them ("No space left on device"), else the
-  error's type and the start of its message."""
+def _os_failure_reason(error: Exception) -> str | None:
+  """The operating system's words for a failed write ("No space left on device"): from an OSError, or from the
+  `[os_error_code=...]` that tensorstore puts in orbax's message. None for any other error."""
+  if isinstance(error, OSError):
+    return error.strerror or str(error)
   match = re.search(r":\s*([^:]+?)\s*\[os_error_code='\d+'\]", str(error))
-  return match.group(1) if match else f"{type(error).__name__}: {str(error)[:240]}"
+  return match.group(1) if match else None
 
 
 def restore_params(directory: str, step: int, abstract_params, verify: bool = True,

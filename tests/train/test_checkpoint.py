@@ -239,3 +239,22 @@ def test_the_loop_stops_at_the_step_a_save_failed(tmp_path, monkeypatch):
   with pytest.raises(CheckpointSaveError, match="No space left on device"):
     loop.train(config, str(tmp_path / "run"))
   assert [r["step"] for r in read_jsonl(str(tmp_path / "run" / "metrics.jsonl"))] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("error, user_error", [(OSError(28, "No space left on device"), True),
+                                               (ValueError("a bug in the saved pytree"), False)])
+def test_only_a_refused_write_becomes_a_user_error(tmp_path, monkeypatch, error, user_error):
+  """A write the OS refused is the user's to fix (one line, exit 2); any other failure is a bug and raises as is."""
+  from grpo_jax.errors import CheckpointSaveError
+  ck = Checkpointer(str(tmp_path / "ck"), keep=2)
+
+  def fail():
+    raise error
+
+  monkeypatch.setattr(ck._manager, "wait_until_finished", fail)
+  with pytest.raises(CheckpointSaveError if user_error else ValueError) as caught:
+    ck.wait()
+  assert isinstance(caught.value, CheckpointSaveError) == user_error
+  assert ("No space left on device" in str(caught.value)) == user_error
+  monkeypatch.undo()
+  ck.close()
