@@ -32,7 +32,8 @@ CANDIDATES = {"leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, 
               **{name: (f"reasoning_gym:{name}", {}) for name in (
                   "course_schedule", "letter_counting", "gcd", "spell_backward", "coin_flip", "number_sequence",
                   "rectangle_count", "propositional_logic", "color_cube_rotation", "largest_island",
-                  "count_primes", "family_relationships", "needle_haystack")}}
+                  "count_primes", "family_relationships", "needle_haystack", "aiw", "self_reference", "simple_equations",
+                  "simple_geometry", "products", "count_bits")}}
 SEEDS = (0, 1, 2)
 
 

@@ -83,4 +83,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  from grpo_jax import hash_seed
+  hash_seed.pin()  # the same held-out items as the run (grpo_jax/hash_seed.py)
   main()

@@ -85,4 +85,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  from grpo_jax import hash_seed
+  hash_seed.pin()  # the same data in every process (grpo_jax/hash_seed.py)
   app.run(main, flags_parser=_parse_flags)
