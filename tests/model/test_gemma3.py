@@ -224,6 +224,54 @@ def test_shared_prompt_logprobs_equal_per_row(checkpoints):
                                np.asarray(logprobs(state, *args, repeats=1)), atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("prompt_repeats", [1, 2])
+def test_logprob_gradient_matches_torch_autograd(checkpoints, prompt_repeats):
+  """The update's gradient: d/dW of an advantage-weighted sum of completion log-probs, through the training
+  path (chunked log-probs, 3 positions a chunk; a shared prompt) against torch autograd through transformers'
+  model, for every weight (the tied embedding gets its input and output parts), left-padded prompts longer
+  than the window of 4."""
+  import torch
+  path, torch_model = checkpoints("tiny")
+  rng = np.random.default_rng(6)
+  prompt, pmask = left_padded(rng, (9, 5), 9)
+  prompt, pmask = np.repeat(prompt, 2, 0), np.repeat(pmask, 2, 0)
+  completion = rng.integers(3, VOCAB, size=(4, 7)).astype(np.int32)
+  cmask = np.ones_like(completion, bool)
+  cmask[1, 4:] = cmask[2, 6:] = False
+  weight = np.where(cmask, rng.normal(size=completion.shape), 0.0).astype(np.float32)  # advantages per token
+
+  model = hf_io.from_pretrained(path)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def objective(params):
+    logp, _ = completion_logprobs(nnx.merge(graphdef, params, rest), prompt, pmask, completion, cmask,
+                                  chunk_size=3, prompt_repeats=prompt_repeats)
+    return jnp.sum(logp * weight)
+  grads = dict(nnx.to_flat_state(jax.jit(jax.grad(objective))(params)))
+
+  tokens = np.concatenate([prompt, completion], 1)
+  mask = np.concatenate([pmask, np.ones_like(cmask)], 1)
+  torch_model.zero_grad()
+  logits = torch_model(input_ids=torch.tensor(tokens, dtype=torch.long),
+                       attention_mask=torch.tensor(mask, dtype=torch.long),
+                       position_ids=torch.tensor(np.maximum(np.cumsum(mask, 1) - 1, 0), dtype=torch.long)).logits
+  logp = torch.log_softmax(logits[:, prompt.shape[1] - 1:-1], -1)
+  logp = torch.gather(logp, -1, torch.tensor(completion, dtype=torch.long)[..., None])[..., 0]
+  (logp * torch.tensor(weight)).sum().backward()
+  ref = {name: p.grad.numpy() for name, p in torch_model.named_parameters()}
+  torch_model.zero_grad()
+
+  compared = set()
+  for p, g in grads.items():
+    name, kind = hf_io.hf_name(p)
+    ours = hf_io._to_hf(np.asarray(g.get_value()), kind)
+    scale = np.abs(ref[name]).max()
+    assert scale > 0, name
+    np.testing.assert_allclose(ours, ref[name], atol=1e-4 * scale, rtol=1e-3, err_msg=name)
+    compared.add(name)
+  assert compared == set(ref) - {"lm_head.weight"}  # tied: lm_head is embed_tokens
+
+
 def test_chunked_logprobs_for_a_262k_vocabulary():
   """token_logprobs never builds [B, T, V]: its jaxpr's largest float32 array is one chunk's logits."""
   V, D, B, T, chunk = 262_144, 64, 2, 512, 64
