@@ -1,6 +1,6 @@
 # pip install -e '.[gym]'; bash scripts/get_smollm2.sh    # once: reasoning-gym, models/SmolLM2-135M-Instruct
 # python scripts/train.py --config experiments/gym.py:basic_arithmetic --workdir runs/gym_basic_arithmetic
-# python scripts/evaluate.py --config experiments/gym.py:syllogism --size 50   # the starting accuracy
+# python scripts/evaluate.py --config experiments/gym.py:aiw --size 50   # the starting accuracy
 # python scripts/sweep.py --config experiments/gym.py --sweep_dir runs/gym            # every task x 3 seeds
 #   (preset experiments/gym.py:test: the tiny fixture checkpoint, 2 steps, for CI)
 """SmolLM2-135M-Instruct on reasoning-gym tasks (grpo_jax/data/reasoning_gym.py), one preset per task.
@@ -24,15 +24,15 @@ from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
 TASKS = {
     "basic_arithmetic": ("reasoning_gym:basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                             "max_digits": 1}),
-    "syllogism": ("reasoning_gym:syllogism", {}),
-    "isomorphic_strings": ("reasoning_gym:isomorphic_strings", {}),
+    "letter_counting": ("reasoning_gym:letter_counting", {}),
+    "aiw": ("reasoning_gym:aiw", {}),
 }
 # Further presets tried for the starting band (docs/gym.md has their numbers); not in the sweep.
 CANDIDATES = {"leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, "max_animals": 2}),
               **{name: (f"reasoning_gym:{name}", {}) for name in (
-                  "course_schedule", "letter_counting", "gcd", "spell_backward", "coin_flip", "number_sequence",
-                  "rectangle_count", "propositional_logic", "color_cube_rotation", "largest_island",
-                  "count_primes", "family_relationships", "needle_haystack", "aiw", "self_reference", "simple_equations",
+                  "syllogism", "isomorphic_strings", "gcd", "course_schedule", "spell_backward", "coin_flip",
+                  "number_sequence", "rectangle_count", "propositional_logic", "color_cube_rotation", "largest_island",
+                  "count_primes", "family_relationships", "needle_haystack", "self_reference", "simple_equations",
                   "simple_geometry", "products", "count_bits")}}
 SEEDS = (0, 1, 2)
 

@@ -10,7 +10,9 @@ write the checkpoint out as a Hugging Face model.
 
 Besides accuracy it splits the completions into: finished (a stop token within max_new_tokens) or cut off, and
 correct or not, so a gain can be read as format / brevity (fewer cut off) or arithmetic (more finished ones
-right). The run's own config (WORKDIR/config.json) gives the task, model, prompts and lengths.
+right). `--pass_k K` adds pass@K, K samples per prompt at `--temperature`: the share of prompts on which a group
+of K completions has at least one right answer, so that its rewards differ and GRPO gets a gradient from it (the
+headroom a short run can sharpen greedy accuracy towards). The run's own config (WORKDIR/config.json) gives the task, model, prompts and lengths.
 """
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ def main(argv=None):
   parser.add_argument("--set", default="heldout", help="'heldout' or a transfer set of the task")
   parser.add_argument("--size", type=int, default=None, help="prompts (default: the run's eval.size)")
   parser.add_argument("--examples", type=int, default=4, help="completions to print")
+  parser.add_argument("--pass_k", type=int, default=0, help="also pass@K: K samples per prompt at --temperature")
+  parser.add_argument("--temperature", type=float, default=None,
+                      help="pass@K's sampling temperature (default: the run's sampling.temperature)")
   parser.add_argument("--export", default=None, help="write the parameters as a Hugging Face model here")
   args = parser.parse_args(argv)
 
@@ -54,6 +59,8 @@ def main(argv=None):
   else:
     config = load_run_config(args.workdir)
   size = args.size or config.eval.size
+  config.eval.pass_k = args.pass_k
+  config.eval.pass_k_temperature = config.sampling.temperature if args.temperature is None else args.temperature
   tokenizer, task = loop.build_tokenizer_and_task(config)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
   graphdef, params = loop.build_model(config, tokenizer, mesh)
@@ -62,16 +69,19 @@ def main(argv=None):
     params, step = restore_run_params(args.workdir, params, args.step)
     source = f"checkpoint {step}"
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
-  _, greedy, _ = loop.make_samplers(graphdef, config, tokenizer)
+  _, greedy, pass_k_sampler = loop.make_samplers(graphdef, config, tokenizer)
   metrics, details = evaluate(
       greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
       accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size, len(columns["prompt"])),
-      max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True)
+      max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
+      pass_k=args.pass_k, pass_k_sampler=pass_k_sampler)
   completions = details["completions"]
   correct, finished = details["accuracy"] >= 1.0, details["finished"]
   n = len(completions)
   print(f"{args.workdir} ({source}), {args.set}, {n} prompts: accuracy {metrics['eval/accuracy']:.3f}, "
-        f"mean length {metrics['eval/mean_length']:.1f} tokens")
+        f"mean length {metrics['eval/mean_length']:.1f} tokens"
+        + (f", pass@{args.pass_k} {metrics[f'eval/pass@{args.pass_k}']:.3f} at temperature "
+           f"{config.eval.pass_k_temperature:g}" if args.pass_k else ""))
   print(f"  finished {finished.mean():.3f} (correct among them {correct[finished].mean() if finished.any() else 0:.3f})"
         f", cut off at max_new_tokens {1 - finished.mean():.3f} (correct among them "
         f"{correct[~finished].mean() if (~finished).any() else 0:.3f})")
