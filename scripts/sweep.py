@@ -123,6 +123,11 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
   try:
     sys.exit(main())
+  except KeyboardInterrupt as e:
+    # Ctrl-C or SIGTERM (a cluster's time limit): the running member's trainer was stopped, its checkpoints kept.
+    print(f"[sweep] interrupted ({e or 'Ctrl-C'}): the running member stopped at its last checkpoint; run the same "
+          "command again to resume", file=sys.stderr)
+    sys.exit(130)
   except (UserError, ValueError, KeyError, TypeError, FileNotFoundError, AttributeError) as e:
     # A bad sweep file, flag or key, a missing extra, an unshared sweep directory: one line naming it.
     if "--debug" in sys.argv:

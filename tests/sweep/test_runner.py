@@ -133,3 +133,36 @@ def test_cli_rejects_an_unknown_key_before_running_anything(tmp_path, experiment
   result = _cli("--config", experiment_file, "--sweep_dir", str(tmp_path / "s"), "--set", "num_step=2")
   assert result.returncode == 2 and not os.path.exists(tmp_path / "s")
   assert result.stderr.strip() == "sweep.py: error: --set: override 'num_step': the config has no field 'num_step'"
+
+
+def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path, fake_train_cmd):
+  """SIGTERM (a cluster's time limit) stops the member's trainer: exit 130 with one line, no traceback; the same
+  command then resumes the member from its checkpoint and finishes it."""
+  import signal
+  import textwrap
+  import time
+  exp = tmp_path / "exp.py"
+  exp.write_text(textwrap.dedent("""
+      def get_config(preset=None):
+        return {"seed": 0, "num_steps": 4, "sleep": 0.0}
+
+      def get_sweep():
+        return [{"name": "slow", "overrides": {"sleep": 1.0}}]
+      """))
+  sweep_dir = tmp_path / "sw"
+  args = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--config", str(exp), "--sweep_dir",
+          str(sweep_dir), "--train_cmd", " ".join(fake_train_cmd)]
+  proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  metrics = sweep_dir / "slow" / "metrics.jsonl"
+  deadline = time.time() + 60
+  while time.time() < deadline and not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+    time.sleep(0.1)
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 130 and "Traceback" not in err, err
+  assert err.strip().splitlines()[-1].startswith("[sweep] interrupted (signal 15): the running member stopped")
+  assert runner.status(str(sweep_dir / "slow")) == "unfinished"
+  again = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert again.returncode == 0 and runner.status(str(sweep_dir / "slow")) == "done", again.stderr
+  with open(sweep_dir / "slow" / "starts.txt") as f:
+    assert f.read().split("\n")[:2] == ["warm start", "from checkpoint 0"]
