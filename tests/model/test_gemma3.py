@@ -367,7 +367,8 @@ def test_lora_on_gemma_starts_at_the_base(checkpoints):
   tokens, mask = left_padded(np.random.default_rng(7), (9, 5), 9)
   base = jax_logits(model, tokens, mask)
   lora.add_adapters(model, lora.LoraConfig(rank=2, alpha=4.0), rngs=nnx.Rngs(0))
-  np.testing.assert_allclose(jax_logits(model, tokens, mask), base, atol=1e-6, rtol=0)
+  # 1e-5: on a GPU the extra x @ A @ B (zero) changes the float32 rounding of x @ W by ~2e-6 (H200, 2026-11-26).
+  np.testing.assert_allclose(jax_logits(model, tokens, mask), base, atol=1e-5, rtol=0)
   adapters = nnx.state(model, nnx.LoRAParam)
   assert len(jax.tree.leaves(adapters)) == 2 * 7 * model.cfg.num_layers
 
