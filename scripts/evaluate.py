@@ -12,7 +12,8 @@ Besides accuracy it splits the completions into: finished (a stop token within m
 correct or not, so a gain can be read as format / brevity (fewer cut off) or arithmetic (more finished ones
 right). `--pass_k K` adds pass@K, K samples per prompt at `--temperature`: the share of prompts on which a group
 of K completions has at least one right answer, so that its rewards differ and GRPO gets a gradient from it (the
-headroom a short run can sharpen greedy accuracy towards). The run's own config (WORKDIR/config.json) gives the task, model, prompts and lengths.
+headroom a short run can sharpen greedy accuracy towards). The run's own config (WORKDIR/config.json) gives the
+task, model, prompts and lengths.
 """
 from __future__ import annotations
 
