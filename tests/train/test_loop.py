@@ -346,17 +346,29 @@ def test_a_diverging_run_stops_naming_the_cause_and_never_saves_non_finite_param
   assert saved and max(saved) < diverged_after
 
 
-def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_run, capsys):
-  """pass@K from samples at temperature 1e-3 (each sample is the argmax, so every one of the K is the greedy
-  completion) equals the greedy accuracy; at temperature 1 it is another number, printed."""
+def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_run, capsys, monkeypatch):
+  """pass@K from samples at temperature 1e-6 (each sample is the argmax, so every one of the K is the greedy
+  completion) equals the greedy accuracy; at temperature 1 it is another number, printed. The tiny random model
+  gets no sum right, so the accuracy reward is swapped for one it meets about half the time (an even-length
+  completion text), and the equality is not 0 == 0."""
   import importlib.util
   import re
+  from grpo_jax.train import loop
+  build = loop.build_reward_fns
+
+  def even_length(prompts, completions, **unused):
+    return [float(len(c) % 2 == 0) for c in completions]
+
+  def with_even_length(config, *args):
+    return [(name, even_length if name == config.eval.accuracy_reward else fn, w) for name, fn, w in
+            build(config, *args)]
+  monkeypatch.setattr(loop, "build_reward_fns", with_even_length)
   spec = importlib.util.spec_from_file_location("evaluate_script", os.path.join(ROOT, "scripts", "evaluate.py"))
   evaluate_script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(evaluate_script)
-  evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-3"])
-  greedy, pass_k = re.search(r"accuracy (\S+), .*, pass@4 (\S+) at temperature 0.001", capsys.readouterr().out).groups()
-  assert pass_k == greedy and float(greedy) > 0  # (a run that got some right: the equality is not 0 == 0)
+  evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-6"])
+  greedy, pass_k = re.search(r"accuracy (\S+), .*, pass@4 (\S+) at temperature 1e-06", capsys.readouterr().out).groups()
+  assert pass_k == greedy and 0 < float(greedy) < 1
   evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4"])
   assert re.search(r"pass@4 \S+ at temperature 1\b", capsys.readouterr().out)
 
