@@ -30,48 +30,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from flax import nnx  # noqa: E402
 
-from grpo_jax.model import causal_attention_mask, hf_io, positions_from_mask  # noqa: E402
+from grpo_jax.model import hf_io  # noqa: E402
 from grpo_jax.model.logprobs import completion_logprobs  # noqa: E402
 from grpo_jax.sampling import Sampler, SamplingConfig  # noqa: E402
-from tests.model.test_gemma3 import F_, S_, build_torch_gemma, left_padded  # noqa: E402
+from tests.model.test_gemma3 import (F_, S_, build_torch_gemma, jax_logits, left_padded,  # noqa: E402
+                                     torch_greedy, torch_logits)
 
 LENGTHS, TOTAL, NEW = (40, 23, 9), 40, 64
-
-
-def _torch_logits(model, tokens, mask, device):
-  import torch
-  positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
-  as_t = lambda x: torch.tensor(np.asarray(x), dtype=torch.long, device=device)
-  with torch.no_grad():
-    return model(input_ids=as_t(tokens), attention_mask=as_t(mask), position_ids=as_t(positions)).logits.float() \
-        .cpu().numpy()
-
-
-def _jax_logits(model, tokens, mask):
-  graphdef, state = nnx.split(model)
-
-  @jax.jit
-  def run(state, tokens, mask):
-    m = nnx.merge(graphdef, state)
-    hidden, _ = m(tokens, positions_from_mask(mask), causal_attention_mask(mask))
-    return m.logits(hidden)
-  return np.asarray(run(state, tokens, mask), np.float32)
-
-
-def _prompts(tokens, mask):
-  return [list(row[m.astype(bool)]) for row, m in zip(tokens, mask)]
-
-
-def _torch_greedy(model, prompts, device):
-  import torch
-  P = max(map(len, prompts))
-  ids, mask = np.zeros((len(prompts), P), np.int64), np.zeros((len(prompts), P), np.int64)
-  for b, p in enumerate(prompts):
-    ids[b, P - len(p):], mask[b, P - len(p):] = p, 1
-  with torch.no_grad():
-    out = model.generate(input_ids=torch.tensor(ids, device=device), attention_mask=torch.tensor(mask, device=device),
-                         do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW, pad_token_id=0, eos_token_id=None)
-  return out[:, P:].cpu().numpy()
 
 
 def _jax_sample(model, prompts):
@@ -92,40 +57,36 @@ def check(shape: str, vocab: int, device: str) -> dict:
   torch.backends.cudnn.allow_tf32 = False
   torch_model = build_torch_gemma(shape, (S_, F_), 16, vocab=vocab)
   tokens, mask = left_padded(np.random.default_rng(1), LENGTHS, TOTAL, vocab=vocab)
-  prompts = _prompts(tokens, mask)
+  prompts = [list(row[m]) for row, m in zip(tokens, mask)]
   out: dict = {"shape": shape, "vocab": vocab, "jax_device": str(jax.devices()[0]), "torch_device": device}
   with tempfile.TemporaryDirectory() as path:
     torch_model.save_pretrained(path)
     torch_model = torch_model.to(device)
-    ref32 = _torch_logits(torch_model, tokens, mask, device)
+    ref32 = torch_logits(torch_model, tokens, mask)
     m = mask.astype(bool)
     with jax.default_matmul_precision("highest"):
       ours32_model = hf_io.from_pretrained(path)
-      ours32 = _jax_logits(ours32_model, tokens, mask)
+      ours32 = jax_logits(ours32_model, tokens, mask)
       _, _, greedy32 = _jax_sample(ours32_model, prompts)
     out["float32_max_abs_logit_diff"] = float(np.abs(ours32[m] - ref32[m]).max())
     out["float32_max_abs_logit"] = float(np.abs(ref32[m]).max())
-    out["float32_greedy_equal"] = bool((greedy32.completion_BxC == _torch_greedy(torch_model, prompts, device)).all())
+    out["float32_greedy_equal"] = bool((greedy32.completion_BxC == torch_greedy(torch_model, prompts, NEW)).all())
 
     ours16_model = hf_io.from_pretrained(path, param_dtype="bfloat16", dtype="bfloat16")
-    ours16 = _jax_logits(ours16_model, tokens, mask)
+    ours16 = jax_logits(ours16_model, tokens, mask)
     torch16 = torch_model.to(torch.bfloat16)
-    ref16 = _torch_logits(torch16, tokens, mask, device)
+    ref16 = torch_logits(torch16, tokens, mask)
     out["bf16_ours_vs_f32_max_abs"] = float(np.abs(ours16[m] - ref32[m]).max())
     out["bf16_torch_vs_f32_max_abs"] = float(np.abs(ref16[m] - ref32[m]).max())
     out["bf16_ours_vs_torch_max_abs"] = float(np.abs(ours16[m] - ref16[m]).max())
     out["bf16_argmax_agree"] = float((ours16[m].argmax(-1) == ref16[m].argmax(-1)).mean())
     state, graphdef, greedy16 = _jax_sample(ours16_model, prompts)
-    out["bf16_greedy_agree_prefix"] = _agree_prefix(greedy16.completion_BxC, _torch_greedy(torch16, prompts, device))
+    out["bf16_greedy_agree_prefix"] = _agree_prefix(greedy16.completion_BxC, torch_greedy(torch16, prompts, NEW))
 
-    # The sampler's cached decode against the training path's forward over the same completion, bfloat16.
-    P = max(map(len, prompts))
-    prompt_ids, prompt_mask = np.zeros((len(prompts), P), np.int32), np.zeros((len(prompts), P), bool)
-    for b, p in enumerate(prompts):
-      prompt_ids[b, P - len(p):], prompt_mask[b, P - len(p):] = p, True
+    # The sampler's cached decode against the training path's forward over the same completion, bfloat16 (the
+    # prompts are the rows of `tokens`, left padded to the longest).
     c, cm = greedy16.completion_BxC, greedy16.completion_mask_BxC.astype(bool)
-    logp = jax.jit(lambda s, *a: completion_logprobs(nnx.merge(graphdef, s), *a)[0])(
-        state, prompt_ids, prompt_mask, c, cm)
+    logp = jax.jit(lambda s, *a: completion_logprobs(nnx.merge(graphdef, s), *a)[0])(state, tokens, mask, c, cm)
     out["bf16_sampler_vs_training_logp_max_abs"] = float(np.abs(np.asarray(logp)[cm] - greedy16.logp_BxC[cm]).max())
   return out
 

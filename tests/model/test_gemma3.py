@@ -74,12 +74,14 @@ def left_padded(rng, lengths, total, vocab=VOCAB):
 
 
 def torch_logits(model, tokens, mask, keep: int = 0) -> np.ndarray:
+  """transformers' logits as float64, on whatever device the model is (benchmarks/gemma3_precision.py: a GPU)."""
   import torch
+  device = next(model.parameters()).device
   positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+  as_t = lambda x: torch.tensor(np.asarray(x), dtype=torch.long, device=device)
   with torch.no_grad():
-    out = model(input_ids=torch.tensor(tokens, dtype=torch.long), attention_mask=torch.tensor(mask, dtype=torch.long),
-                position_ids=torch.tensor(positions, dtype=torch.long), logits_to_keep=keep)
-  return out.logits.double().numpy()
+    out = model(input_ids=as_t(tokens), attention_mask=as_t(mask), position_ids=as_t(positions), logits_to_keep=keep)
+  return out.logits.double().cpu().numpy()
 
 
 def jax_logits(model, tokens, mask, keep: int = 0) -> np.ndarray:
@@ -146,17 +148,19 @@ def _sampler_greedy(model, prompts, n):
   return sampler, sampler.generate(state, prompts, jax.random.key(0))
 
 
-def _torch_greedy(torch_model, prompts, n):
+def torch_greedy(torch_model, prompts, n):
+  """`generate`'s n greedy tokens after left-padded `prompts`, on whatever device the model is."""
   import torch
+  device = next(torch_model.parameters()).device
   P = max(map(len, prompts))
   ids = np.zeros((len(prompts), P), np.int64)
   mask = np.zeros((len(prompts), P), np.int64)
   for b, p in enumerate(prompts):
     ids[b, P - len(p):], mask[b, P - len(p):] = p, 1
   with torch.no_grad():
-    out = torch_model.generate(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask), do_sample=False,
-                               max_new_tokens=n, min_new_tokens=n, pad_token_id=0, eos_token_id=None)
-  return out[:, P:].numpy()
+    out = torch_model.generate(input_ids=torch.tensor(ids, device=device),
+                               attention_mask=torch.tensor(mask, device=device), do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0, eos_token_id=None)
+  return out[:, P:].cpu().numpy()
 
 
 def test_greedy_64_tokens_equal_transformers_generate(checkpoints):
@@ -167,7 +171,7 @@ def test_greedy_64_tokens_equal_transformers_generate(checkpoints):
   prompts = [[2, *rng.integers(3, VOCAB, size=n - 1)] for n in (21, 5, 13)]
   sampler, ours = _sampler_greedy(hf_io.from_pretrained(path), prompts, 64)
   assert sampler.last_num_steps == 64
-  np.testing.assert_array_equal(ours.completion_BxC, _torch_greedy(torch_model, prompts, 64))
+  np.testing.assert_array_equal(ours.completion_BxC, torch_greedy(torch_model, prompts, 64))
 
 
 def test_sliding_layers_cache_only_the_window(checkpoints):
@@ -303,7 +307,7 @@ def test_save_pretrained_round_trip_greedy_equal(checkpoints, tmp_path):
   assert reloaded.config.rope_parameters == torch_model.config.rope_parameters
   prompts = [[2, 7, 9, 11, 40, 41], [2, 5]]
   _, ours = _sampler_greedy(model, prompts, 16)
-  np.testing.assert_array_equal(_torch_greedy(reloaded, prompts, 16), ours.completion_BxC)
+  np.testing.assert_array_equal(torch_greedy(reloaded, prompts, 16), ours.completion_BxC)
   again = hf_io.from_pretrained(tmp_path / "out")
   assert again.cfg == model.cfg
 
