@@ -11,7 +11,7 @@ import pytest
 
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
-from .test_gemma3 import _sampler_greedy, _torch_greedy, jax_logits, torch_logits
+from .test_gemma3 import _sampler_greedy, torch_greedy, jax_logits, torch_logits
 
 MODEL_DIR = os.environ.get("GRPO_JAX_GEMMA3") or os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models", "gemma-3-270m")
@@ -77,6 +77,6 @@ def test_greedy_64_tokens_equal_transformers(models):
   model, torch_model, tokenizer = models
   prompts = [tokenizer(t)["input_ids"] for t in ("The capital of France is", "1, 2, 3, 4,")]
   _, ours = _sampler_greedy(model, prompts, 64)
-  theirs = _torch_greedy(torch_model, prompts, 64)
+  theirs = torch_greedy(torch_model, prompts, 64)
   print(tokenizer.batch_decode(theirs))
   np.testing.assert_array_equal(ours.completion_BxC, theirs)
