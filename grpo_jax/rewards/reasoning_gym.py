@@ -10,8 +10,11 @@ dataset it came from.
 
 In answer-only mode (rows with `gym_answer_only`, grpo_jax/data/reasoning_gym.py) the prompt ended in "<answer>":
 the answer is the first non-empty line of the completion's text before its first "</" (where "</answer>"
-starts), stripped, its first sentence (up to ". "), without a leading "The answer is" / "Answer:" and a trailing period (what a small chat model
-writes after "<answer>") and quotes around it; None when there is no such line).
+starts), stripped, its first sentence (up to ". "), without a leading "The answer is" / "Answer:", the right-hand
+side of its last "=" when it has one ("q = 14" and "4 + 5 = 9" answer their value: without this, the default
+verifier's partial credit for a line that contains the answer, len(answer) / len(line), paid " = 6" a third and
+a policy settled there), without a trailing period and quotes around it (what a small chat model writes after
+"<answer>"); None when there is no such line).
 
 Like every reward it runs in the reward worker process by default (grpo_jax/rewards/isolation.py): a verifier
 that raises or hangs on a completion scores `reward_fallback` there and is counted in `rewards/<name>/failures`,
@@ -42,7 +45,11 @@ def extract_answer_only(completion: str) -> str | None:
     return None
   line = re.sub(r"^(the (final )?answer is:?|answer:)\s*", "", line, flags=re.IGNORECASE)
   line = re.split(r"\.\s", line, maxsplit=1)[0]   # its first sentence
+  if "=" in line:  # "q = 14", "4 + 5 = 9", "= 6": the value the line arrives at
+    line = line.rsplit("=", 1)[1].strip()
   line = line[:-1].strip() if line.endswith(".") else line
+  if not line:
+    return None
   return line[1:-1] if len(line) > 1 and line[0] == line[-1] and line[0] in "\"'" else line
 
 

@@ -153,7 +153,8 @@ def test_hanging_verifier_times_out_scores_fallback_and_is_counted(monkeypatch):
 @pytest.mark.parametrize("completion, answer", [
     (" 12</answer>", "12"), ("\n\nThe answer is 7.", "7"), ("\n\nThe answer is True. Two strings are", "True"),
     ('\nAnswer: "nus".\nmore', "nus"), ("3.5\n", "3.5"), ("\n\n", None), ("</answer> 4", None),
-    ("\n\nthe final answer is: Yes\n</answer>", "Yes")])
+    ("\n\nthe final answer is: Yes\n</answer>", "Yes"), (" = 6\nThe answer is: 6", "6"), ("\nq = 14", "14"),
+    (" 4 + 5 = 9.", "9"), ("2 + 3 =\n5", None)])
 def test_answer_only_extraction_takes_the_first_sentence_before_the_closing_tag(completion, answer):
   assert gym_reward.extract_answer_only(completion) == answer
 
@@ -170,6 +171,9 @@ def test_answer_only_rows_score_the_line_the_model_writes_after_the_prefilled_ta
                  gym_answer_only=[r["gym_answer_only"] for r in rows])
   assert gym_reward.reasoning_gym_score(["q"] * 2, gold, **columns) == [1.0, 1.0]
   assert gym_reward.reasoning_gym_score(["q"] * 2, wrong, **columns) == [0.0, 0.0]
+  # A line that ends in "= answer" answers that value (the verifier alone pays len(answer) / len(line) for it).
+  equation = [f" {r['answer']} + 0 = {r['answer']}\n" for r in rows]
+  assert gym_reward.reasoning_gym_score(["q"] * 2, equation, **columns) == [1.0, 1.0]
   # The same completions in the tag convention have no complete <answer> pair: no answer, 0.
   assert _score(rows, gold) == [0.0, 0.0]
 

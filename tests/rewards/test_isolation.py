@@ -48,7 +48,8 @@ def test_unpicklable_reward_falls_back_to_a_thread(caplog):
 
 @pytest.mark.parametrize("fn", [rewards.spin, rewards.backtracking_regex], ids=["spins", "holds_the_gil"])
 def test_a_reward_that_never_returns_costs_its_timeout_and_leaves_nothing_running(fn):
-  threads, started = threading.active_count(), isolation.worker().started
+  # (another test's thread-isolated verifier may still be sleeping out its hang: count only this test's)
+  threads, started, abandoned = threading.active_count(), isolation.worker().started, scoring.abandoned_threads()
   start = time.perf_counter()
   with pytest.warns(RuntimeWarning, match="failed on 4 of 4"):
     res = _score(fn)
@@ -57,7 +58,7 @@ def test_a_reward_that_never_returns_costs_its_timeout_and_leaves_nothing_runnin
   assert res.failures == {"r": 4}
   np.testing.assert_array_equal(res.per_fn["r"], [0, 0, 0, 0])
   # Each timed-out call killed its worker: no thread and no process keeps spinning.
-  assert threading.active_count() == threads and scoring.abandoned_threads() == 0
+  assert threading.active_count() <= threads and scoring.abandoned_threads() <= abandoned
   assert isolation.worker().started - started >= 1 + scoring.MAX_SAMPLE_TIMEOUTS - 1
   assert isolation.worker().pid is None
   # The next call gets a fresh worker.
@@ -101,13 +102,13 @@ def test_training_with_a_spinning_reward_is_bounded(tmp_path):
   c.num_steps, c.eval.every, c.checkpoint.every = 4, 4, 4
   c.rewards = {"exact_match": 1.0, "test_isolation_spin": 1.0}
   c.reward_timeout_s = 1.0
-  threads = threading.active_count()
+  threads, abandoned = threading.active_count(), scoring.abandoned_threads()
   start = time.perf_counter()
   with pytest.warns(RuntimeWarning, match="test_isolation_spin"):
     loop.train(c, str(tmp_path))
   elapsed = time.perf_counter() - start
   assert elapsed < 120 + 3 * c.num_steps, elapsed
-  assert threading.active_count() == threads and scoring.abandoned_threads() == 0
+  assert threading.active_count() <= threads and scoring.abandoned_threads() <= abandoned
   steps = [r for r in read_jsonl(str(tmp_path / "metrics.jsonl")) if "reward" in r]
   assert len(steps) == 4
   batch = c.grpo.prompts_per_step * c.grpo.group_size
