@@ -5,17 +5,19 @@
 #   (preset experiments/gym.py:test: the tiny fixture checkpoint, 2 steps, for CI)
 """SmolLM2-135M-Instruct on reasoning-gym tasks (grpo_jax/data/reasoning_gym.py), one preset per task.
 
-Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, logic, algorithmic) on which the model
-starts above 5% and below 60% held-out greedy accuracy; CANDIDATES: the others tried (docs/gym.md has every
-number and command). The task runs in answer-only mode (`task.answer_only`): the question goes to the model's chat
+Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, algebra, logic) on which the model
+starts above 5% and below 60% held-out greedy accuracy and which have many possible answers (a task with few
+collapses to its most frequent one); CANDIDATES: the others tried (docs/gym.md has every number and command). The task runs in answer-only mode (`task.answer_only`): the question goes to the model's chat
 template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>", sampling stops where the
 model closes the tag, and the reward is the dataset's own verifier (`reasoning_gym`) on the first sentence of the
-first non-empty line (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
+first non-empty line, the right-hand side of its last "=" if it has one (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
 it does not write the tags. Training items come from seed 1, held-out ones from seed 1,000,000 (held-out
 questions also asked in training dropped and counted).
 
 The config is experiments/smollm2_arithmetic.py's (beta 0, 8 prompts x G 8, T 0.8, AdamW lr 1e-5, float32) with
-the task, its reward, 24 new tokens (an answer, not a worked solution) and 100 steps set below.
+the task, its reward, 24 new tokens (an answer, not a worked solution), 100 steps and DAPO's dynamic sampling
+(`grpo.dynamic_sampling`: the model starts low, so most groups' rewards are all equal; only the others are
+trained on, up to 4 sampler calls a step) set below.
 """
 from grpo_jax.ablation import spec
 from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT

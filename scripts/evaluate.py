@@ -42,6 +42,7 @@ def main(argv=None):
 
   import jax
 
+  from grpo_jax.data import reasoning_gym as gym_data
   from grpo_jax.model import sharding as sharding_lib
   from grpo_jax.train import loop
   from grpo_jax.train.evaluation import evaluate
@@ -76,13 +77,15 @@ def main(argv=None):
       accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size, len(columns["prompt"])),
       max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
       pass_k=args.pass_k, pass_k_sampler=pass_k_sampler)
+  constant = gym_data.constant_answer(columns)
   completions = details["completions"]
   correct, finished = details["accuracy"] >= 1.0, details["finished"]
   n = len(completions)
   print(f"{args.workdir} ({source}), {args.set}, {n} prompts: accuracy {metrics['eval/accuracy']:.3f}, "
         f"mean length {metrics['eval/mean_length']:.1f} tokens"
         + (f", pass@{args.pass_k} {metrics[f'eval/pass@{args.pass_k}']:.3f} at temperature "
-           f"{config.eval.pass_k_temperature:g}" if args.pass_k else ""))
+           f"{config.eval.pass_k_temperature:g}" if args.pass_k else "")
+        + (f"; the one constant answer {constant[0]!r} would score {constant[1]:.3f}" if constant else ""))
   print(f"  finished {finished.mean():.3f} (correct among them {correct[finished].mean() if finished.any() else 0:.3f})"
         f", cut off at max_new_tokens {1 - finished.mean():.3f} (correct among them "
         f"{correct[~finished].mean() if (~finished).any() else 0:.3f})")

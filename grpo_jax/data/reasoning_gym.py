@@ -26,10 +26,13 @@ Prompts are rendered like any dataset's (`tasks.DatasetTask`: config.task.templa
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import difflib
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import numpy as np
 
 from grpo_jax.errors import ConfigError
 
@@ -232,3 +235,35 @@ def split(task_name: str, options: Any, *, train_seed: int, train_size: int, hel
   heldout = rows(task_name, options, heldout_seed, heldout_size, answer_only)
   kept = [row for row in heldout if row["prompt"] not in seen]
   return Split(train=train, heldout=kept, num_duplicates=len(heldout) - len(kept))
+
+
+CONSTANT_ANSWER_METRIC = "eval/constant_answer"
+CONSTANT_ANSWER_CANDIDATES = 20
+
+
+def constant_answer(columns: Mapping[str, Sequence]) -> tuple[str, float] | None:
+  """(answer, mean score) of the best single answer for these rows: of their CONSTANT_ANSWER_CANDIDATES most
+  frequent gold answers, the one that scores highest when given to every row, by each row's own verifier
+  (partial credit counts). What a policy that learned one constant answer would score on them: the floor to
+  read a task's held-out accuracy against (docs/gym.md). None for rows that are not reasoning-gym rows."""
+  if not {"gym_entry", "gym_source", "answer"} <= set(columns) or not columns["answer"]:
+    return None
+  from grpo_jax.rewards.reasoning_gym import score_answer  # pylint: disable=import-outside-toplevel
+
+  def mean_score(answer: str) -> float:
+    scores = []
+    for entry, source in zip(columns["gym_entry"], columns["gym_source"], strict=True):
+      try:
+        scores.append(score_answer(answer, entry, source))
+      except Exception:  # pylint: disable=broad-except  # a verifier that rejects another item's answer: 0
+        scores.append(0.0)
+    return float(np.mean(scores))
+
+  frequent = [a for a, _ in collections.Counter(columns["answer"]).most_common(CONSTANT_ANSWER_CANDIDATES)]
+  return max(((a, mean_score(a)) for a in frequent), key=lambda pair: pair[1])
+
+
+def constant_answer_metrics(columns: Mapping[str, Sequence]) -> dict[str, float]:
+  """{CONSTANT_ANSWER_METRIC: the best constant answer's held-out score} for reasoning-gym rows, else {}."""
+  best = constant_answer(columns)
+  return {} if best is None else {CONSTANT_ANSWER_METRIC: best[1]}

@@ -63,10 +63,14 @@ def _dataset(source: str):
   return dataset
 
 
+def score_answer(answer: str | None, entry: dict, source: str) -> float:
+  """The dataset's own score of an answer (already extracted) to the item `entry` of the row's `gym_source`."""
+  return float(_dataset(source).score_answer(answer, entry))
+
+
 def score(completion: str, entry: dict, source: str, answer_only: bool = False) -> float:
   """The dataset's own score of the completion's answer."""
-  answer = extract_answer_only(completion) if answer_only else extract_answer(completion)
-  return float(_dataset(source).score_answer(answer, entry))
+  return score_answer(extract_answer_only(completion) if answer_only else extract_answer(completion), entry, source)
 
 
 @register_reward("reasoning_gym")

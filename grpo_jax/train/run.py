@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import config as config_lib
 from grpo_jax.config_checks import Section
+from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import build, distributed
 from grpo_jax.train.evaluation import evaluate
@@ -141,6 +142,8 @@ class Run:
                   key=jax.random.fold_in(self.base_key, 10_000_000 + step))
     metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
                        pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
+    if step == 0:  # reasoning-gym tasks: what one constant answer scores, the floor to read accuracy against
+      metrics.update(gym_data.constant_answer_metrics(self.eval_columns))
     if step in (0, c.num_steps):
       for name, columns in self.transfer_columns.items():
         transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)

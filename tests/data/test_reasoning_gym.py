@@ -189,3 +189,20 @@ def test_answer_only_prompts_end_in_the_prefill_and_sampling_stops_at_the_closin
   assert ids and all("</" in tokenizer.decode([i]) for i in ids)
   encoded = tokenizer("x</answer>", add_special_tokens=False)["input_ids"]
   assert any(i in ids for i in encoded)
+
+
+def test_constant_answer_is_the_best_single_answer_by_the_datasets_own_verifier():
+  import collections
+  import reasoning_gym
+  rows = _split("aiw", 50, 80).heldout
+  columns = {k: [r[k] for r in rows] for k in ("prompt", "answer", "gym_entry", "gym_source")}
+  answer, score = gym.constant_answer(columns)
+  dataset = reasoning_gym.create_dataset("aiw", seed=1, size=1)   # its score_answer, called directly
+  brute = {a: sum(dataset.score_answer(a, e) for e in columns["gym_entry"]) / len(rows)
+           for a in set(columns["answer"])}
+  assert score == pytest.approx(max(brute.values())) and brute[answer] == pytest.approx(score)
+  share = collections.Counter(columns["answer"]).most_common(1)[0][1] / len(rows)
+  assert score >= share and score < 1
+  assert gym.constant_answer({"prompt": ["q"], "answer": ["1"]}) is None   # not reasoning-gym rows
+  assert gym.constant_answer_metrics(columns) == {"eval/constant_answer": pytest.approx(score)}
+

@@ -105,6 +105,10 @@ def test_test_preset_runs_two_steps_and_checkpoints(name, fixture_paths, compile
   out = capsys.readouterr().out
   if config.task.name.startswith("reasoning_gym:"):
     assert "held-out questions that are also training questions" in out
+    # the floor a task's accuracy is read against, logged at step 0 and in the start line
+    assert 0 < records[0]["eval/constant_answer"] <= 1 and "one constant answer would score" in out
+  else:
+    assert "eval/constant_answer" not in records[0]
   if config.task.name == "dataset":
     assert "dropped 0 prompts longer than sampling.max_prompt_length=192 tokens" in out
   for name in filter(None, config.task.transfer.split(",")):  # transfer sets: evaluated at the first and last step

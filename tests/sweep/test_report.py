@@ -204,3 +204,37 @@ def test_mean_of_extra_metrics_adds_columns(sweep_dir):
   path = os.path.join(sweep_dir, "metrics.png")
   report.plot_metrics(runs, ["kl", "reward"], path, smooth=1)
   assert matplotlib.image.imread(path).shape[1] > matplotlib.image.imread(path).shape[0]  # two panels side by side
+
+
+def test_sweep_over_tasks_gets_a_table_per_metric_with_a_column_per_task(tmp_path):
+  """A 'variant x task' sweep (2 losses x 2 tasks x 2 seeds): each cell is the mean over that (variant, task)'s
+  finished seeds, and the reasoning-gym constant-answer floor (logged at step 0) is its own table."""
+  d = str(tmp_path / "sweep")
+  os.makedirs(d)
+  members, acc = [], {}
+  for variant in ("grpo", "dr_grpo"):
+    for task, base in (("reasoning_gym:aiw", 0.1), ("reasoning_gym:simple_equations", 0.3)):
+      short = task.split(":")[1]
+      for seed in (0, 1):
+        name = f"{variant}_{short}_seed{seed}"
+        final = base + 0.1 * seed + (0.2 if variant == "grpo" else 0.0)
+        acc[name] = final
+        members.append({"name": name, "group": f"{variant}_{short}",
+                        "overrides": {"grpo.loss": variant, "task.name": task, "task.options": "{}", "seed": seed}})
+        _write_member(d, name, [{"step": 0, "eval/accuracy": base, "eval/constant_answer": base / 2},
+                                {"step": 1, "reward": 0.5, "step_time": 1.0}, {"step": 2, "eval/accuracy": final}],
+                      "DONE", {"wall_s": 1.0})
+  with open(os.path.join(d, "sweep.json"), "w") as f:
+    json.dump({"members": members}, f)
+  tasks, rows = report.task_table(report.load_sweep_dir(d))
+  assert tasks == ["aiw", "simple_equations"]
+  by_variant = {row["variant"]: row for row in rows}
+  assert set(by_variant) == {"grpo", "dr_grpo"}
+  cell = by_variant["grpo"]["simple_equations"]
+  assert cell["eval_acc_final"][:2] == (pytest.approx((acc["grpo_simple_equations_seed0"]
+                                                       + acc["grpo_simple_equations_seed1"]) / 2),
+                                        pytest.approx(0.1 / math.sqrt(2)))
+  assert cell["eval_acc_start"][0] == pytest.approx(0.3) and cell["constant_answer"][0] == pytest.approx(0.15)
+  assert by_variant["dr_grpo"]["aiw"]["eval_acc_final"][0] == pytest.approx(0.15)
+  markdown = report.task_markdown(report.load_sweep_dir(d))
+  assert "### one constant answer by task" in markdown and "| grpo | " in markdown
