@@ -38,6 +38,10 @@ CANDIDATES = {"leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, 
                   "min_numbers": 3, "max_numbers": 3, "max_decimals": 0, "min_value": 0, "max_value": 99}),
               "number_sequence_easy": ("reasoning_gym:number_sequence", {
                   "min_terms": 4, "max_terms": 5, "max_complexity": 1}),
+              "spell_backward_short": ("reasoning_gym:spell_backward", {"min_word_len": 3, "max_word_len": 4}),
+              "letter_jumble_1": ("reasoning_gym:letter_jumble", {
+                  "min_word_len": 3, "max_word_len": 5, "min_words": 1, "max_words": 1,
+                  "min_corruption_level": 0.1, "max_corruption_level": 0.3}),
               **{name: (f"reasoning_gym:{name}", {}) for name in (
                   "syllogism", "isomorphic_strings", "gcd", "course_schedule", "spell_backward", "coin_flip",
                   "number_sequence", "rectangle_count", "propositional_logic", "color_cube_rotation", "largest_island",

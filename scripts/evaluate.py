@@ -81,7 +81,8 @@ def main(argv=None):
   completions = details["completions"]
   correct, finished = details["accuracy"] >= 1.0, details["finished"]
   n = len(completions)
-  print(f"{args.workdir} ({source}), {args.set}, {n} prompts: accuracy {metrics['eval/accuracy']:.3f}, "
+  print(f"{args.workdir} ({source}), {args.set}, {n} prompts: accuracy {metrics['eval/accuracy']:.3f}, full "
+        f"credit {metrics['eval/full_credit']:.3f}, "
         f"mean length {metrics['eval/mean_length']:.1f} tokens"
         + (f", pass@{args.pass_k} {metrics[f'eval/pass@{args.pass_k}']:.3f} at temperature "
            f"{config.eval.pass_k_temperature:g}" if args.pass_k else "")

@@ -6,6 +6,7 @@ an evaluation row and a step re-logged after a resume both land on their step):
   eval_acc_final  `eval/accuracy` at the last step that has it (the final held-out accuracy),
   constant_answer `eval/constant_answer` (reasoning-gym tasks, step 0): what one constant answer scores on the
                   held-out set, the floor a task's accuracy is read against (grpo_jax/data/reasoning_gym.py),
+  full_credit_final `eval/full_credit` at the last step that has it (the share of items with full credit),
   reward_auc      mean of `reward` over all steps that have it (area under the reward curve / number of steps),
   kl_final        `kl` at the last step that has it (absent when the run does not compute a KL, e.g. β = 0),
   mean_length     mean of `completions/mean_length` over steps,
@@ -39,6 +40,7 @@ from grpo_jax.train.plotting import draw_panels
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
 CONSTANT_ANSWER = "eval/constant_answer"   # grpo_jax.data.reasoning_gym.CONSTANT_ANSWER_METRIC
+FULL_CREDIT = "eval/full_credit"
 
 # (column, header, format) of the per-group table, in order.
 COLUMNS = [
@@ -87,6 +89,7 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
     means[f"mean:{key}"] = values.mean() if values.size else nan
   _, acc = series(rows, EVAL_ACC)
   _, constant = series(rows, CONSTANT_ANSWER)
+  _, full = series(rows, FULL_CREDIT)
   _, reward = series(rows, REWARD)
   _, kl = series(rows, KL)
   _, length = series(rows, LENGTH)
@@ -97,6 +100,7 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
       "eval_acc_start": acc[0] if acc.size else nan,
       "eval_acc_final": acc[-1] if acc.size else nan,
       "constant_answer": constant[0] if constant.size else nan,
+      "full_credit_final": full[-1] if full.size else nan,
       "reward_auc": reward.mean() if reward.size else nan,
       "kl_final": kl[-1] if kl.size else nan,
       "mean_length": length.mean() if length.size else nan,
@@ -319,7 +323,8 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
 TASK_KEYS = ("task.name", "task.options")
 # (column, header, format) of the per-task tables: the held-out accuracy at the end, then at the start.
 TASK_COLUMNS = [("eval_acc_final", "final eval acc", "{:.3f}"), ("eval_acc_start", "eval acc @0", "{:.3f}"),
-                ("constant_answer", "one constant answer", "{:.3f}")]
+                ("constant_answer", "one constant answer", "{:.3f}"),
+                ("full_credit_final", "final full-credit share", "{:.3f}")]
 
 
 def _task_of(overrides: Mapping[str, Any]) -> tuple[str, ...] | None:

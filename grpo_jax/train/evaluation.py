@@ -1,6 +1,8 @@
 """Held-out evaluation: greedy accuracy and mean reward, and pass@k when configured.
 
-accuracy = mean over held-out prompts of the accuracy reward (e.g. exact_match, 0/1) of the greedy completion.
+accuracy = mean over held-out prompts of the accuracy reward (e.g. exact_match, 0/1) of the greedy completion;
+full_credit = the share of them whose accuracy reward is >= 1 (the same for a 0/1 reward; lower where a verifier
+gives partial credit, as reasoning-gym's default one does for an answer inside a longer line).
 pass@k = fraction of prompts for which at least one of k sampled completions scores >= 1 on that reward.
 Prompts go through the sampler in fixed-size batches (the last one padded by repetition), so evaluation
 compiles one sampler program however many prompts there are.
@@ -48,7 +50,9 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
   other = {k: v for k, v in columns.items() if k != "prompt"}
   out = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
   result, completions, _ = grade(tokenizer, out, texts, other, scoring)
-  metrics = {"eval/accuracy": float(np.mean(result.per_fn[accuracy_reward])),
+  accuracy = np.asarray(result.per_fn[accuracy_reward])
+  metrics = {"eval/accuracy": float(np.mean(accuracy)),
+             "eval/full_credit": float(np.mean(accuracy >= 1.0)),
              "eval/reward": float(np.mean(result.total)),
              "eval/mean_length": float(np.mean(out.lengths_B))}
   if isinstance(out, EpisodeResult):
@@ -63,6 +67,6 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
     acc_k = np.asarray(result_k.per_fn[accuracy_reward]).reshape(-1, pass_k)
     metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
   if return_details:
-    return metrics, {"completions": completions, "accuracy": np.asarray(result.per_fn[accuracy_reward]),
+    return metrics, {"completions": completions, "accuracy": accuracy,
                      "finished": ~np.asarray(out.truncated_B, bool)}
   return metrics

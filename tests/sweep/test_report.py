@@ -222,7 +222,8 @@ def test_sweep_over_tasks_gets_a_table_per_metric_with_a_column_per_task(tmp_pat
         members.append({"name": name, "group": f"{variant}_{short}",
                         "overrides": {"grpo.loss": variant, "task.name": task, "task.options": "{}", "seed": seed}})
         _write_member(d, name, [{"step": 0, "eval/accuracy": base, "eval/constant_answer": base / 2},
-                                {"step": 1, "reward": 0.5, "step_time": 1.0}, {"step": 2, "eval/accuracy": final}],
+                                {"step": 1, "reward": 0.5, "step_time": 1.0},
+                                {"step": 2, "eval/accuracy": final, "eval/full_credit": final - 0.05}],
                       "DONE", {"wall_s": 1.0})
   with open(os.path.join(d, "sweep.json"), "w") as f:
     json.dump({"members": members}, f)
@@ -235,6 +236,7 @@ def test_sweep_over_tasks_gets_a_table_per_metric_with_a_column_per_task(tmp_pat
                                                        + acc["grpo_simple_equations_seed1"]) / 2),
                                         pytest.approx(0.1 / math.sqrt(2)))
   assert cell["eval_acc_start"][0] == pytest.approx(0.3) and cell["constant_answer"][0] == pytest.approx(0.15)
+  assert cell["full_credit_final"][0] == pytest.approx(cell["eval_acc_final"][0] - 0.05)
   assert by_variant["dr_grpo"]["aiw"]["eval_acc_final"][0] == pytest.approx(0.15)
   markdown = report.task_markdown(report.load_sweep_dir(d))
   assert "### one constant answer by task" in markdown and "| grpo | " in markdown

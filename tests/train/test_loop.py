@@ -367,10 +367,18 @@ def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_ru
   evaluate_script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(evaluate_script)
   evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-6"])
-  greedy, pass_k = re.search(r"accuracy (\S+), .*, pass@4 (\S+) at temperature 1e-06", capsys.readouterr().out).groups()
-  assert pass_k == greedy and 0 < float(greedy) < 1
+  greedy, full, pass_k = re.search(r"accuracy (\S+), full credit (\S+), .*, pass@4 (\S+) at temperature 1e-06",
+                                   capsys.readouterr().out).groups()
+  assert pass_k == greedy == full and 0 < float(greedy) < 1   # a 0/1 reward: full credit is the accuracy
   evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4"])
   assert re.search(r"pass@4 \S+ at temperature 1\b", capsys.readouterr().out)
+  # Half credit for an odd length: accuracy = 0.5 + 0.5 x (the share with full credit, the even ones).
+  monkeypatch.setattr(loop, "build_reward_fns", lambda config, *args: [
+      (name, (lambda p, c, **u: [1.0 if len(x) % 2 == 0 else 0.5 for x in c]) if name == config.eval.accuracy_reward
+       else fn, w) for name, fn, w in build(config, *args)])
+  evaluate_script.main([reference_run[0], "--examples", "0"])
+  partial, full_share = map(float, re.search(r"accuracy (\S+), full credit (\S+),", capsys.readouterr().out).groups())
+  assert full_share == float(full) and partial == pytest.approx(0.5 + 0.5 * full_share, abs=1e-3)
 
 
 def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_policy(reference_run, tmp_path, capsys):
@@ -387,7 +395,7 @@ def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_poli
   evaluate_script.main([workdir, "--examples", "2", "--export", out])
   printed = capsys.readouterr().out
   final = read_jsonl(os.path.join(workdir, "metrics.jsonl"))[-1]["eval/accuracy"]
-  assert f"(checkpoint {NUM_STEPS}), heldout, " in printed and f"accuracy {final:.3f}," in printed
+  assert f"(checkpoint {NUM_STEPS}), heldout, " in printed and f"accuracy {final:.3f}, full credit " in printed
   assert "finished " in printed and printed.count("] ...") == 2
   # The exported directory holds the checkpoint's parameters in the Hugging Face layout.
   from flax import nnx
