@@ -9,8 +9,9 @@ Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, alg
 starts above 5% and below 60% held-out greedy accuracy and which have many possible answers (a task with few
 collapses to its most frequent one); CANDIDATES: the others tried (docs/gym.md has every number and command). The task runs in answer-only mode (`task.answer_only`): the question goes to the model's chat
 template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>", sampling stops where the
-model closes the tag, and the reward is the dataset's own verifier (`reasoning_gym`) on the first sentence of the
-first non-empty line, the right-hand side of its last "=" if it has one (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
+model closes the tag, and the reward is the dataset's own verifier's full credit (`reasoning_gym_full_credit`: 1
+when it scores the answer 1, else 0) on the first sentence of the first non-empty line, the right-hand side of its
+last "=" if it has one (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
 it does not write the tags. Training items come from seed 1, held-out ones from seed 1,000,000 (held-out
 questions also asked in training dropped and counted).
 
@@ -67,8 +68,9 @@ def get_config(preset: str | None = None):
   c.task.answer_only = True   # the prompt ends in "<answer>"; the completion stops at "</"
   c.task.transfer = ""
 
-  c.rewards = {"reasoning_gym": 1.0}
-  c.eval.accuracy_reward = "reasoning_gym"
+  # The verifier's full credit only: its partial credit for a line that contains the answer is exploitable.
+  c.rewards = {"reasoning_gym_full_credit": 1.0}
+  c.eval.accuracy_reward = "reasoning_gym_full_credit"
   c.sampling.max_prompt_length = 320
   c.sampling.max_new_tokens = 24
 

@@ -77,7 +77,8 @@ def main(argv=None):
       accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size, len(columns["prompt"])),
       max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
       pass_k=args.pass_k, pass_k_sampler=pass_k_sampler)
-  constant = gym_data.constant_answer(columns)
+  constant = gym_data.constant_answer(columns,
+                                      full_credit=config.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
   completions = details["completions"]
   correct, finished = details["accuracy"] >= 1.0, details["finished"]
   n = len(completions)

@@ -238,14 +238,16 @@ def split(task_name: str, options: Any, *, train_seed: int, train_size: int, hel
 
 
 CONSTANT_ANSWER_METRIC = "eval/constant_answer"
+FULL_CREDIT_REWARD = "reasoning_gym_full_credit"   # grpo_jax/rewards/reasoning_gym.py
 CONSTANT_ANSWER_CANDIDATES = 20
 
 
-def constant_answer(columns: Mapping[str, Sequence]) -> tuple[str, float] | None:
+def constant_answer(columns: Mapping[str, Sequence], full_credit: bool = False) -> tuple[str, float] | None:
   """(answer, mean score) of the best single answer for these rows: of their CONSTANT_ANSWER_CANDIDATES most
   frequent gold answers, the one that scores highest when given to every row, by each row's own verifier
-  (partial credit counts). What a policy that learned one constant answer would score on them: the floor to
-  read a task's held-out accuracy against (docs/gym.md). None for rows that are not reasoning-gym rows."""
+  (partial credit counts, unless `full_credit`: then a score below 1 counts 0). What a policy that learned one
+  constant answer would score on them: the floor to read a task's held-out accuracy against (docs/gym.md).
+  None for rows that are not reasoning-gym rows."""
   if not {"gym_entry", "gym_source", "answer"} <= set(columns) or not columns["answer"]:
     return None
   from grpo_jax.rewards.reasoning_gym import score_answer  # pylint: disable=import-outside-toplevel
@@ -254,7 +256,8 @@ def constant_answer(columns: Mapping[str, Sequence]) -> tuple[str, float] | None
     scores = []
     for entry, source in zip(columns["gym_entry"], columns["gym_source"], strict=True):
       try:
-        scores.append(score_answer(answer, entry, source))
+        value = score_answer(answer, entry, source)
+        scores.append(float(value >= 1.0) if full_credit else value)
       except Exception:  # pylint: disable=broad-except  # a verifier that rejects another item's answer: 0
         scores.append(0.0)
     return float(np.mean(scores))
@@ -263,7 +266,8 @@ def constant_answer(columns: Mapping[str, Sequence]) -> tuple[str, float] | None
   return max(((a, mean_score(a)) for a in frequent), key=lambda pair: pair[1])
 
 
-def constant_answer_metrics(columns: Mapping[str, Sequence]) -> dict[str, float]:
-  """{CONSTANT_ANSWER_METRIC: the best constant answer's held-out score} for reasoning-gym rows, else {}."""
-  best = constant_answer(columns)
+def constant_answer_metrics(columns: Mapping[str, Sequence], accuracy_reward: str) -> dict[str, float]:
+  """{CONSTANT_ANSWER_METRIC: the best constant answer's held-out score by `accuracy_reward`'s measure (full
+  credit only for reasoning_gym_full_credit)} for reasoning-gym rows, else {}."""
+  best = constant_answer(columns, full_credit=accuracy_reward == FULL_CREDIT_REWARD)
   return {} if best is None else {CONSTANT_ANSWER_METRIC: best[1]}

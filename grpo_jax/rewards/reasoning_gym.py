@@ -82,3 +82,12 @@ def reasoning_gym_score(prompts: list[str], completions: list[str], gym_entry: l
   answer_only = gym_answer_only or [False] * len(completions)
   return [score(c, e, s, bool(a)) for c, e, s, a in zip(completions, gym_entry, gym_source, answer_only,
                                                          strict=True)]
+
+
+@register_reward("reasoning_gym_full_credit")
+def reasoning_gym_full_credit(prompts: list[str], completions: list[str], **columns) -> list[float]:
+  """1 where the row's verifier gives full credit, else 0: `reasoning_gym` without partial credit. Most datasets
+  keep reasoning-gym's default verifier, which pays len(answer) / len(line) for a line that contains the answer;
+  a policy learns to exploit it (two-digit guesses at one-digit answers, each paid half), so the presets of
+  experiments/gym.py train and evaluate on full credit alone (docs/gym.md)."""
+  return [float(s >= 1.0) for s in reasoning_gym_score(prompts, completions, **columns)]

@@ -143,7 +143,7 @@ class Run:
     metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
                        pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
     if step == 0:  # reasoning-gym tasks: what one constant answer scores, the floor to read accuracy against
-      metrics.update(gym_data.constant_answer_metrics(self.eval_columns))
+      metrics.update(gym_data.constant_answer_metrics(self.eval_columns, c.eval.accuracy_reward))
     if step in (0, c.num_steps):
       for name, columns in self.transfer_columns.items():
         transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)

@@ -174,6 +174,11 @@ def test_answer_only_rows_score_the_line_the_model_writes_after_the_prefilled_ta
   # A line that ends in "= answer" answers that value (the verifier alone pays len(answer) / len(line) for it).
   equation = [f" {r['answer']} + 0 = {r['answer']}\n" for r in rows]
   assert gym_reward.reasoning_gym_score(["q"] * 2, equation, **columns) == [1.0, 1.0]
+  # Partial credit: the verifier pays len(answer) / len(line) for a line that contains the answer; full credit 0.
+  inside = [f" {r['answer']}{r['answer']}\n" for r in rows]
+  assert gym_reward.reasoning_gym_score(["q"] * 2, inside, **columns) == [0.5, 0.5]
+  assert gym_reward.reasoning_gym_full_credit(["q"] * 2, inside, **columns) == [0.0, 0.0]
+  assert gym_reward.reasoning_gym_full_credit(["q"] * 2, gold, **columns) == [1.0, 1.0]
   # The same completions in the tag convention have no complete <answer> pair: no answer, 0.
   assert _score(rows, gold) == [0.0, 0.0]
 
@@ -204,5 +209,9 @@ def test_constant_answer_is_the_best_single_answer_by_the_datasets_own_verifier(
   share = collections.Counter(columns["answer"]).most_common(1)[0][1] / len(rows)
   assert score >= share and score < 1
   assert gym.constant_answer({"prompt": ["q"], "answer": ["1"]}) is None   # not reasoning-gym rows
-  assert gym.constant_answer_metrics(columns) == {"eval/constant_answer": pytest.approx(score)}
+  assert gym.constant_answer_metrics(columns, "reasoning_gym") == {"eval/constant_answer": pytest.approx(score)}
+  # By full credit alone, the best constant is the most frequent answer, scoring its share.
+  assert gym.constant_answer(columns, full_credit=True) == (collections.Counter(columns["answer"]).most_common(1)[0][0],
+                                                            pytest.approx(share))
+  assert gym.constant_answer_metrics(columns, gym.FULL_CREDIT_REWARD) == {"eval/constant_answer": pytest.approx(share)}
 

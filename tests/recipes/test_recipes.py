@@ -18,7 +18,7 @@ RECIPES = {
     "gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<|im_start|>system\n"},
     "countdown": {"rewards": ("countdown", "format_strict_prefilled"), "prompt_start": "A conversation between"},
     "smollm2_arithmetic": {"rewards": ("gsm8k_accuracy",), "prompt_start": "<|im_start|>"},
-    "gym": {"rewards": ("reasoning_gym",), "prompt_start": "<|im_start|>system\nGive only the final answer"},
+    "gym": {"rewards": ("reasoning_gym_full_credit",), "prompt_start": "<|im_start|>system\nGive only the final answer"},
     "gemma3_arithmetic": {"rewards": ("first_line_match",), "prompt_start": "<bos>23 + 41 = 64\n",
                           "checkpoint": "gemma3_checkpoint"},
     "gemma3_gsm8k": {"rewards": ("reasoning_format", "reasoning_format_tags", "reasoning_answer_graded",
