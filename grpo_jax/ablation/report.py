@@ -35,11 +35,11 @@ import numpy as np
 
 from grpo_jax.ablation import runner
 from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.data.reasoning_gym import CONSTANT_ANSWER_METRIC
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.plotting import draw_panels
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
-CONSTANT_ANSWER = "eval/constant_answer"   # grpo_jax.data.reasoning_gym.CONSTANT_ANSWER_METRIC
 FULL_CREDIT = "eval/full_credit"
 
 # (column, header, format) of the per-group table, in order.
@@ -88,7 +88,7 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
     _, values = series(rows, key)
     means[f"mean:{key}"] = values.mean() if values.size else nan
   _, acc = series(rows, EVAL_ACC)
-  _, constant = series(rows, CONSTANT_ANSWER)
+  _, constant = series(rows, CONSTANT_ANSWER_METRIC)
   _, full = series(rows, FULL_CREDIT)
   _, reward = series(rows, REWARD)
   _, kl = series(rows, KL)

@@ -97,6 +97,8 @@ class Run:
     self.settings = RolloutSettings.from_config(config, build.build_reward_fns(config, inputs))
     self.base_key = jax.random.key(config.seed)
     self.eval_columns = self.task.eval_rows(config.eval.size)
+    # reasoning-gym tasks: what one constant answer scores on them, the floor to read accuracy against (step 0)
+    self.constant_answer = gym_data.constant_answer_metrics(self.eval_columns, config.eval.accuracy_reward)
     self.transfer_columns = {name: self.task.transfer_rows(name, config.eval.size)
                              for name in getattr(self.task, "transfer_sets", ())}
     # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
@@ -142,8 +144,8 @@ class Run:
                   key=jax.random.fold_in(self.base_key, 10_000_000 + step))
     metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
                        pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
-    if step == 0:  # reasoning-gym tasks: what one constant answer scores, the floor to read accuracy against
-      metrics.update(gym_data.constant_answer_metrics(self.eval_columns, c.eval.accuracy_reward))
+    if step == 0:
+      metrics.update(self.constant_answer)
     if step in (0, c.num_steps):
       for name, columns in self.transfer_columns.items():
         transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)
