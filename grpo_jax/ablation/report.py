@@ -11,8 +11,9 @@ an evaluation row and a step re-logged after a resume both land on their step):
   kl_final        `kl` at the last step that has it (absent when the run does not compute a KL, e.g. β = 0),
   mean_length     mean of `completions/mean_length` over steps,
   steps_per_s     1 / median(`step_time`): the median ignores the compile steps at the start and after a resume,
-  wall_s          seconds the sweep runner measured over all attempts (DONE / FAILED / attempts.jsonl); without
-                  those, the trainer's `wall_s` in summary.json; without that, the sum of `step_time`,
+  wall_s          seconds the sweep runner measured over all attempts (DONE / FAILED / attempts.jsonl) or the
+                  trainer's `wall_s` in summary.json, whichever is larger (runner.member_wall_s: an attempt
+                  killed without a trace records no end); without either, the sum of `step_time`,
   steps           the last step logged,
   mean:<metric>   for metrics asked for with --mean_of: the mean over the steps that logged it.
 Per group: mean ± sample standard deviation (ddof=1) over the group's finished members ('done'), with n.
@@ -121,11 +122,9 @@ class MemberRun:
     self.status = runner.status(workdir)
     self.rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
     marker = runner.read_json(os.path.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
-    wall_s = (marker or {}).get("wall_s")
-    if wall_s is None and os.path.exists(os.path.join(workdir, runner.ATTEMPTS)):
-      wall_s = runner.previous_wall_s(workdir)
-    if wall_s is None:
-      wall_s = (runner.read_json(os.path.join(workdir, runner.TRAINER_SUMMARY)) or {}).get("wall_s")
+    # A marker written before runner.member_wall_s existed may have missed an attempt killed without a trace.
+    walls = [w for w in ((marker or {}).get("wall_s"), runner.member_wall_s(workdir)) if w]
+    wall_s = max(walls) if walls else None
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
     self.summary = summarize(self.rows, wall_s, self.extra)
 

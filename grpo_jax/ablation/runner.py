@@ -90,6 +90,18 @@ def previous_wall_s(workdir: str) -> float:
   return total
 
 
+def member_wall_s(workdir: str) -> float:
+  """Seconds the member has taken: the sum over its attempts, or the trainer's own total where that is larger (an
+  attempt killed without a trace, e.g. by a machine's end, records no end time; the trainer's `wall_s` in
+  summary.json still counts it up to the checkpoint the next attempt resumed from). 0.0 when neither exists."""
+  trainer_s = (read_json(os.path.join(workdir, TRAINER_SUMMARY)) or {}).get("wall_s")
+  try:
+    trainer_s = float(trainer_s or 0.0)
+  except (TypeError, ValueError):
+    trainer_s = 0.0
+  return max(previous_wall_s(workdir) if os.path.exists(os.path.join(workdir, ATTEMPTS)) else 0.0, trainer_s)
+
+
 # Where scripts/train.py keeps a run's starting point (grpo_jax/train/loop.py): warmstart/ (the parameters after
 # the warm start, never rotated out) and, in older workdirs, only the step-0 checkpoint.
 TRAINER_STARTING_POINTS = (os.path.join("warmstart", "0"), os.path.join("checkpoints", "0"))
@@ -252,7 +264,7 @@ def _append_jsonl(path: str, row: Mapping[str, Any]) -> None:
 
 def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=print) -> str:
   """Writes DONE (rc 0) or FAILED (exit code and the tail of the attempt's log); returns 'done' or 'failed'."""
-  total_wall_s = previous_wall_s(workdir)
+  total_wall_s = member_wall_s(workdir)
   if rc == 0:
     _write_json(os.path.join(workdir, DONE), {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
     echo(f"[sweep] {member.name}: done ({total_wall_s:.1f}s in all)")
@@ -267,7 +279,7 @@ def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=pri
 
 def mark_failed(workdir: str, rc: int | None, error: str) -> None:
   """FAILED: the exit code (None: the process was lost with its node), wall time so far and the error."""
-  _write_json(os.path.join(workdir, FAILED), {"rc": rc, "wall_s": previous_wall_s(workdir), "error": error})
+  _write_json(os.path.join(workdir, FAILED), {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
 
 
 def retryable(rc: int) -> bool:

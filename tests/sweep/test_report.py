@@ -81,6 +81,14 @@ def test_member_numbers_match_hand_computation(sweep_dir):
   assert runs["extra_seed0"].summary["wall_s"] == 2.5  # no runner record: the sum of step_time
 
 
+def test_member_wall_time_counts_an_attempt_the_done_marker_missed(sweep_dir):
+  # An older DONE summed only the attempts that recorded an end; the trainer's own total is larger.
+  with open(os.path.join(sweep_dir, "a_seed0", "summary.json"), "w") as f:
+    json.dump({"wall_s": 120.0}, f)
+  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
+  assert runs["a_seed0"].summary["wall_s"] == 120.0 and runs["a_seed1"].summary["wall_s"] == 30.0
+
+
 def test_group_table_mean_and_sample_std_over_finished_seeds(sweep_dir):
   table = {row["group"]: row for row in report.group_table(report.load_sweep_dir(sweep_dir))}
   assert list(table) == ["a", "b", "c", "extra"]  # plan order, then unplanned

@@ -69,6 +69,23 @@ def _cli(*args):
                         capture_output=True, text=True, cwd=REPO, timeout=60)
 
 
+def test_member_wall_s_counts_an_attempt_killed_without_a_trace(tmp_path):
+  workdir = tmp_path / "m"
+  workdir.mkdir()
+  assert runner.member_wall_s(str(workdir)) == 0.0
+  # Attempt 1 was killed with its machine (a start, no end); attempt 2 resumed and ran 5 s.
+  (workdir / "attempts.jsonl").write_text('{"start": 1, "node": "n"}\n{"start": 90, "node": "n"}\n'
+                                          '{"start": 90, "wall_s": 5.0, "rc": 0}\n')
+  assert runner.member_wall_s(str(workdir)) == 5.0
+  # The trainer's total counts attempt 1 up to the checkpoint attempt 2 resumed from.
+  (workdir / "summary.json").write_text('{"wall_s": 50.0}')
+  assert runner.member_wall_s(str(workdir)) == 50.0
+  (workdir / "summary.json").write_text('{"wall_s": 3.0}')  # never below what the runner measured
+  assert runner.member_wall_s(str(workdir)) == 5.0
+  (workdir / "summary.json").write_text('{"wall_s": "?"}')
+  assert runner.member_wall_s(str(workdir)) == 5.0
+
+
 def test_cli_prints_one_command_per_member_and_each_runs_one_member(tmp_path, fake_train_cmd, experiment_file):
   sweep_dir = str(tmp_path / "sw")
   train_cmd = " ".join(fake_train_cmd)
