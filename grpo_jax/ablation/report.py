@@ -510,16 +510,33 @@ def _title(label: str, key: str, smooth: int) -> str:
   return label if key == EVAL_ACC or smooth <= 1 else f"{label}, moving avg {smooth}"
 
 
-def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
-  """Mean curve ± one std over seeds per group for reward, held-out accuracy and KL; one panel each."""
+def _floor(members: Sequence[MemberRun]) -> float | None:
+  """The mean over members of what one constant answer scores on the held-out set (None: no member logged it)."""
+  values = [m.summary["constant_answer"] for m in members if math.isfinite(m.summary["constant_answer"])]
+  return float(np.mean(values)) if values else None
+
+
+def curve_panels(runs: Sequence[MemberRun], smooth: int = 10, include=("done", "unfinished")):
+  """The panels of curves.png (plotting.draw_panels' format): reward, held-out accuracy (with each group's
+  constant-answer floor where logged, e.g. reasoning-gym tasks) and KL (left out when no member logged one)."""
   grouped = _plotted_groups(runs, include)
   panels = []
   for key, label in CURVES:
     window = 1 if key == EVAL_ACC else smooth
-    panels.append((_title(label, key, smooth),
-                   [(f"{g} (n={len(ms)})", band(ms, key, window), "o" if key == EVAL_ACC else None)
-                    for g, ms in grouped.items()]))
-  draw_panels(panels, path)
+    curves = [(f"{g} (n={len(ms)})", band(ms, key, window), "o" if key == EVAL_ACC else None,
+               _floor(ms) if key == EVAL_ACC else None) for g, ms in grouped.items()]
+    if key == KL and not any(c[1][0].size for c in curves):
+      continue
+    title = _title(label, key, smooth)
+    if any(c[3] is not None for c in curves):
+      title += " (dotted: one constant answer)"
+    panels.append((title, curves))
+  return panels
+
+
+def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
+  """Mean curve ± one std over seeds per group for reward, held-out accuracy and KL; one panel each."""
+  draw_panels(curve_panels(runs, smooth, include), path)
 
 
 def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int = 10,

@@ -20,10 +20,11 @@ OPTIONAL_PANELS = (("episodes/turns", "messages per episode"),)
 
 
 def draw_panels(panels, path: str, dpi: int = 80) -> str:
-  """panels: [(title, [(label, (steps, mean, std, count), marker)] per curve)] -> one row of plots in a PNG.
+  """panels: [(title, [(label, (steps, mean, std, count), marker[, floor])] per curve)] -> one row of plots in a PNG.
 
   Each curve is a line with a band of ± std where std is finite (NaN: no band); a curve keeps its color (and
-  line style, past 10 curves) across panels; a panel without data says "not logged". Returns `path`.
+  line style, past 10 curves) across panels; a finite `floor` adds a dotted level line in the curve's color (a
+  reference such as what one constant answer scores); a panel without data says "not logged". Returns `path`.
   """
   import matplotlib
   matplotlib.use("Agg")
@@ -34,7 +35,7 @@ def draw_panels(panels, path: str, dpi: int = 80) -> str:
   legend = {}
   for ax, (title, curves) in zip(axes[0], panels):
     drawn = False
-    for i, (label, (steps, mean, std, _), marker) in enumerate(curves):
+    for i, (label, (steps, mean, std, _), marker, *floor) in enumerate(curves):
       if not steps.size:
         continue
       color, style = cmap(i % 10), ("-", "--", ":")[(i // 10) % 3]
@@ -42,6 +43,8 @@ def draw_panels(panels, path: str, dpi: int = 80) -> str:
       legend.setdefault(label, line)
       ok = np.isfinite(std)
       ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.12, lw=0)
+      if floor and floor[0] is not None and np.isfinite(floor[0]):
+        ax.axhline(floor[0], color=color, ls=":", lw=1.2)
       drawn = True
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("step")

@@ -81,6 +81,13 @@ def test_member_numbers_match_hand_computation(sweep_dir):
   assert runs["extra_seed0"].summary["wall_s"] == 2.5  # no runner record: the sum of step_time
 
 
+def test_curve_panels_keep_kl_where_logged_and_draw_no_floor_without_one(sweep_dir):
+  panels = report.curve_panels(report.load_sweep_dir(sweep_dir))
+  assert [title for title, _ in panels] == ["reward (train), moving avg 10", "held-out accuracy",
+                                            "KL to reference, moving avg 10"]
+  assert all(floor is None for _, curves in panels for *_, floor in curves)
+
+
 def test_member_wall_time_counts_an_attempt_the_done_marker_missed(sweep_dir):
   # An older DONE summed only the attempts that recorded an end; the trainer's own total is larger.
   with open(os.path.join(sweep_dir, "a_seed0", "summary.json"), "w") as f:
@@ -248,3 +255,9 @@ def test_sweep_over_tasks_gets_a_table_per_metric_with_a_column_per_task(tmp_pat
   assert by_variant["dr_grpo"]["aiw"]["eval_acc_final"][0] == pytest.approx(0.15)
   markdown = report.task_markdown(report.load_sweep_dir(d))
   assert "### one constant answer by task" in markdown and "| grpo | " in markdown
+  # The figure: no KL panel (none logged), each group's floor (its seeds' mean) on the held-out panel.
+  panels = report.curve_panels(report.load_sweep_dir(d))
+  assert [title for title, _ in panels] == ["reward (train), moving avg 10",
+                                            "held-out accuracy (dotted: one constant answer)"]
+  floors = {label.split(" ")[0]: floor for label, _, _, floor in panels[1][1]}
+  assert floors["grpo_aiw"] == pytest.approx(0.05) and floors["dr_grpo_simple_equations"] == pytest.approx(0.15)
