@@ -535,7 +535,7 @@ def curve_panels(runs: Sequence[MemberRun], smooth: int = 10, include=("done", "
 
 
 def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
-  """Mean curve ± one std over seeds per group for reward, held-out accuracy and KL; one panel each."""
+  """Mean curve ± one std over seeds per group, one panel per metric of `curve_panels`."""
   draw_panels(curve_panels(runs, smooth, include), path)
 
 
