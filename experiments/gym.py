@@ -6,14 +6,15 @@
 """SmolLM2-135M-Instruct on reasoning-gym tasks (grpo_jax/data/reasoning_gym.py), one preset per task.
 
 Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, algebra, logic) on which the model
-starts above 5% and below 60% held-out greedy accuracy and which have many possible answers (a task with few
-collapses to its most frequent one); CANDIDATES: the others tried (docs/gym.md has every number and command). The task runs in answer-only mode (`task.answer_only`): the question goes to the model's chat
-template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>", sampling stops where the
-model closes the tag, and the reward is the dataset's own verifier's full credit (`reasoning_gym_full_credit`: 1
-when it scores the answer 1, else 0) on the first sentence of the first non-empty line, the right-hand side of its
-last "=" if it has one (docs/gym.md). With reasoning-gym's tag convention the 135M model starts at 0-2% everywhere:
-it does not write the tags. Training items come from seed 1, held-out ones from seed 1,000,000 (held-out
-questions also asked in training dropped and counted).
+starts low but not at zero (held-out greedy full credit 14.3%, 4.3%, 4.4%; pass@8 about 15% on the latter two) and
+which have many possible answers (a task with few collapses to its most frequent one); CANDIDATES: the others tried
+(docs/gym.md has every number and command). The task runs in answer-only mode (`task.answer_only`): the question
+goes to the model's chat template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>",
+sampling stops where the model closes the tag, and the reward is the dataset's own verifier's full credit
+(`reasoning_gym_full_credit`: 1 when it scores the answer 1, else 0) on the first sentence of the first non-empty
+line, the right-hand side of its last "=" if it has one (docs/gym.md). With reasoning-gym's tag convention the 135M
+model starts at 0-2% everywhere: it does not write the tags. Training items come from seed 1, held-out ones from
+seed 1,000,000 (held-out questions also asked in training dropped and counted).
 
 The config is experiments/smollm2_arithmetic.py's (beta 0, 8 prompts x G 8, T 0.8, AdamW lr 1e-5, float32) with
 the task, its reward, 24 new tokens (an answer, not a worked solution), 100 steps and DAPO's dynamic sampling
@@ -23,7 +24,7 @@ trained on, up to 4 sampler calls a step) set below.
 from grpo_jax.ablation import spec
 from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
 
-# preset -> (task name, dataset options): the sweep's tasks, three families on which the model starts in the band.
+# preset -> (task name, dataset options): the sweep's tasks, three families.
 TASKS = {
     "basic_arithmetic": ("reasoning_gym:basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                             "max_digits": 1}),
