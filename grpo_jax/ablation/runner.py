@@ -4,7 +4,8 @@ the members one after another (grpo_jax/ablation/ray_backend.py runs the same at
 Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
   member.json     the member (name, group, overrides) and the exact trainer command,
   train.log       the trainer's stdout and stderr, appended to by every attempt,
-  attempts.jsonl  two lines per attempt: when it started and on which node; then its wall seconds and exit code,
+  attempts.jsonl  two lines per attempt: when it started and on which node; then its wall seconds and exit code
+                  (negative: the signal that stopped it when the sweep was interrupted; a lost node writes none),
   DONE            written after the trainer exited with code 0: the member is finished and is skipped from then on,
   FAILED          written after a non-zero exit: exit code and the tail of that attempt's log. A failed member is
                   re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint) unless
@@ -221,12 +222,17 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
             break
     except BaseException:
       # Interrupted (Ctrl-C, SIGTERM, a cancelled Ray task): stop the trainer and leave the member unfinished,
-      # so a re-run resumes it.
+      # so a re-run resumes it; the attempt's time still counts towards the member's.
       _stop(proc)
+      _end_attempt(workdir, log_name, start, proc.returncode)
       raise
+  _end_attempt(workdir, log_name, start, rc)
+  return rc, offset
+
+
+def _end_attempt(workdir: str, log_name: str, start: float, rc: int) -> None:
   if log_name == LOG:
     _append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "wall_s": time.time() - start, "rc": rc})
-  return rc, offset
 
 
 def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:

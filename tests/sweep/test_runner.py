@@ -179,6 +179,8 @@ def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path,
   assert proc.returncode == 130 and "Traceback" not in err, err
   assert err.strip().splitlines()[-1].startswith("[sweep] interrupted (signal 15): the running member stopped")
   assert runner.status(str(sweep_dir / "slow")) == "unfinished"
+  (ended,) = [r for r in runner.read_jsonl(str(sweep_dir / "slow" / runner.ATTEMPTS)) if "rc" in r]
+  assert ended["rc"] == -signal.SIGTERM and ended["wall_s"] > 0   # the stopped attempt's time is counted
   again = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
   assert again.returncode == 0 and runner.status(str(sweep_dir / "slow")) == "done", again.stderr
   with open(sweep_dir / "slow" / "starts.txt") as f:
