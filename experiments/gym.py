@@ -1,14 +1,16 @@
 # pip install -e '.[gym]'; bash scripts/get_smollm2.sh    # once: reasoning-gym, models/SmolLM2-135M-Instruct
 # python scripts/train.py --config experiments/gym.py:basic_arithmetic --workdir runs/gym_basic_arithmetic
-# python scripts/evaluate.py --config experiments/gym.py:aiw --size 50   # the starting accuracy
+# python scripts/evaluate.py --config experiments/gym.py:aiw_4 --size 500   # the starting accuracy
 # python scripts/sweep.py --config experiments/gym.py --sweep_dir runs/gym            # every task x 3 seeds
 #   (preset experiments/gym.py:test: the tiny fixture checkpoint, 2 steps, for CI)
 """SmolLM2-135M-Instruct on reasoning-gym tasks (grpo_jax/data/reasoning_gym.py), one preset per task.
 
 Presets (TASKS): three datasets of three reasoning-gym families (arithmetic, algebra, logic) on which the model
-starts low but not at zero (held-out greedy full credit 14.3%, 4.3%, 4.4%; pass@8 about 15% on the latter two) and
-which have many possible answers (a task with few collapses to its most frequent one); CANDIDATES: the others tried
-(docs/gym.md has every number and command). The task runs in answer-only mode (`task.answer_only`): the question
+starts low but not at zero (held-out greedy full credit 14.3%, 12.3%, 6.8%; pass@8 18-20% on the latter two) and
+whose most frequent answer holds 11-28% of the items (where one answer held a third or more, the policy collapsed
+to it); CANDIDATES: the
+others tried, among them the first choices simple_equations (`+` and `-`) and aiw (defaults), which start at 4.3% and
+4.4% (docs/gym.md has every number and command). The task runs in answer-only mode (`task.answer_only`): the question
 goes to the model's chat template after ANSWER_ONLY_SYSTEM_PROMPT, the assistant turn is prefilled with "<answer>",
 sampling stops where the model closes the tag, and the reward is the dataset's own verifier's full credit
 (`reasoning_gym_full_credit`: 1 when it scores the answer 1, else 0) on the first sentence of the first non-empty
@@ -28,12 +30,21 @@ from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
 TASKS = {
     "basic_arithmetic": ("reasoning_gym:basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1,
                                                             "max_digits": 1}),
-    "simple_equations": ("reasoning_gym:simple_equations", {"min_terms": 2, "max_terms": 2, "max_value": 10,
-                                                            "operators": ["+", "-"], "operators_weights": [0.5, 0.5]}),
-    "aiw": ("reasoning_gym:aiw", {}),
+    "simple_equations_minus": ("reasoning_gym:simple_equations", {
+        "min_terms": 2, "max_terms": 2, "max_value": 10, "operators": ["-"], "operators_weights": [1.0]}),
+    "aiw_4": ("reasoning_gym:aiw", {"max_entities": 4}),
 }
 # Further presets tried for the starting band (docs/gym.md has their numbers); not in the sweep.
-CANDIDATES = {"leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, "max_animals": 2}),
+CANDIDATES = {"simple_equations": ("reasoning_gym:simple_equations", {
+                  "min_terms": 2, "max_terms": 2, "max_value": 10, "operators": ["+", "-"],
+                  "operators_weights": [0.5, 0.5]}),
+              "aiw": ("reasoning_gym:aiw", {}),
+              "simple_equations_plus": ("reasoning_gym:simple_equations", {
+                  "min_terms": 2, "max_terms": 2, "max_value": 10, "operators": ["+"], "operators_weights": [1.0]}),
+              "simple_equations_plus20": ("reasoning_gym:simple_equations", {
+                  "min_terms": 2, "max_terms": 2, "max_value": 20, "operators": ["+"], "operators_weights": [1.0]}),
+              "aiw_5": ("reasoning_gym:aiw", {"max_entities": 5}),
+              "leg_counting": ("reasoning_gym:leg_counting", {"min_animals": 1, "max_animals": 2}),
               "letter_counting": ("reasoning_gym:letter_counting", {}),
               "word_sorting_3": ("reasoning_gym:word_sorting", {"min_words": 3, "max_words": 3}),
               "number_sorting_3": ("reasoning_gym:number_sorting", {
