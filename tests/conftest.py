@@ -5,10 +5,16 @@ XLA reads `--xla_gpu_deterministic_ops` once, when the backend starts, so it is 
 touches a device: on a GPU, a killed and resumed run must end bitwise identical (tests/train/test_loop.py).
 CPUs ignore the flag. `float32_matmuls` pins matmuls to full float32 (on NVIDIA GPUs the default is TF32,
 ~1e-3 relative, beyond the tolerances of the parity tests); on CPUs it changes nothing.
+
+Ray writes each local instance's logs and uploaded working directories under $RAY_TMPDIR/ray (default /tmp/ray)
+and never deletes them: repeated suite runs filled a CI disk. `_ray_temp_dir` gives each pytest worker its own
+directory and removes it at the end.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import jax
 import pytest
@@ -23,3 +29,16 @@ if DETERMINISTIC_FLAG not in os.environ.get("XLA_FLAGS", "").split():
 def float32_matmuls():
   with jax.default_matmul_precision("highest"):
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_temp_dir():
+  path = tempfile.mkdtemp(prefix="ray-tests-")  # short: Ray's socket paths under it must stay within 107 bytes
+  previous = os.environ.get("RAY_TMPDIR")
+  os.environ["RAY_TMPDIR"] = path
+  yield
+  if previous is None:
+    os.environ.pop("RAY_TMPDIR", None)
+  else:
+    os.environ["RAY_TMPDIR"] = previous
+  shutil.rmtree(path, ignore_errors=True)
