@@ -13,7 +13,6 @@ directory and removes it at the end.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 
 import jax
@@ -33,12 +32,8 @@ def float32_matmuls():
 
 @pytest.fixture(scope="session", autouse=True)
 def _ray_temp_dir():
-  path = tempfile.mkdtemp(prefix="ray-tests-")  # short: Ray's socket paths under it must stay within 107 bytes
-  previous = os.environ.get("RAY_TMPDIR")
-  os.environ["RAY_TMPDIR"] = path
-  yield
-  if previous is None:
-    os.environ.pop("RAY_TMPDIR", None)
-  else:
-    os.environ["RAY_TMPDIR"] = previous
-  shutil.rmtree(path, ignore_errors=True)
+  # Directly under $TMPDIR, not tmp_path_factory's deeper one: Ray's socket paths must stay within 107 bytes.
+  with tempfile.TemporaryDirectory(prefix="ray-tests-", ignore_cleanup_errors=True) as path, \
+       pytest.MonkeyPatch.context() as patch:
+    patch.setenv("RAY_TMPDIR", path)
+    yield

@@ -222,17 +222,14 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
             break
     except BaseException:
       # Interrupted (Ctrl-C, SIGTERM, a cancelled Ray task): stop the trainer and leave the member unfinished,
-      # so a re-run resumes it; the attempt's time still counts towards the member's.
+      # so a re-run resumes it.
       _stop(proc)
-      _end_attempt(workdir, log_name, start, proc.returncode)
       raise
-  _end_attempt(workdir, log_name, start, rc)
+    finally:  # also when interrupted: the attempt's time counts towards the member's
+      if log_name == LOG:
+        _append_jsonl(os.path.join(workdir, ATTEMPTS),
+                      {"start": start, "wall_s": time.time() - start, "rc": proc.returncode})
   return rc, offset
-
-
-def _end_attempt(workdir: str, log_name: str, start: float, rc: int) -> None:
-  if log_name == LOG:
-    _append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "wall_s": time.time() - start, "rc": rc})
 
 
 def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
