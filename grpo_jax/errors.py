@@ -3,10 +3,15 @@ missing file or optional extra. The launchers (scripts/train.py, scripts/sweep.p
 line and exit with `EXIT_USER_ERROR`; `--debug` shows the traceback. Anything else is a bug and raises.
 
 The sweep runners read that exit code too: retrying a member cannot fix a user error, so it fails once.
+
+`EXIT_PREEMPTED` (75, sysexits' EX_TEMPFAIL: "try again later") is the trainer's exit after SIGTERM or SIGINT
+(a spot VM reclaimed, a Ctrl-C): it saved the last completed step and the same command resumes there. Sweeps
+retry such a member without counting it as a failed attempt.
 """
 from __future__ import annotations
 
 EXIT_USER_ERROR = 2
+EXIT_PREEMPTED = 75
 
 
 class UserError(Exception):
