@@ -243,6 +243,10 @@ def get_config() -> ml_collections.ConfigDict:
                                   # (grpo_jax/train/export.py; scripts/export.py does it for any checkpoint).
   k.verify = True                 # store a fingerprint of the saved state and check it on restore.
   k.async_save = True             # write checkpoints in a background thread while training goes on.
+  k.preemption_deadline_s = 25.0  # on SIGTERM/SIGINT: save the last completed step and exit (code 75) within
+                                  # this many seconds (GCP spot gives 30 s, AWS spot 120 s; docs/cloud.md).
+  k.preemption_notice = ""        # also stop on a cloud's early warning: "gce" (the `preempted` metadata key)
+                                  # or "aws" (spot/instance-action, 2 min ahead); "" only on signals.
 
   c.log = lg = ml_collections.ConfigDict()
   lg.every = 1                    # metrics.jsonl / TensorBoard every N steps.
@@ -357,6 +361,7 @@ def completion_width(config) -> int:
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
+                     "checkpoint.preemption_deadline_s", "checkpoint.preemption_notice",
                      "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
                      "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
                      "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",

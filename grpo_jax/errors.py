@@ -28,3 +28,14 @@ class WorkdirError(UserError, RuntimeError):
 
 class CheckpointSaveError(UserError, RuntimeError):
   """A checkpoint that could not be written (a full disk, a lost mount): the run stops with its history kept."""
+
+
+class Preempted(BaseException):
+  """The run was asked to stop (SIGTERM, SIGINT, a cloud's preemption notice) and stopped with its last completed
+  step saved; the same command resumes it. A BaseException, as KeyboardInterrupt is: a handler of `Exception`
+  (a checkpoint restore that sets aside what it cannot read, a reward's failure count) must never swallow it."""
+
+  def __init__(self, reason: str, step: int | None = None):
+    super().__init__(reason if step is None else f"{reason} (step {step} saved)")
+    self.reason = reason
+    self.step = step

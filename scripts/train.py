@@ -74,17 +74,28 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO level.
-  from grpo_jax.errors import UserError
-  from grpo_jax.train.loop import train
+  from grpo_jax.errors import EXIT_PREEMPTED, Preempted, UserError
   try:
+    from grpo_jax.train.loop import train
     train(_CONFIG.value, _WORKDIR.value)
   except UserError as e:
     if _DEBUG.value:
       raise
     _one_line(e)
+  except Preempted:  # SIGTERM / SIGINT: the last completed step is saved (train printed which); rerun to resume
+    sys.exit(EXIT_PREEMPTED)
+
+
+def _preempted_while_starting(signum, frame):
+  """SIGTERM / SIGINT before the trainer has started (imports, flags): nothing to save; the preempted exit code,
+  so that a sweep retries the member instead of counting a failure. The trainer installs its own handler."""
+  sys.exit(75)  # grpo_jax.errors.EXIT_PREEMPTED (not imported yet: the handler must be in place first)
 
 
 if __name__ == "__main__":
+  import signal
+  for _signal in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(_signal, _preempted_while_starting)
   from grpo_jax import hash_seed
   hash_seed.pin()  # the same data in every process (grpo_jax/hash_seed.py)
   app.run(main, flags_parser=_parse_flags)

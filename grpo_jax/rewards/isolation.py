@@ -107,8 +107,11 @@ class RewardWorker:
     env = dict(os.environ)
     # The worker finds what this process can import: the experiment's directory, the tests' packages...
     env["PYTHONPATH"] = os.pathsep.join([p for p in sys.path if p] + [env.get("PYTHONPATH", "")])
+    # Its own session: a SIGTERM or Ctrl-C sent to the trainer's process group (a spot VM's shutdown, a terminal)
+    # must not kill a call in flight and be scored as a reward failure; the trainer stops it (kill, atexit) and
+    # it exits on its own when the trainer's pipe closes.
     self._proc = subprocess.Popen([sys.executable, "-m", "grpo_jax.rewards.worker"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, env=env, close_fds=True,
+                                  stdout=subprocess.PIPE, env=env, close_fds=True, start_new_session=True,
                                   bufsize=0)   # unbuffered: select() must see every byte not yet read
     self.started += 1
 

@@ -4,15 +4,23 @@ It reads (reference, args, kwargs) requests from stdin, rebuilds the function on
 ("started", None) once the function is loaded (so the caller's timeout does not count imports), then ("ok",
 result) or ("error", exception); ("unloadable", message) when the function cannot be rebuilt here. The
 protocol uses a private copy of stdout; the reward's own prints go to stderr.
+
+SIGTERM and SIGINT are ignored: the trainer decides when a preempted run stops (grpo_jax/train/preemption.py),
+and a call it started finishes; the worker exits when the trainer closes its pipe or kills it.
 """
 from __future__ import annotations
 
-import importlib
-import os
-import pickle
-import sys
+import signal
 
-from grpo_jax.rewards import isolation, registry
+for _signal in (signal.SIGTERM, signal.SIGINT):  # first, before the imports below take their time
+  signal.signal(_signal, signal.SIG_IGN)
+
+import importlib  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import sys  # noqa: E402
+
+from grpo_jax.rewards import isolation, registry  # noqa: E402
 
 
 def _load(ref: bytes):

@@ -47,7 +47,10 @@ WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started 
 
 def validate_config(checkpoint_cfg) -> None:
   """`config.checkpoint`: the cadence and how many checkpoints to keep."""
-  Section(checkpoint_cfg, "checkpoint").at_least(1, "every", "keep")
+  s = Section(checkpoint_cfg, "checkpoint")
+  s.at_least(1, "every", "keep")
+  s.positive("preemption_deadline_s")
+  s.one_of("preemption_notice", ("", "gce", "aws"))
 
 
 def abstract_like(tree):

@@ -236,6 +236,9 @@ class NullWriter:
   def write_samples(self, *args, **kwargs):
     pass
 
+  def write_event(self, *args, **kwargs):
+    pass
+
   def flush(self):
     pass
 

@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
+import jax
 import numpy as np
 
 from grpo_jax import compile_cache, errors
@@ -26,6 +27,7 @@ from grpo_jax.train import workdir as workdir_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR, WARMSTART_DIR, Checkpointer, save_initial_state
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.preemption import Preemption
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
@@ -47,21 +49,32 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   """
   time_split = TimeSplit()
   inputs = RunInputs(tuple(reward_funcs), reward_weights, train_dataset, eval_dataset, tuple(callbacks))
-  config_lib.validate(config, in_memory_dataset=train_dataset is not None,
-                      reward_callables=[name for name, _, _ in inputs.reward_specs()])
-  precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
-  distributed.initialize(config)  # multi-host: before anything touches the devices
-  compile_cache.enable(config.compile_cache_dir)
-  main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
-  log_console = print if main else (lambda *args, **kwargs: None)
-  if main:  # the lock file is the only thing written before the settings are checked
-    with workdir_lib.WorkdirLock(workdir):
-      workdir_lib.check_resumable(config, workdir, log_console)
-      return _train(config, workdir, time_split, main, log_console, inputs)
-  return _train(config, workdir, time_split, main, log_console, inputs)
+  # SIGTERM / SIGINT from here on: stop at the next safe point with the last completed step saved (preemption.py).
+  with Preemption(config.checkpoint.get("preemption_deadline_s", 25.0), notice=config.checkpoint.get(
+      "preemption_notice", "")) as preemption:
+    config_lib.validate(config, in_memory_dataset=train_dataset is not None,
+                        reward_callables=[name for name, _, _ in inputs.reward_specs()])
+    precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
+    distributed.initialize(config)  # multi-host: before anything touches the devices
+    compile_cache.enable(config.compile_cache_dir)
+    main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
+    log_console = print if main else (lambda *args, **kwargs: None)
+    preemption.log, preemption.collective = log_console, jax.process_count() > 1
+    try:
+      if main:  # the lock file is the only thing written before the settings are checked
+        with workdir_lib.WorkdirLock(workdir):
+          workdir_lib.check_resumable(config, workdir, log_console)
+          return _train(config, workdir, time_split, main, log_console, inputs, preemption)
+      return _train(config, workdir, time_split, main, log_console, inputs, preemption)
+    except errors.Preempted as e:
+      log_console(f"[preempted] {e.reason}: exiting {preemption.seconds_since_request():.1f} s after it with code "
+                  f"{errors.EXIT_PREEMPTED}; " + ("nothing was lost: " if e.step is not None else "") +
+                  "the same command resumes the run" + ("" if e.step is None else f" from step {e.step}"))
+      raise
 
 
-def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console, inputs: RunInputs) -> Summary:
+def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console, inputs: RunInputs,
+           preemption: Preemption) -> Summary:
   t_start = time_split.t_start
   cfg_json = workdir_lib.prepare(config, workdir, main)
   run = Run(config, inputs, log_console, time_split)
@@ -78,47 +91,61 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                                         resume_step=None if fresh else state.step,
                                         wandb=metrics_lib.wandb_init_kwargs(config, workdir, state.run_id, cfg_json))
               if main else distributed.NullWriter())
-    if fresh:
-      writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
-      run.save_checkpoint(checkpointer, state, time.time() - t_start, cfg_json)
-    # Every process reads the file (process 0 writes it): they all return the same summary.
-    last_eval = (dict(state.initial_eval) if state.step == 0 else
-                 workdir_lib.last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval, state.step))
-    g = config.grpo
-    constant = state.initial_eval.get(gym_data.CONSTANT_ANSWER_METRIC)
-    log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
-                + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
-                f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} update(s)"
-                "/step")
-    bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
-    bar.accuracy = last_eval["eval/accuracy"]
-    nonfinite_steps = 0  # consecutive steps whose every update was skipped
-    time_split.steps_begin()
-    for step in range(state.step + 1, config.num_steps + 1):
-      t0 = time.time()
-      batch, rollout, data_position = run.rollout(state, step)
-      state, step_metrics = run.update(state._replace(data_position=data_position), batch, step)
-      nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.updates_per_step else 0
-      if nonfinite_steps >= MAX_NONFINITE_STEPS:
-        raise _diverged(config, step, nonfinite_steps, step_metrics)
-      checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
-      metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
-      time_split.add_step(metrics)
-      if time_split.launch_s is not None:
-        metrics["timing/since_launch_s"] = time_split.since_launch()
-      if step % config.eval.every == 0 or step == config.num_steps:
-        last_eval = run.evaluate(state.params, step)
-        metrics.update(last_eval, **_eval_time(run, step))
-      _log_step(config, writer, bar, main, step, metrics, rollout)
-      stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
-      if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
-        writer.flush()
-        run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
-      if stop:
-        log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes it)")
-        break
-    time_split.steps_end()
-    if config.checkpoint.export_hf:
+    with preemption.deferred():  # a signal now waits for the loop's next safe point
+      saved_step = None if fresh else state.step  # the step of the newest checkpoint this process started
+      if fresh:
+        writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
+        run.save_checkpoint(checkpointer, state, time.time() - t_start, cfg_json)
+        saved_step = 0
+      # Every process reads the file (process 0 writes it): they all return the same summary.
+      last_eval = (dict(state.initial_eval) if state.step == 0 else
+                   workdir_lib.last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval,
+                                         state.step))
+      g = config.grpo
+      constant = state.initial_eval.get(gym_data.CONSTANT_ANSWER_METRIC)
+      log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
+                  + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
+                  f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} "
+                  "update(s)/step")
+      bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
+      bar.accuracy = last_eval["eval/accuracy"]
+      nonfinite_steps = 0  # consecutive steps whose every update was skipped
+      time_split.steps_begin()
+      preempted = False
+      for step in range(state.step + 1, config.num_steps + 1):
+        if preempted := preemption.stop_requested():
+          break
+        t0 = time.time()
+        batch, rollout, data_position = run.rollout(state, step)
+        if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
+          break
+        state, step_metrics = run.update(state._replace(data_position=data_position), batch, step)
+        nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.updates_per_step else 0
+        if nonfinite_steps >= MAX_NONFINITE_STEPS:
+          raise _diverged(config, step, nonfinite_steps, step_metrics)
+        checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
+        metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
+        time_split.add_step(metrics)
+        if time_split.launch_s is not None:
+          metrics["timing/since_launch_s"] = time_split.since_launch()
+        if step % config.eval.every == 0 or step == config.num_steps:
+          last_eval = run.evaluate(state.params, step)
+          metrics.update(last_eval, **_eval_time(run, step))
+        _log_step(config, writer, bar, main, step, metrics, rollout)
+        stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
+        if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
+          writer.flush()
+          run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
+          saved_step = step
+        if stop:
+          log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes "
+                      "it)")
+          break
+      if preempted or preemption.reason is not None:  # (a signal during the last step: that step is saved)
+        _stop_preempted(run, checkpointer, writer, state, saved_step, preemption,
+                        state.wall_before + time.time() - t_start, cfg_json)
+      time_split.steps_end()
+    if config.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
       write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, os.path.join(workdir, EXPORT_DIR),
                      log=log_console)
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
@@ -127,7 +154,22 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
     if writer is not None:
       writer.close()
     checkpointer.close()
-  return workdir_lib.finish(config, workdir, state, last_eval, time_split, main, log_console)
+  with preemption.deferred():  # the run is complete: a signal now lets the summary be written
+    return workdir_lib.finish(config, workdir, state, last_eval, time_split, main, log_console)
+
+
+def _stop_preempted(run: Run, checkpointer: Checkpointer, writer, state: RunState, saved_step: int | None,
+                    preemption: Preemption, elapsed_s: float, cfg_json: str):
+  """Saves the last completed step (unless it is saved), waits for the checkpoint to be committed, records the
+  preemption in metrics.jsonl and raises `Preempted`."""
+  writer.flush()
+  if saved_step != state.step:
+    run.save_checkpoint(checkpointer, state, elapsed_s, cfg_json)
+  checkpointer.wait()
+  reason = preemption.reason or "another process was signalled"
+  writer.write_event(state.step, {"event": "preempted", "signal": reason,
+                                  "seconds_to_save": round(preemption.seconds_since_request(), 3)})
+  raise errors.Preempted(reason, step=state.step)
 
 
 def _restore(run: Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:

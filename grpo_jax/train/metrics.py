@@ -117,6 +117,12 @@ class MetricsWriter:
       self._wandb.log({k: v for k, v in record.items() if k != "step"}, step=int(step))
     return record
 
+  def write_event(self, step: int, event: dict[str, Any]) -> None:
+    """A row that is not a measurement ({"step", "event": "preempted", ...}): metrics.jsonl only. Readers of
+    metrics skip it, as they skip any key they do not plot; a resume keeps it (its step is the saved one)."""
+    with open(self.metrics_path, "a") as f:
+      f.write(json.dumps({"step": int(step), **{k: _plain(v) for k, v in event.items()}}) + "\n")
+
   def write_samples(self, step: int, samples: list[dict]) -> None:
     with open(self.samples_path, "a") as f:
       for s in samples:

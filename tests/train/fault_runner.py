@@ -1,9 +1,11 @@
 """Runs the default experiment's test preset in a subprocess and SIGKILLs itself at a chosen point.
 
-  python -m tests.train.fault_runner WORKDIR [POINT N]
+  python -m tests.train.fault_runner WORKDIR [POINT N [SIGNAL]]
 
-POINT (the N-th time it is reached; see KILL_POINTS) is found by wrapping the function that marks it, so the
-package carries no test hooks. Without POINT the run goes to the end (an uninterrupted run, or a resume).
+POINT (the N-th time it is reached; see KILL_POINTS and SIGNAL_POINTS) is found by wrapping the function that
+marks it, so the package carries no test hooks. Without POINT the run goes to the end (an uninterrupted run, or
+a resume). SIGNAL instead of the SIGKILL: "term" sends SIGTERM to this process, "term_group" to its whole
+process group (start it in a session of its own), "int" SIGINT; the run goes on to stop by itself.
 """
 from __future__ import annotations
 
@@ -26,9 +28,18 @@ def config():
   return c
 
 
+_ACTION = ["kill"]
+
+
 def _kill():
   sys.stdout.flush()
-  os.kill(os.getpid(), signal.SIGKILL)
+  action = _ACTION[0]
+  if action == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+  elif action == "term_group":
+    os.killpg(os.getpgrp(), signal.SIGTERM)
+  else:
+    os.kill(os.getpid(), {"term": signal.SIGTERM, "int": signal.SIGINT}[action])
 
 
 def _kill_on_call(owner, name, nth, after=False, then=None):
@@ -86,6 +97,17 @@ def arm(point: str, nth: int) -> None:
     _kill_on_call(checkpoint.Checkpointer, "save", nth, after=True)
   elif point == "during_eval":                    # in the middle of a held-out evaluation
     _kill_on_call(run, "evaluate", nth)
+  elif point == "loading":                        # building the run's parts (model, data, programs)
+    _kill_on_call(run.Run, "__init__", nth)
+  elif point == "rollout":                        # a step's sampling, before its update
+    _kill_on_call(run.Run, "rollout", nth)
+  elif point == "reward":                         # scoring a step's completions
+    from grpo_jax.train import rollout
+    _kill_on_call(rollout, "grade", nth)
+  elif point == "update":                         # a step's update (it donates the state)
+    _kill_on_call(run.Run, "update", nth)
+  elif point == "checkpoint_save":                # a checkpoint being started
+    _kill_on_call(checkpoint.Checkpointer, "save", nth)
   else:
     raise ValueError(f"unknown kill point {point!r}")
 
@@ -97,12 +119,26 @@ KILL_POINTS = [("warmstart_step", 2), ("after_warmstart_save", 1), ("mid_checkpo
                ("during_eval", 2), ("during_eval", 5)]
 
 
+# SIGTERM / SIGINT at these points: the run stops by itself (exit code 75) with the last completed step saved.
+# Rollouts and updates of steps 1..6 (reward: grade calls, G groups per call); evaluations as in KILL_POINTS.
+SIGNAL_POINTS = [("loading", 1, "term"), ("warmstart_step", 2, "term"), ("during_eval", 1, "term"),
+                 ("during_eval", 4, "term"), ("rollout", 3, "term"), ("rollout", 4, "int"),
+                 ("reward", 5, "term_group"), ("update", 3, "term"), ("checkpoint_save", 3, "term"),
+                 ("during_async_write", 2, "term")]
+
+
 def main(argv):
   workdir = argv[0]
+  if len(argv) > 3:
+    _ACTION[0] = argv[3]
   if len(argv) > 1:
     arm(argv[1], int(argv[2]))
+  from grpo_jax.errors import EXIT_PREEMPTED, Preempted
   from grpo_jax.train import loop
-  loop.train(config(), workdir)
+  try:
+    loop.train(config(), workdir)
+  except Preempted:
+    sys.exit(EXIT_PREEMPTED)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""SIGKILL at many points of a run, then resume: the run ends bitwise identical to an uninterrupted one
-(final parameters and optimizer state by checksum, every logged metric but the timings).
+"""SIGKILL, or SIGTERM / SIGINT, at many points of a run, then resume: the run ends bitwise identical to an
+uninterrupted one (final parameters and optimizer state by checksum, every logged metric but the timings).
+A signalled run stops by itself with exit code 75 and every step it logged saved.
 
-Three kill points run in the default suite; all of tests/train/fault_runner.py's KILL_POINTS with
-`pytest -m faults tests/train/test_faults.py` (about 40 s per point on 2 cores)."""
+Three kill points and four signal points run in the default suite; all of tests/train/fault_runner.py's
+KILL_POINTS and SIGNAL_POINTS with `pytest -m faults tests/train/test_faults.py` (about 40 s per point on 2
+cores)."""
 from __future__ import annotations
 
 import json
@@ -13,9 +15,10 @@ import sys
 
 import pytest
 
+from grpo_jax.errors import EXIT_PREEMPTED
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT
-from tests.train.fault_runner import KILL_POINTS
+from tests.train.fault_runner import KILL_POINTS, SIGNAL_POINTS
 
 TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 
@@ -23,14 +26,16 @@ TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 def _timing(name: str) -> bool:
   return name in TIMING or name.startswith("timing/")
 IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3), ("during_async_write", 2)}
+SIGNALS_IN_DEFAULT_SUITE = {("during_eval", 1), ("rollout", 4), ("reward", 5), ("update", 3)}
 
 
 def _run(workdir, cache_dir, *point) -> subprocess.CompletedProcess:
   # The default backend (a GPU where there is one), with tests/conftest.py's XLA_FLAGS (deterministic GPU ops).
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+  # A session of its own: a signal to the run's process group must not reach pytest.
   return subprocess.run([sys.executable, "-m", "tests.train.fault_runner", str(workdir), *map(str, point)],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
 
 
 def _outcome(workdir) -> tuple:
@@ -40,7 +45,8 @@ def _outcome(workdir) -> tuple:
   with open(os.path.join(directory, str(step), "meta", "metadata")) as f:
     meta = json.load(f)
   metrics = [{k: v for k, v in r.items() if not _timing(k)} for r in read_jsonl(os.path.join(workdir,
-                                                                                            "metrics.jsonl"))]
+                                                                                            "metrics.jsonl"))
+             if "event" not in r]
   return step, meta["state_fingerprint"], meta["data_position"], metrics, read_jsonl(os.path.join(workdir,
                                                                                            "warmstart.jsonl"))
 
@@ -69,5 +75,28 @@ def test_a_killed_run_resumes_bitwise_identical(point, nth, uninterrupted, cache
   step, checksum, position, metrics, warmstart_log = _outcome(tmp_path)
   assert (step, position) == uninterrupted[:1] + uninterrupted[2:3]
   assert checksum == uninterrupted[1]
+  assert metrics == uninterrupted[3]
+  assert warmstart_log == uninterrupted[4]
+
+
+@pytest.mark.parametrize("point,nth,signal_name", [
+    pytest.param(p, n, a, marks=() if (p, n) in SIGNALS_IN_DEFAULT_SUITE else pytest.mark.faults)
+    for p, n, a in SIGNAL_POINTS], ids=[f"{p}-{n}-{a}" for p, n, a in SIGNAL_POINTS])
+def test_a_signalled_run_saves_its_last_step_exits_75_and_resumes_bitwise_identical(
+    point, nth, signal_name, uninterrupted, cache_dir, tmp_path):
+  signalled = _run(tmp_path, cache_dir, point, nth, signal_name)
+  assert signalled.returncode == EXIT_PREEMPTED, f"rc {signalled.returncode}:\n{signalled.stderr[-3000:]}"
+  assert "[preempted] SIG" in signalled.stdout
+  rows = read_jsonl(os.path.join(tmp_path, "metrics.jsonl"))
+  events = [r for r in rows if "event" in r]
+  if events:  # stopped while steps ran: every step it logged (log.every 1) is in its newest checkpoint
+    saved = max(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+    assert events == [dict(events[0], step=saved, event="preempted")]
+    assert max(r["step"] for r in rows if "event" not in r) == saved
+    assert events[0]["signal"] == {"int": "SIGINT"}.get(signal_name, "SIGTERM")
+  resumed = _run(tmp_path, cache_dir)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  step, checksum, position, metrics, warmstart_log = _outcome(tmp_path)
+  assert (step, checksum, position) == (uninterrupted[0], uninterrupted[1], uninterrupted[2])
   assert metrics == uninterrupted[3]
   assert warmstart_log == uninterrupted[4]
