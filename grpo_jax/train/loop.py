@@ -60,6 +60,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
     main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
     log_console = print if main else (lambda *args, **kwargs: None)
     preemption.log, preemption.collective = log_console, jax.process_count() > 1
+    preemption.install()  # again: jax.distributed took SIGTERM for its own preemption notifier
     try:
       if main:  # the lock file is the only thing written before the settings are checked
         with workdir_lib.WorkdirLock(workdir):

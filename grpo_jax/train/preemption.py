@@ -72,12 +72,18 @@ class Preemption:
 
   # -- installing and removing ---------------------------------------------------------------------------------
   def __enter__(self) -> "Preemption":
-    if threading.current_thread() is threading.main_thread():
-      for sig in SIGNALS:
-        self._previous[sig] = signal.signal(sig, self._on_signal)
+    self.install()
     if self.notice:
       threading.Thread(target=self._watch_notice, name="preemption-notice", daemon=True).start()
     return self
+
+  def install(self) -> None:
+    """(Re)installs the handlers: jax.distributed.initialize puts JAX's own SIGTERM handler (its preemption
+    notifier) in place of Python's, so the trainer calls this again after it."""
+    if threading.current_thread() is threading.main_thread():
+      for sig in SIGNALS:
+        previous = signal.signal(sig, self._on_signal)
+        self._previous.setdefault(sig, previous)
 
   def __exit__(self, *exc) -> None:
     self._closed.set()

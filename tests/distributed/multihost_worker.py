@@ -1,11 +1,13 @@
 """One process of a multi-process GRPO run (run by test_multihost.py; also the single-process reference).
 
-  python multihost_worker.py WORKDIR PROCESS_ID NUM_PROCESSES PORT LOCAL_DEVICES [--resume] [--config.x=y ...]
+  python multihost_worker.py WORKDIR PROCESS_ID NUM_PROCESSES PORT LOCAL_DEVICES [--resume]
+      [--sigterm_before_update=N] [--config.x=y ...]
 
 Runs the trainer (`grpo_jax.train.loop.train`) on the tiny default-task preset with jax.distributed started
 from `config.distributed` (when NUM_PROCESSES > 1) for 3 steps (with --resume: 2, then a resume for the third,
 whose restore checks the state fingerprint), then restores the final checkpoint collectively and writes
-this process's full copy of the parameters to WORKDIR/params_<PROCESS_ID>.npz.
+this process's full copy of the parameters to WORKDIR/params_<PROCESS_ID>.npz. With --sigterm_before_update=N
+this process sends itself SIGTERM as its N-th update starts; a preempted run exits with code 75.
 """
 from __future__ import annotations
 
@@ -35,7 +37,10 @@ def main():
   config.checkpoint.every = 100   # checkpoints at steps 0 and 2
   config.grpo.beta = 0.04         # exercise the reference model too
   resume = "--resume" in sys.argv[6:]  # 2 steps, then a resume for the third; else 3 steps straight
-  for arg in [a for a in sys.argv[6:] if a != "--resume"]:  # --config.a.b=value (int/float/str)
+  sigterm = [int(a.split("=")[1]) for a in sys.argv[6:] if a.startswith("--sigterm_before_update=")]
+  if sigterm:
+    _sigterm_before_update(sigterm[0])
+  for arg in [a for a in sys.argv[6:] if a.startswith("--config.")]:  # --config.a.b=value (int/float/str)
     key, value = arg[len("--config."):].split("=", 1)
     node = config
     *parents, leaf = key.split(".")
@@ -47,9 +52,14 @@ def main():
     config.distributed.num_processes = nproc
     config.distributed.process_id = pid
 
+  from grpo_jax.errors import EXIT_PREEMPTED, Preempted
   from grpo_jax.train import checkpoint, loop
   config.num_steps = 2 if resume else 3
-  loop.train(config, workdir)
+  try:
+    loop.train(config, workdir)
+  except Preempted as e:
+    print(f"[worker {pid}] preempted: {e}", flush=True)
+    sys.exit(EXIT_PREEMPTED)
   assert jax.process_count() == nproc and jax.process_index() == pid
   if resume:  # the restore checks the fingerprint the processes stored together at step 2 (a mismatch would
     config.num_steps = 3  # set that checkpoint aside and fall back to step 0)
@@ -68,6 +78,20 @@ def main():
     flat[jax.tree_util.keystr(path)] = np.asarray(leaf)
   np.savez(os.path.join(workdir, f"params_{pid}.npz"), **flat)
   print(f"[worker {pid}] devices {jax.local_device_count()}/{jax.device_count()} done", flush=True)
+
+
+def _sigterm_before_update(nth: int) -> None:
+  import signal
+
+  from grpo_jax.train import run
+  update, calls = run.Run.update, [0]
+
+  def signalling(*args, **kwargs):
+    calls[0] += 1
+    if calls[0] == nth:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return update(*args, **kwargs)
+  run.Run.update = signalling
 
 
 if __name__ == "__main__":

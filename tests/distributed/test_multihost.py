@@ -88,3 +88,37 @@ def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
   assert not (root / "two" / "checkpoints_damaged").exists()
   ckpts = sorted(int(d) for d in os.listdir(root / "two" / "checkpoints") if d.isdigit())
   assert ckpts == [2, 3]
+
+
+def test_sigterm_to_one_process_stops_both_at_the_same_saved_step_and_the_resume_ends_identical(runs, tmp_path):
+  """Process 1 alone gets SIGTERM as its second update starts: both processes finish that step, save it together
+  and exit 75; the same commands started again end with the parameters of the uninterrupted two-process run."""
+  root, _ = runs
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+
+  def launch(extra: dict[int, list[str]]) -> list[tuple[int, str]]:
+    port = str(_free_port())
+    procs = [subprocess.Popen([sys.executable, WORKER, str(tmp_path), str(i), "2", port, "2", *RUN_ARGS[1:],
+                               *extra.get(i, [])], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env) for i in range(2)]
+    try:
+      return [(p.wait(timeout=400), p.stdout.read()) for p in procs]
+    finally:
+      for p in procs:
+        if p.poll() is None:
+          p.kill()
+
+  (rc0, out0), (rc1, out1) = launch({1: ["--sigterm_before_update=2"]})
+  assert (rc0, rc1) == (75, 75), out0[-3000:] + out1[-3000:]
+  assert "preempted: another process was signalled (step 2 saved)" in out0, out0[-3000:]
+  assert "preempted: SIGTERM (step 2 saved)" in out1, out1[-3000:]
+  ckpts = sorted(int(d) for d in os.listdir(tmp_path / "checkpoints") if d.isdigit())
+  assert ckpts[-1] == 2
+  for rc, out in launch({}):
+    assert rc == 0, out[-3000:]
+  for i in range(2):
+    expected, got = _params(root / "two" / f"params_{i}.npz"), _params(tmp_path / f"params_{i}.npz")
+    assert expected.keys() == got.keys()
+    for k in expected:
+      np.testing.assert_array_equal(got[k], expected[k], err_msg=k)
