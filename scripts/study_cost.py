@@ -35,9 +35,12 @@ import math
 import sys
 
 
-# Published prices, USD per node-hour: (label, on-demand, spot, source, date read). SkyPilot's catalog lists a GPU
-# VM as its machine row plus its GPU row; both are summed here. The catalog's own crawl date is not recorded there.
+# Published prices, USD per node-hour: (label, on-demand, spot, source, date read). SkyPilot's catalog
+# (github.com/skypilot-org/skypilot-catalog, catalogs/v8) lists a GCP GPU VM as its machine row plus its GPU row,
+# summed here, and AWS spot prices per availability zone, of which the dearest in the region is kept here. The
+# catalog does not record when it was crawled; spot prices move (GCP's up to once a day, AWS's gradually).
 _SKYPILOT_GCP = "SkyPilot catalog gcp/vms.csv @8427bbf"
+_SKYPILOT_AWS = "SkyPilot catalog aws/vms.csv @e385a0d"
 PUBLISHED = {
     "a3-highgpu-1g/us-central1": ("a3-highgpu-1g (1 x H100), us-central1", 5.38327, 3.19416, _SKYPILOT_GCP,
                                   "2026-11-26"),     # H100 4.20076 / 2.8501 + machine 1.18251 / 0.34406
@@ -47,6 +50,10 @@ PUBLISHED = {
                                   "2026-11-26"),     # A100 2.93391 / 1.4341 + machine 0.73948 / 0.36975
     "v5litepod-4/us-west4": ("TPU v5litepod-4 (4 x v5e), us-west4", 4.8, 1.92, _SKYPILOT_GCP, "2026-11-26"),
     "v5litepod-4/us-central1": ("TPU v5litepod-4 (4 x v5e), us-central1", 4.8, 0.9797, _SKYPILOT_GCP, "2026-11-26"),
+    "p5.48xlarge/us-east-2": ("p5.48xlarge (8 x H100), us-east-2", 55.04, 17.2949, _SKYPILOT_AWS,
+                              "2026-11-26"),         # spot 15.06 to 17.2949 in the region's three zones
+    "g6.xlarge/us-east-1": ("g6.xlarge (1 x L4), us-east-1", 0.8048, 0.4386, _SKYPILOT_AWS,
+                            "2026-11-26"),           # spot 0.4007 to 0.4386 in four zones
 }
 
 
