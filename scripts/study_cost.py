@@ -220,8 +220,8 @@ def spot_table(members: int, member_s: float, nodes: list[Node], per_node: int, 
   lines = [f"Spot: {preemptions_per_h:g} preemptions per node-hour, each costing a {_seconds(restart_s)} s restart "
            f"plus the work lost, {_seconds(lost[True])} s when the trainer saves on SIGTERM (half a step) or "
            f"{_seconds(lost[False])} s when it does not (half of {checkpoint_every} steps): "
-           f"{extra[True]:.1%} or {extra[False]:.1%} more node-hours. Busy node-hours of the workers; spot is dearer "
-           f"than on-demand above the given rate, saved on SIGTERM.",
+           f"{extra[True]:.1%} or {extra[False]:.1%} more node-hours. Costs of the node-hours the workers keep busy; "
+           f"the last column is the rate at which spot, saved on SIGTERM, costs as much as on-demand.",
            "",
            "| node | USD per node-hour | spot | prices from | on-demand | spot, saved on SIGTERM | "
            "spot, not saved | spot is dearer above |",

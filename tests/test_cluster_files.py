@@ -426,3 +426,35 @@ def test_study_cost_bad_argument_exits_2_with_one_line(argv):
   r = subprocess.run([sys.executable, "scripts/study_cost.py"] + argv, cwd=ROOT, capture_output=True, text=True)
   assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
   assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("study_cost.py: error: "), r.stderr
+
+
+def _spot_section():
+  sections = [text for heading, text in _doc_sections().items() if heading.strip() == "On spot capacity"]
+  assert len(sections) == 1, "docs/cloud.md needs one section 'On spot capacity'"
+  return sections[0]
+
+
+def test_the_docs_spot_snippets_parse_and_fit_the_cluster_files():
+  text = _spot_section()
+  blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)]
+  # Compute Engine: a Spot VM can neither restart by itself nor live-migrate.
+  gcp = [b["scheduling"] for b in blocks if "scheduling" in b]
+  assert len(gcp) == 1 and gcp[0]["provisioningModel"] == "SPOT"
+  assert gcp[0]["automaticRestart"] is False and gcp[0]["onHostMaintenance"] == "TERMINATE"
+  # The TPU worker asks for the accelerator and software of clusters/gcp_tpu.yaml's tpu_host, preemptible.
+  tpu = [b["node_config"] for b in blocks if "schedulingConfig" in b.get("node_config", {})]
+  host = _load(os.path.join(ROOT, "clusters", "gcp_tpu.yaml"))[0]["available_node_types"]["tpu_host"]["node_config"]
+  assert len(tpu) == 1 and tpu[0]["schedulingConfig"]["preemptible"] is True
+  assert {k: tpu[0][k] for k in ("acceleratorType", "runtimeVersion")} == \
+         {k: host[k] for k in ("acceleratorType", "runtimeVersion")}
+  aws = [b["node_config"] for b in blocks if "InstanceMarketOptions" in b.get("node_config", {})]
+  assert len(aws) == 1 and aws[0]["InstanceMarketOptions"]["MarketType"] == "spot"
+  # The GKE worker group: the file's node selector plus the Spot label, as strings (Kubernetes refuses a YAML
+  # boolean there), and a grace period longer than the checkpoint deadline the page tells the study to use.
+  pods = [b["spec"] for b in blocks if "nodeSelector" in b.get("spec", {})]
+  assert len(pods) == 1
+  worker = next(o for o in _load(os.path.join(ROOT, "clusters", "kuberay.yaml")) if o.get("kind") == "RayCluster")
+  file_selector = worker["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
+  assert pods[0]["nodeSelector"] == dict(file_selector, **{"cloud.google.com/gke-spot": "true"})
+  deadline = int(re.search(r"--set checkpoint\.preemption_deadline_s=(\d+)", text).group(1))
+  assert deadline < pods[0]["terminationGracePeriodSeconds"]
