@@ -11,7 +11,7 @@ wall-clock = ceil(members / (nodes * per_node)) * member time. Two costs per pri
         that removes idle nodes pays, boot and idle timeout aside;
   held: nodes * wall-clock, what a fixed cluster pays from the first member to the last.
 --head_price adds a head node for the wall-clock to both. --compare prices a node whose step time you have
-not measured: it prints the step time at which that node would cost as much per member as the first --price,
+not measured: it prints the step time at which that node would cost as much per member as the first row,
 so any measured step below it makes that node the cheaper one. A step time measured on one accelerator says
 nothing about another: measure before you trust a row.
 
@@ -276,7 +276,7 @@ def main(argv=None) -> int:
                            "SIGTERM")
   parser.add_argument("--compare", type=parse_price, action="append", default=[], metavar="LABEL=USD",
                       help="a node without a measured step time: print its break-even step time against the "
-                           "first --price (needs --steps)")
+                           "first row, the first --price or else the first --node (needs --steps)")
   args = parser.parse_args(argv)
   try:
     if args.list_prices:
