@@ -295,6 +295,9 @@ def main(argv=None) -> int:
       if missing:
         raise ValueError(f"spot prices need {' and '.join(missing)}: how often a node is reclaimed, what a "
                          f"restart takes, and the step time (docs/cloud.md, \"On spot capacity\")")
+    elif args.preemptions_per_h is not None or args.restart_s is not None:
+      raise ValueError("--preemptions_per_h and --restart_s price spot nodes, and none has a spot price: give "
+                       "--spot_price LABEL=USD for a --price row, or --node KEY")
     took = f" ({_duration(member_s / 3600)})" if member_s >= 60 else ""
     print(f"{args.members} members x {_seconds(member_s)} s each{took}, {args.per_node} per node")
     print()

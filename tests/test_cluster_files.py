@@ -421,6 +421,7 @@ def test_study_cost_prints_spot_beside_on_demand_with_source_and_date(capsys):
     ["--members", "4", "--steps", "5", "--step_s", "1", "--node", "a3-highgpu-1g"],   # not a key
     ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=1", "--bogus"],
     ["--steps", "5", "--step_s", "1", "--price", "x=1"],                               # no --members
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=1", "--restart_s", "60"],  # no spot price
 ])
 def test_study_cost_bad_argument_exits_2_with_one_line(argv):
   r = subprocess.run([sys.executable, "scripts/study_cost.py"] + argv, cwd=ROOT, capture_output=True, text=True)
