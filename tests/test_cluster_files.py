@@ -5,8 +5,9 @@ in, then ray-schema.json) and the facts docs/cloud.md relies on: every node inst
 extras its role needs, every node mounts the shared sweep directory at the same path, each worker type declares
 the accelerators its machine has, and the `--member_resources` of the page's section on the file fit a worker
 type. The KubeRay file: a RayCluster whose every pod mounts the same ReadWriteMany claim, GPU limits on the
-workers, Ray's version that of constraints.txt. scripts/study_cost.py: a hand-computed example, and the page's
-tables are the script's output.
+workers, Ray's version that of constraints.txt. scripts/study_cost.py: hand-computed examples (on-demand, and
+spot with the cost of preemptions), spot printed beside on-demand with the prices' source and date, a mistake
+as one line and exit 2, and the page's tables are the script's output.
 """
 import configparser
 import copy
@@ -370,3 +371,91 @@ def test_study_cost_needs_no_jax():
   code = ("import runpy, sys; runpy.run_path('scripts/study_cost.py', run_name='cost'); "
           "sys.exit(1 if 'jax' in sys.modules or 'numpy' in sys.modules else 0)")
   assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+def test_study_cost_preemptions_match_a_hand_computed_example():
+  # 10 s steps, a checkpoint every 100: a preemption loses half a step (5 s) when the trainer saves on SIGTERM,
+  # half a checkpoint interval (500 s) when it does not.
+  assert study_cost.lost_work_s(10, 100, saves_on_sigterm=True) == pytest.approx(5)
+  assert study_cost.lost_work_s(10, 100, saves_on_sigterm=False) == pytest.approx(500)
+  # 0.5 preemptions per node-hour, 600 s to restart: 0.5 x 605 / 3600 = 8.403% more node time when saved,
+  # 0.5 x 1100 / 3600 = 15.278% when not. 10 node-hours at $1 spot: $10.84 and $11.53.
+  saved = study_cost.preemption_overhead(0.5, 600, 5)
+  unsaved = study_cost.preemption_overhead(0.5, 600, 500)
+  assert saved == pytest.approx(0.084028, abs=1e-6)
+  assert unsaved == pytest.approx(0.152778, abs=1e-6)
+  assert study_cost.spot_cost(10, 1.0, saved) == pytest.approx(10.8403, abs=1e-4)
+  assert study_cost.spot_cost(10, 1.0, unsaved) == pytest.approx(11.5278, abs=1e-4)
+  # Against $3 on-demand, spot at $1 stays cheaper while 1 + r x 605 / 3600 < 3: r < 2 x 3600 / 605 = 11.90.
+  assert study_cost.break_even_preemptions_per_h(3.0, 1.0, 600, 5) == pytest.approx(11.9008, abs=1e-4)
+  assert study_cost.break_even_preemptions_per_h(1.0, 1.0, 600, 5) == 0      # spot no cheaper: never worth it
+  assert study_cost.break_even_preemptions_per_h(3.0, 1.0, 0, 0) == float("inf")
+  with pytest.raises(ValueError):
+    study_cost.preemption_overhead(-0.1, 600, 5)
+
+
+def test_study_cost_prints_spot_beside_on_demand_with_source_and_date(capsys):
+  assert study_cost.main(["--members", "40", "--steps", "500", "--step_s", "6.1", "--overhead_s", "60",
+                          "--nodes", "8", "--price", "x=2", "--spot_price", "x=0.6",
+                          "--node", "a3-highgpu-1g/us-central1", "--preemptions_per_h", "0.1",
+                          "--restart_s", "300"]) == 0
+  out = capsys.readouterr().out
+  # 34.556 node-hours; 0.1 x (300 + 3.05) / 3600 = 0.842% more when saved, 0.1 x 605 / 3600 = 1.681% when not.
+  assert "| x | 2 | 0.6 | command line | $69.11 | $20.91 (preemptions $0.17) | $21.08 (preemptions $0.35) | " \
+         "27.7 preemptions per node-hour |" in out
+  label, price, spot, source, read = study_cost.PUBLISHED["a3-highgpu-1g/us-central1"]
+  row = [line for line in out.splitlines() if line.startswith(f"| {label} | {price:g} | {spot:g} | ")]
+  assert row and f"{source}, read {read}" in row[0], out
+  # The built-in list: every published spot price below its on-demand one, each with its source and date.
+  assert study_cost.main(["--list_prices"]) == 0
+  listed = capsys.readouterr().out
+  for key, (label, price, spot, source, read) in study_cost.PUBLISHED.items():
+    assert 0 < spot < price and re.fullmatch(r"\d{4}-\d{2}-\d{2}", read) and source
+    assert f"| {key} | {label} | {price:g} | {spot:g} | " in listed
+
+
+@pytest.mark.parametrize("argv", [
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=abc"],           # not a number
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=1", "--spot_price", "y=0.5"],  # no such row
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=1", "--spot_price", "x=0.5"],  # no rate
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--node", "a3-highgpu-1g"],   # not a key
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=1", "--bogus"],
+    ["--steps", "5", "--step_s", "1", "--price", "x=1"],                               # no --members
+    ["--members", "4", "--steps", "5", "--step_s", "1", "--price", "x=1", "--restart_s", "60"],  # no spot price
+])
+def test_study_cost_bad_argument_exits_2_with_one_line(argv):
+  r = subprocess.run([sys.executable, "scripts/study_cost.py"] + argv, cwd=ROOT, capture_output=True, text=True)
+  assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+  assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("study_cost.py: error: "), r.stderr
+
+
+def _spot_section():
+  sections = [text for heading, text in _doc_sections().items() if heading.strip() == "On spot capacity"]
+  assert len(sections) == 1, "docs/cloud.md needs one section 'On spot capacity'"
+  return sections[0]
+
+
+def test_the_docs_spot_snippets_parse_and_fit_the_cluster_files():
+  text = _spot_section()
+  blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)]
+  # Compute Engine: a Spot VM can neither restart by itself nor live-migrate.
+  gcp = [b["scheduling"] for b in blocks if "scheduling" in b]
+  assert len(gcp) == 1 and gcp[0]["provisioningModel"] == "SPOT"
+  assert gcp[0]["automaticRestart"] is False and gcp[0]["onHostMaintenance"] == "TERMINATE"
+  # The TPU worker asks for the accelerator and software of clusters/gcp_tpu.yaml's tpu_host, preemptible.
+  tpu = [b["node_config"] for b in blocks if "schedulingConfig" in b.get("node_config", {})]
+  host = _load(os.path.join(ROOT, "clusters", "gcp_tpu.yaml"))[0]["available_node_types"]["tpu_host"]["node_config"]
+  assert len(tpu) == 1 and tpu[0]["schedulingConfig"]["preemptible"] is True
+  assert {k: tpu[0][k] for k in ("acceleratorType", "runtimeVersion")} == \
+         {k: host[k] for k in ("acceleratorType", "runtimeVersion")}
+  aws = [b["node_config"] for b in blocks if "InstanceMarketOptions" in b.get("node_config", {})]
+  assert len(aws) == 1 and aws[0]["InstanceMarketOptions"]["MarketType"] == "spot"
+  # The GKE worker group: the file's node selector plus the Spot label, as strings (Kubernetes refuses a YAML
+  # boolean there), and a grace period longer than the checkpoint deadline the page tells the study to use.
+  pods = [b["spec"] for b in blocks if "nodeSelector" in b.get("spec", {})]
+  assert len(pods) == 1
+  worker = next(o for o in _load(os.path.join(ROOT, "clusters", "kuberay.yaml")) if o.get("kind") == "RayCluster")
+  file_selector = worker["spec"]["workerGroupSpecs"][0]["template"]["spec"]["nodeSelector"]
+  assert pods[0]["nodeSelector"] == dict(file_selector, **{"cloud.google.com/gke-spot": "true"})
+  deadline = int(re.search(r"--set checkpoint\.preemption_deadline_s=(\d+)", text).group(1))
+  assert deadline < pods[0]["terminationGracePeriodSeconds"]
