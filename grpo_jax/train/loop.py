@@ -117,7 +117,10 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
         if preempted := preemption.stop_requested():
           break
         t0 = time.time()
+        if saved_step != state.step:  # a signal during the rollout saves this state at once (preemption.py)
+          preemption.guard(*_rescue(run, checkpointer, writer, state, preemption, t_start, cfg_json, log_console))
         batch, rollout, data_position = run.rollout(state, step)
+        preemption.release()
         if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
           break
         state, step_metrics = run.update(state._replace(data_position=data_position), batch, step)
@@ -157,6 +160,23 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
     checkpointer.close()
   with preemption.deferred():  # the run is complete: a signal now lets the summary be written
     return workdir_lib.finish(config, workdir, state, last_eval, time_split, main, log_console)
+
+
+def _rescue(run: Run, checkpointer: Checkpointer, writer, state: RunState, preemption: Preemption, t_start: float,
+            cfg_json: str, log) -> tuple[Callable[[], None], Callable[[], None]]:
+  """(save, finish) of `state` for the preemption's rescue thread, while a rollout keeps the main thread."""
+  def save():
+    run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
+    checkpointer.wait()
+
+  def finish():
+    writer.write_event(state.step, {"event": "preempted", "signal": preemption.reason,
+                                    "seconds_to_save": round(preemption.seconds_since_request(), 3)})
+    writer.flush()
+    log(f"[preempted] {preemption.reason}: step {state.step} saved during the rollout of the next; exiting "
+        f"{preemption.seconds_since_request():.1f} s after it with code {errors.EXIT_PREEMPTED}; nothing was "
+        f"lost: the same command resumes the run from step {state.step}")
+  return save, finish
 
 
 def _stop_preempted(run: Run, checkpointer: Checkpointer, writer, state: RunState, saved_step: int | None,

@@ -12,12 +12,18 @@ same path (grpo_jax/train/loop.py):
   parameters it donates, so the state of the last completed step is intact), that state is saved unless it
   already is, and the run ends. A signal that lands during an update lets it finish; its step is saved. A
   checkpoint being written (in the background) is waited for.
-- A watchdog thread ends the process `deadline_s` after the signal if it is still alive (a step longer than
-  the deadline: on a slow machine, raise the deadline where the cloud allows, or checkpoint every step), with
+- A rollout can outlast the notice (SmolLM2's sampling on a 2-core CPU takes minutes), and Python runs a signal
+  handler only when the main thread comes back from XLA. So the loop `guard`s the last completed state while a
+  rollout runs: the signal also wakes a thread (`signal.set_wakeup_fd`) that saves that state at once, beside
+  the sampler, records the preemption and ends the process once the checkpoint is committed. `release()`,
+  before the update donates the state, waits for such a save.
+- A watchdog thread ends the process `deadline_s` after the signal if it is still alive (an update longer than
+  the deadline: on a slow machine, raise the deadline where the cloud allows, or checkpoint more often), with
   whatever checkpoints are committed by then: orbax writes each into a temporary directory first.
 
 With several processes (jax.distributed) the request is a collective at those two points: every process
-learns that one of them was signalled at the same point and all save the same step. JAX's own preemption sync
+learns that one of them was signalled at the same point and all save the same step (no rescue thread: a save
+is collective). JAX's own preemption sync
 point (`multihost_utils.reached_preemption_sync_point`) hears only SIGTERM, through a C++ handler that takes
 SIGTERM from Python, and agrees on the step after the latest one any process reached: one more whole step
 inside the notice. A one-word all-gather per check costs microseconds.
@@ -65,10 +71,16 @@ class Preemption:
     self.collective = collective
     self.notice = notice
     self.reason: str | None = None        # what asked to stop: "SIGTERM", "SIGINT", "gce notice", ...
+    self._sigints = 0
     self.requested_at: float | None = None
     self._immediate = True
     self._previous = {}
     self._closed = threading.Event()
+    self._lock = threading.Lock()
+    self._guarded: tuple[Callable[[], None], Callable[[], None]] | None = None  # (save, finish) of the rescue
+    self._rescue_done = threading.Event()
+    self._rescue_done.set()
+    self._wakeup: tuple[int, int, int] | None = None  # (read end, write end, the previous wakeup fd)
 
   # -- installing and removing ---------------------------------------------------------------------------------
   def __enter__(self) -> "Preemption":
@@ -80,33 +92,85 @@ class Preemption:
   def install(self) -> None:
     """(Re)installs the handlers: jax.distributed.initialize puts JAX's own SIGTERM handler (its preemption
     notifier) in place of Python's, so the trainer calls this again after it."""
-    if threading.current_thread() is threading.main_thread():
-      for sig in SIGNALS:
-        previous = signal.signal(sig, self._on_signal)
-        self._previous.setdefault(sig, previous)
+    if threading.current_thread() is not threading.main_thread():
+      return
+    for sig in SIGNALS:
+      previous = signal.signal(sig, self._on_signal)
+      self._previous.setdefault(sig, previous)
+    if self._wakeup is None:
+      read, write = os.pipe()
+      os.set_blocking(write, False)
+      self._wakeup = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
+      threading.Thread(target=self._watch_wakeup, args=(read,), name="preemption-wakeup", daemon=True).start()
 
   def __exit__(self, *exc) -> None:
     self._closed.set()
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
     self._previous.clear()
+    if self._wakeup is not None:
+      read, write, previous = self._wakeup
+      signal.set_wakeup_fd(previous)
+      os.close(write)  # the wakeup thread sees the end of the pipe and closes the read end
+      self._wakeup = None
 
   # -- requests ---------------------------------------------------------------------------------------------------
   def _on_signal(self, signum, frame) -> None:
-    name = signal.Signals(signum).name
-    if self.reason is not None and signum == signal.SIGINT:
-      raise KeyboardInterrupt  # a second Ctrl-C: stop now, whatever is in flight
-    self.request(name)
+    if signum == signal.SIGINT:
+      self._sigints += 1
+      if self._sigints > 1:
+        raise KeyboardInterrupt  # a second Ctrl-C: stop now, whatever is in flight
+    self.request(signal.Signals(signum).name)
 
   def request(self, reason: str) -> None:
     """Asks the run to stop (a signal, a cloud notice). Raises `Preempted` outside `deferred()` when called in
-    the main thread (a signal handler runs there)."""
-    if self.reason is None:
-      self.reason, self.requested_at = reason, time.monotonic()
+    the main thread (a signal handler runs there); starts the rescue of a guarded state otherwise."""
+    with self._lock:
+      first = self.reason is None
+      if first:
+        self.reason, self.requested_at = reason, time.monotonic()
+    if first:
       self.log(f"[preempted] {reason}: stopping at the next safe point (deadline {self.deadline_s:.0f} s)")
       threading.Thread(target=self._watchdog, name="preemption-deadline", daemon=True).start()
     if self._immediate and threading.current_thread() is threading.main_thread():
       raise errors.Preempted(self.reason)
+    if threading.current_thread() is not threading.main_thread():
+      self._rescue()
+
+  def guard(self, save: Callable[[], None], finish: Callable[[], None]) -> None:
+    """Until `release()`: on a request, a thread calls `save()` (the last completed step, committed when it
+    returns) and `finish()` (records the preemption), then ends the process with EXIT_PREEMPTED. Only with one
+    process; the state must stay untouched (not donated) until `release()`."""
+    if not self.collective:
+      with self._lock:
+        self._guarded = (save, finish)
+      if self.reason is not None:
+        threading.Thread(target=self._rescue, name="preemption-rescue", daemon=True).start()
+
+  def release(self) -> None:
+    """Ends the guard; waits for a rescue save in flight (the process then ends with it, unless it failed)."""
+    with self._lock:
+      self._guarded = None
+    self._rescue_done.wait()
+
+  def _rescue(self) -> None:
+    with self._lock:
+      job, self._guarded = self._guarded, None
+      if job is None:
+        return
+      self._rescue_done.clear()
+    save, finish = job
+    try:
+      save()
+      finish()
+    except BaseException as e:  # pylint: disable=broad-except  (the main thread's own path still saves)
+      self.log(f"[preempted] saving from the signal's thread failed ({type(e).__name__}: {e}); the loop saves at "
+               "its next safe point")
+      self._rescue_done.set()
+      return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(errors.EXIT_PREEMPTED)
 
   @contextlib.contextmanager
   def deferred(self):
@@ -135,6 +199,20 @@ class Preemption:
     return 0.0 if self.requested_at is None else time.monotonic() - self.requested_at
 
   # -- threads ----------------------------------------------------------------------------------------------------
+  def _watch_wakeup(self, read: int) -> None:
+    """The C-level signal handler writes the signal's number here at once, even while the main thread waits
+    in XLA: the request (and a rescue) need not wait for the Python handler."""
+    try:
+      while True:
+        data = os.read(read, 64)
+        if not data:  # __exit__ closed the write end
+          return
+        for signum in data:
+          if signum in [int(sig) for sig in SIGNALS] and not self._closed.is_set():
+            self.request(signal.Signals(signum).name)
+    finally:
+      os.close(read)
+
   def _watchdog(self) -> None:
     if self._closed.wait(self.deadline_s):
       return
