@@ -1,19 +1,21 @@
 """Runs a sweep's members as Ray tasks, as many at once as the cluster's resources allow.
 
-Each member is one Ray task holding the member's resources (`MemberResources`: e.g. {"GPU": 1} per host). The
-task runs the same attempt as the local backend (runner.prepare / attempt / record: the trainer as a
+Each member is one Ray task per attempt holding the member's resources (`MemberResources`: e.g. {"GPU": 1} per
+host). The task runs the same attempt as the local backend (runner.prepare / attempt / record: the trainer as a
 subprocess, the same files in SWEEP_DIR/<name>), so reports, plots and resumes do not care where it ran. Ray
 does the rest:
 - scheduling: a task starts when a node has its resources free; the trainer sees only the accelerators Ray
   assigned to the task (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS, set from Ray's assignment);
-- retries: `max_retries` re-runs a task whose worker or node died, and `retry_exceptions=[MemberFailed]` one
-  whose trainer exited with a retryable code (runner.retryable); each new attempt resumes from the member's
-  last checkpoint. A user error (exit code 2) fails once;
 - multi-host members (hosts > 1): a placement group of `hosts` bundles, one per node (STRICT_SPREAD). The task
   on bundle 0 runs process 0 and starts processes 1..N-1 as tasks on the other bundles; all get
   JAX_COORDINATOR_ADDRESS (process 0's node), JAX_NUM_PROCESSES and JAX_PROCESS_ID, which
   grpo_jax/train/distributed.py passes to `jax.distributed.initialize`. If one process fails, the others are
   stopped and the whole member is retried.
+Retries are the driver's, not Ray's (max_retries=0), because Ray counts a lost node and a crash against one
+budget: a member whose node or worker was lost (`preempted_error`: a reclaimed spot VM, a dead worker) or whose
+trainer exited with EXIT_PREEMPTED is submitted again without counting against --max_attempts, up to
+--max_preemptions times; one whose trainer crashed is submitted again up to --max_attempts attempts in all; a
+user error (exit code 2) fails once. Each new attempt resumes from the member's last checkpoint.
 The trainer subprocess dies with its Ray worker (runner._die_with_parent), so a cancelled task, a killed
 driver or Ctrl-C leaves no trainer behind.
 """
@@ -33,7 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from grpo_jax.ablation import progress, runner
 from grpo_jax.ablation import spec as spec_lib
-from grpo_jax.errors import UserError
+from grpo_jax.errors import EXIT_PREEMPTED, UserError
 
 EXTRA_HINT = "--backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
 PROBE_DIR = ".ray_probe"
@@ -47,15 +49,13 @@ def import_ray():
   return ray
 
 
-class MemberFailed(Exception):
-  """A member's trainer exited with a retryable code; raising it lets Ray retry the task."""
-
-  def __init__(self, name: str, rc: int):
-    super().__init__(f"{name}: trainer exited with code {rc}")
-    self.name, self.rc = name, rc
-
-  def __reduce__(self):
-    return MemberFailed, (self.name, self.rc)
+def preempted_error(error: BaseException) -> bool:
+  """Whether a task's exception means it was lost with its node or worker (a reclaimed VM, a killed worker, an
+  owner on a lost node) rather than failed: Ray's NodeDiedError, WorkerCrashedError, LocalRayletDiedError and
+  ObjectLostError (OwnerDiedError among them), also as the cause of a RayTaskError."""
+  from ray import exceptions as rex
+  lost = (rex.NodeDiedError, rex.WorkerCrashedError, rex.LocalRayletDiedError, rex.ObjectLostError)
+  return isinstance(error, lost) or isinstance(getattr(error, "cause", None), lost)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,8 +162,10 @@ def _host_task(workdir: str, args: Sequence[str], train_cmd: Sequence[str] | Non
 
 
 def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str] | None,
-                 common: Mapping[str, Any], skip_failed: bool, resources: MemberResources, pg=None) -> str:
-  """One attempt of a member (process 0 of it if multi-host); raises MemberFailed to have Ray retry it."""
+                 common: Mapping[str, Any], skip_failed: bool, resources: MemberResources,
+                 pg=None) -> tuple[str, int | None]:
+  """One attempt of a member (process 0 of it if multi-host): (outcome, exit code), the outcome as
+  runner.record's ('done', 'failed', 'preempted') or prepare's ('skipped-*', exit code None)."""
   import ray
   from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
   cmd = _train_cmd(train_cmd)
@@ -171,7 +173,7 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
   prepared = runner.prepare(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=cmd, common=common,
                             skip_failed=skip_failed)
   if isinstance(prepared, str):
-    return prepared
+    return prepared, None
   workdir, argv = prepared
   node = ray.util.get_node_ip_address()
   coordinator = f"{node}:{_free_port()}" if resources.hosts > 1 else ""
@@ -180,16 +182,18 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
       scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)).remote(
           workdir, argv[len(cmd):], train_cmd, rank, resources.hosts, coordinator)
            for rank in range(1, resources.hosts)]
+  peer_rcs: list[int] = []
+
+  def peer_rc(ref) -> int:
+    try:
+      return ray.get(ref)
+    except Exception as e:  # noqa: BLE001 (the peer's worker or node died: preempted; else a failure)
+      return EXIT_PREEMPTED if preempted_error(e) else 1
 
   def peer_failed() -> bool:
     ready, _ = ray.wait(peers, num_returns=len(peers), timeout=0)
-    for ref in ready:
-      try:
-        if ray.get(ref) != 0:
-          return True
-      except Exception:  # the peer's worker or node died
-        return True
-    return False
+    peer_rcs.extend(rc for rc in map(peer_rc, ready) if rc != 0)
+    return bool(peer_rcs)
 
   rc, offset = runner.attempt(workdir, argv, cwd=_repo_root(), node=node,
                               env=_trainer_env(ray, 0, resources.hosts, coordinator),
@@ -199,14 +203,9 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
       for ref in peers:
         ray.cancel(ref, force=True)
     else:
-      try:
-        rc = next((r for r in ray.get(peers) if r != 0), 0)
-      except Exception:
-        rc = 1
-  outcome = runner.record(m, workdir, rc, offset)
-  if outcome == "failed" and runner.retryable(rc):
-    raise MemberFailed(m.name, rc)
-  return outcome
+      peer_rcs.extend(r for r in map(peer_rc, peers) if r != 0)
+    rc = peer_rcs[0] if peer_rcs else rc  # the member ends as its first failed process did
+  return runner.record(m, workdir, rc, offset), rc
 
 
 def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
@@ -264,8 +263,9 @@ def verify_probes(sweep_dir: str, nodes: Mapping[str, str], token: str, errors: 
 
 def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir: str,
               train_cmd: Sequence[str] | None, common: Mapping[str, Any] | None = None, skip_failed: bool = False,
-              max_attempts: int = 3, resources: MemberResources | None = None, address: str | None = None,
-              poll_s: float = 2.0, echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
+              max_attempts: int = 3, max_preemptions: int = runner.MAX_PREEMPTIONS,
+              resources: MemberResources | None = None, address: str | None = None, poll_s: float = 2.0,
+              echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
   """Runs the members as Ray tasks on the cluster at `address` (None: a local Ray instance); returns
   name -> outcome as the local runner does. Shows a live status line and, at the end, a summary table."""
   ray = import_ray()
@@ -278,8 +278,10 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
   # ("local"), never one that an earlier `ray start` left running on this machine.
   ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False, **(init_kwargs or {}))
   outcomes: dict[str, str] = {}
-  refs: dict[Any, spec_lib.Member] = {}
-  groups = []
+  refs: dict[Any, spec_lib.Member] = {}  # the attempts in flight
+  groups: dict[str, Any] = {}
+  failures: dict[str, int] = {}
+  preemptions: dict[str, int] = {}
   try:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     resources = resources or default_resources(nodes)
@@ -290,34 +292,51 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
       echo(f"[sweep] warning: no node has {dict(resources.per_host)} now; members wait until one joins")
     check_shared_dir(ray, sweep_dir)
     task = ray.remote(_member_task)
+
+    def submit(m: spec_lib.Member, skip: bool) -> None:
+      # Ray retries nothing itself (max_retries=0): the loop below tells preemptions from failures.
+      opts = dict(max_retries=0, **resources.task_options())
+      if resources.hosts > 1:
+        if m.name not in groups:
+          groups[m.name] = placement_group([dict(resources.per_host)] * resources.hosts, strategy="STRICT_SPREAD")
+        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(groups[m.name], placement_group_bundle_index=0)
+      refs[task.options(**opts).remote(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=train_cmd,
+                                       common=dict(common or {}), skip_failed=skip, resources=resources,
+                                       pg=groups.get(m.name))] = m
+
     for m in members:
       if runner.status(runner.member_dir(sweep_dir, m)) == "done":
         outcomes[m.name] = "skipped-done"
-        continue
-      opts = dict(max_retries=max_attempts - 1, retry_exceptions=[MemberFailed], **resources.task_options())
-      pg = None
-      if resources.hosts > 1:
-        pg = placement_group([dict(resources.per_host)] * resources.hosts, strategy="STRICT_SPREAD")
-        groups.append(pg)
-        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
-      refs[task.options(**opts).remote(m, config_spec=config_spec, sweep_dir=sweep_dir,
-                                       train_cmd=train_cmd, common=dict(common or {}), skip_failed=skip_failed,
-                                       resources=resources, pg=pg)] = m
+      else:
+        submit(m, skip_failed)
     live = _LiveLine(echo)
-    pending = list(refs)
     with _sigint_flag() as interrupted:
-      while pending and not interrupted.is_set():
-        ready, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
+      while refs and not interrupted.is_set():
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=poll_s)
         for ref in ready:
-          m = refs[ref]
+          m = refs.pop(ref)
+          workdir = runner.member_dir(sweep_dir, m)
           try:
-            outcomes[m.name] = ray.get(ref)
-          except MemberFailed:
-            outcomes[m.name] = "failed"
-          except Exception as e:  # retries spent on lost workers or nodes: no attempt wrote FAILED
-            outcomes[m.name] = _record_lost(sweep_dir, m, e)
+            outcome, rc = ray.get(ref)
+          except Exception as e:  # noqa: BLE001 (the task was lost with its worker or node, or broke)
+            outcome, rc = ("preempted" if preempted_error(e) else "failed"), None
+            _end_lost_attempt(workdir, outcome, e)
+          if outcome == "preempted":
+            preemptions[m.name] = preemptions.get(m.name, 0) + 1
+            if preemptions[m.name] <= max_preemptions:
+              echo(f"[sweep] {m.name}: preempted ({preemptions[m.name]} of at most {max_preemptions}), resubmitted")
+              submit(m, False)
+              continue
+            outcome = runner.too_many_preemptions(m, workdir, preemptions[m.name], max_preemptions, echo)
+          elif outcome == "failed" and (rc is None or runner.retryable(rc)):
+            failures[m.name] = failures.get(m.name, 0) + 1
+            if failures[m.name] < max_attempts:
+              echo(f"[sweep] {m.name}: attempt {failures[m.name] + 1} of {max_attempts}, resubmitted")
+              submit(m, False)
+              continue
+          outcomes[m.name] = outcome
         states = _progress(sweep_dir, members, outcomes)
-        live.show(progress.status_line(states), key=sorted(m.state for m in states))
+        live.show(progress.status_line(states), key=sorted((m.state, m.preempted) for m in states))
       if interrupted.is_set():
         raise KeyboardInterrupt("SIGINT")
     live.end()
@@ -327,7 +346,7 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
       ray.cancel(ref, force=True, recursive=True)
     raise
   finally:
-    for pg in groups:
+    for pg in groups.values():
       try:
         remove_placement_group(pg)
       except Exception:  # noqa: BLE001 (the cluster may be gone)
@@ -341,12 +360,19 @@ def _progress(sweep_dir: str, members: Sequence[spec_lib.Member], outcomes: Mapp
   return [progress.read_member(sweep_dir, m.name, outcomes.get(m.name)) for m in members]
 
 
-def _record_lost(sweep_dir: str, member: spec_lib.Member, error: Exception) -> str:
-  workdir = runner.member_dir(sweep_dir, member)
-  if runner.status(workdir) not in ("done", "failed"):
-    os.makedirs(workdir, exist_ok=True)
-    runner.mark_failed(workdir, None, f"{type(error).__name__}: {error}"[-4000:])
-  return runner.status(workdir)
+def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:
+  """The end row of an attempt whose task was lost (its worker or node died: no row of its own) or broke, and
+  FAILED for the latter (no attempt wrote it). The attempt's time runs until the driver learned of the loss."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, runner.ATTEMPTS)
+  rows = runner.read_jsonl(path) if os.path.exists(path) else []
+  ended = {r.get("start") for r in rows if "rc" in r}
+  start = next((r["start"] for r in reversed(rows) if "rc" not in r and r.get("start") not in ended), None)
+  message = f"{type(error).__name__}: {error}"[-4000:]
+  runner.append_jsonl(path, {"start": start, "wall_s": time.time() - start if start else 0.0, "rc": None,
+                             "outcome": outcome, "error": message.splitlines()[0][:300]})
+  if outcome == "failed" and runner.status(workdir) not in ("done", "failed"):
+    runner.mark_failed(workdir, None, message)
 
 
 @contextlib.contextmanager

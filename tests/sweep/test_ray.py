@@ -198,3 +198,40 @@ def test_missing_extra_is_one_line(tmp_path, experiment_file):
   assert driver.returncode == 2
   assert out.strip() == "sweep.py: error: --backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
   assert not (tmp_path / "s").exists()
+
+
+def test_lost_nodes_and_workers_are_preemptions_other_errors_are_not():
+  from ray import exceptions as rex
+  lost = [rex.NodeDiedError("node 10.0.0.2 died (preempted)"), rex.WorkerCrashedError(),
+          rex.LocalRayletDiedError(), rex.OwnerDiedError("ab" * 14, None, "")]
+  assert all(map(ray_backend.preempted_error, lost))
+  wrapped = rex.RayTaskError("_member_task", "Traceback ...", rex.NodeDiedError("gone"))
+  assert ray_backend.preempted_error(wrapped)
+  not_lost = [rex.RayTaskError("_member_task", "Traceback ...", ValueError("a bug")), rex.TaskCancelledError(),
+              rex.OutOfMemoryError("the trainer used too much memory"), rex.RuntimeEnvSetupError("pip failed"),
+              ValueError("a bug")]
+  assert not any(map(ray_backend.preempted_error, not_lost))
+
+
+def test_preempted_members_are_resubmitted_apart_from_max_attempts_and_capped(tmp_path, fake_train_cmd):
+  """With max_attempts=1: a member preempted once (its trainer exits 75) is resubmitted and finishes; one that
+  is always preempted stops after max_preemptions resubmissions, marked FAILED; a crash is not retried. The live
+  line and the summary count preemptions apart from failures."""
+  members = spec.validate([{"name": "once", "overrides": {"num_steps": 4, "preempt_at": 2}},
+                           {"name": "always", "overrides": {"always_preempted": True}},
+                           {"name": "crash", "overrides": {"crash_at": 2}}])
+  lines = []
+  outcomes = ray_backend.run_sweep(members, config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
+                                   resources=CPU1, init_kwargs={"num_cpus": 2}, poll_s=0.2, echo=lines.append,
+                                   max_attempts=1, max_preemptions=1)
+  assert outcomes == {"once": "done", "always": "failed", "crash": "failed"}
+  ends = {n: [(r["rc"], r["outcome"]) for r in runner.read_jsonl(str(tmp_path / n / runner.ATTEMPTS)) if "rc" in r]
+          for n in outcomes}
+  assert ends == {"once": [(75, "preempted"), (0, "done")], "always": [(75, "preempted")] * 2,
+                  "crash": [(1, "failed")]}
+  assert [r["step"] for r in _rows(tmp_path / "once")] == [0, 1, 2, 3, 4]
+  assert "more than --max_preemptions=1" in runner.read_json(str(tmp_path / "always" / "FAILED"))["error"]
+  assert any(", 2 failed, 3 preempted" in line for line in lines if line.startswith("[sweep] 0 queued"))
+  summary = lines[-1].splitlines()
+  assert [row.split()[:4] for row in summary[1:4]] == [["once", "done", "2", "1"], ["always", "failed", "2", "2"],
+                                                       ["crash", "failed", "1", "0"]]
