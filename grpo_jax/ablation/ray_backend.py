@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -97,16 +98,92 @@ class MemberResources:
     return json.dumps({**self.per_host, **({"hosts": self.hosts} if self.hosts > 1 else {})})
 
 
-def default_resources(nodes: Sequence[Mapping[str, float]]) -> MemberResources:
+MEMBER_RESOURCES_HINT = ("say what one member needs with --member_resources, e.g. '{\"GPU\": 1}', "
+                         "'{\"TPU\": 4}' or '{\"CPU\": 8}'")
+
+
+def default_resources(nodes: Sequence[Mapping[str, float]], node_types: Sequence[Mapping[str, float]] | None = None,
+                      autoscaled: bool = False) -> MemberResources:
   """One GPU per member on a cluster with GPUs; a TPU host's chips on a TPU cluster; else a whole CPU node (XLA
-  uses every core of a machine, so two members on one node would only share it)."""
-  gpus = [n.get("GPU", 0) for n in nodes if n.get("GPU", 0)]
+  uses every core of a machine, so two members on one node would only share it).
+
+  What the cluster has: the alive `nodes` and the `node_types` its autoscaler can start (a cluster file's
+  available_node_types): at submit time a `ray up` cluster may be only its head, with CPU 0. With an autoscaler
+  whose node types are unknown and no accelerator up, or no node that could run a member, it cannot tell: a
+  UserError asks for --member_resources rather than members that run on the CPU of a GPU cluster."""
+  pool = [dict(n) for n in (node_types or [])] + [dict(n) for n in nodes]
+  gpus = [n["GPU"] for n in pool if n.get("GPU", 0)]
   if gpus:
     return MemberResources({"CPU": 1, "GPU": 1})
-  tpus = [n.get("TPU", 0) for n in nodes if n.get("TPU", 0)]
+  tpus = [n["TPU"] for n in pool if n.get("TPU", 0)]
   if tpus:
     return MemberResources({"CPU": 1, "TPU": max(tpus)})
-  return MemberResources({"CPU": max(min(n.get("CPU", 1) for n in nodes), 1)})
+  cpus = [n["CPU"] for n in pool if n.get("CPU", 0) >= 1]
+  if autoscaled and node_types is None:
+    raise UserError("the cluster has an autoscaler whose node types this driver cannot read, and no node with a "
+                    f"GPU or TPU is up yet; {MEMBER_RESOURCES_HINT}")
+  if not cpus:
+    raise UserError(f"no node of the cluster can run a member (CPU 0 everywhere); {MEMBER_RESOURCES_HINT}")
+  return MemberResources({"CPU": min(cpus)})
+
+
+def node_types_of_config(config: Mapping[str, Any]) -> list[dict[str, float]] | None:
+  """The resources of each node type a cluster file (`ray up`'s YAML) can start; None if a type that can be
+  started declares none (Ray would detect them, so they are unknown here)."""
+  types = config.get("available_node_types") or {}
+  head = config.get("head_node_type")
+  out = []
+  for name, spec in types.items():
+    if name != head and spec.get("max_workers", config.get("max_workers", 1)) == 0:
+      continue
+    if "resources" not in spec:
+      return None
+    out.append(dict(spec["resources"]))
+  return out or None
+
+
+BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
+
+
+def autoscaling_config_path(gcs_address: str, processes=None) -> str | None:
+  """The --autoscaling-config of this cluster's autoscaler (its monitor.py, which `ray up` starts on the head with
+  ~/ray_bootstrap_config.yaml), found among this machine's processes by the cluster's GCS address."""
+  if processes is None:
+    import psutil
+    processes = (p.info.get("cmdline") or [] for p in psutil.process_iter(["cmdline"]))
+  for cmdline in processes:
+    if any(re.search(r"autoscaler[/\\](_private|v2)[/\\]monitor\.py$", a) for a in cmdline) and \
+        f"--gcs-address={gcs_address}" in cmdline:
+      path = next((a.split("=", 1)[1] for a in cmdline if a.startswith("--autoscaling-config=")), None)
+      if path:  # a plain `ray start --head` runs a monitor without one
+        return path
+  bootstrap = os.path.expanduser(BOOTSTRAP_CONFIG)  # where `ray up` puts it on the head, whatever the address
+  return bootstrap if os.path.exists(bootstrap) else None
+
+
+def cluster_node_types(ray) -> tuple[bool, list[dict[str, float]] | None]:
+  """(whether an autoscaler may start nodes, the resources of the node types it can start or None if unknown).
+
+  Ray keeps no cluster file for an open-source autoscaler in 2.60, so the sources are, in order: the cluster
+  config an autoscaler reported to the GCS (ray._private.state's get_cluster_config, where one reports it), the
+  autoscaling config file of the cluster's autoscaler on this node (a `ray job submit` driver runs on the head);
+  KubeRay's environment marks a cluster whose worker groups are not readable from here."""
+  try:
+    from ray._private.state import state
+    config = state.get_cluster_config()
+  except Exception:  # noqa: BLE001 (an older or newer Ray without it)
+    config = None
+  if config is not None and config.node_group_configs:
+    return True, [dict(g.resources) for g in config.node_group_configs if g.max_count != 0]
+  path = autoscaling_config_path(ray.get_runtime_context().gcs_address)
+  if path:
+    import yaml
+    try:
+      with open(os.path.expanduser(path)) as f:
+        return True, node_types_of_config(yaml.safe_load(f) or {})
+    except (OSError, yaml.YAMLError):
+      return True, None
+  return bool(os.environ.get("KUBERAY_GEN_RAY_START_CMD")), None
 
 
 def visible_devices_env(env: Mapping[str, str], accelerator_ids: Mapping[str, Sequence[str]]) -> dict[str, str]:
@@ -284,7 +361,9 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
   preemptions: dict[str, int] = {}
   try:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    resources = resources or default_resources(nodes)
+    if resources is None:
+      autoscaled, node_types = cluster_node_types(ray)
+      resources = default_resources(nodes, node_types, autoscaled)
     echo(f"[sweep] Ray at {ray.get_runtime_context().gcs_address}: {len(nodes)} node(s), "
          f"{ {k: v for k, v in ray.cluster_resources().items() if k in ('CPU', 'GPU', 'TPU')} }; "
          f"each member needs {resources}")
