@@ -91,6 +91,39 @@ def test_member_resources_parse_and_defaults():
   assert env == {"A": "1", "CUDA_VISIBLE_DEVICES": "3,5"}
 
 
+def test_default_resources_come_from_the_node_types_the_cluster_can_start():
+  """At submit time a `ray up` cluster is its head alone, with CPU 0: the node types of its cluster file decide
+  (the shipped GPU and TPU files); an autoscaler whose types are unknown, or no node that can run a member, asks
+  for --member_resources instead of members on the CPUs of a GPU cluster."""
+  import yaml
+  head = [{"CPU": 0, "memory": 1e10}]
+  for name, wanted in (("gcp_gpu", {"CPU": 1, "GPU": 1}), ("gcp_tpu", {"CPU": 1, "TPU": 4})):
+    with open(os.path.join(REPO, "clusters", f"{name}.yaml")) as f:
+      types = ray_backend.node_types_of_config(yaml.safe_load(f))
+    assert ray_backend.default_resources(head, types, autoscaled=True).per_host == wanted
+  cpu_types = ray_backend.node_types_of_config({"head_node_type": "h", "available_node_types": {
+      "h": {"resources": {"CPU": 0}}, "w": {"resources": {"CPU": 16}, "max_workers": 4},
+      "off": {"resources": {"GPU": 8}, "max_workers": 0}}})
+  assert cpu_types == [{"CPU": 0}, {"CPU": 16}]  # a type that can never start does not count
+  assert ray_backend.default_resources(head, cpu_types, autoscaled=True).per_host == {"CPU": 16}
+  assert ray_backend.node_types_of_config({"available_node_types": {"w": {"node_config": {}}}}) is None
+  with pytest.raises(UserError, match="autoscaler whose node types this driver cannot read.*--member_resources"):
+    ray_backend.default_resources(head, None, autoscaled=True)
+  assert ray_backend.default_resources(head + [{"CPU": 8, "GPU": 2}], None, autoscaled=True).per_host["GPU"] == 1
+  with pytest.raises(UserError, match=r"CPU 0 everywhere.*--member_resources"):
+    ray_backend.default_resources(head)
+  # The autoscaler's config file: the --autoscaling-config of this cluster's monitor.py (not another cluster's,
+  # nor Ray's log monitor), as `ray up` starts it on the head.
+  monitor = ["python", "-u", "/v/ray/autoscaler/_private/monitor.py", "--gcs-address=10.0.0.1:6379"]
+  processes = [["python", "/v/ray/_private/log_monitor.py", "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/x"],
+               monitor[:3] + ["--gcs-address=10.0.0.9:6379", "--autoscaling-config=/other.yaml"], monitor,
+               monitor + ["--autoscaling-config=/home/u/ray_bootstrap_config.yaml"]]
+  assert ray_backend.autoscaling_config_path("10.0.0.1:6379", processes) == "/home/u/ray_bootstrap_config.yaml"
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(ray_backend, "BOOTSTRAP_CONFIG", "/nonexistent/ray_bootstrap_config.yaml")
+    assert ray_backend.autoscaling_config_path("10.0.0.1:6379", processes[:3]) is None
+
+
 def test_a_sweep_dir_the_driver_cannot_read_is_refused(tmp_path):
   # Node 'b' wrote its probe where this driver does not see it (its own local disk).
   probe = tmp_path / ray_backend.PROBE_DIR
