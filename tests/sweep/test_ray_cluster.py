@@ -291,3 +291,42 @@ def test_every_ray_job_submit_of_the_docs_runs_as_printed(tmp_path, experiment_f
       (row,) = [json.loads(line) for line in f]
     # The trainer ran from the copy of the repository the job uploaded, not from this checkout.
     assert "working_dir_files" in row["file"] and not row["file"].startswith(REPO + os.sep), row["file"]
+
+
+def test_a_member_whose_node_dies_is_resubmitted_as_a_preemption(tmp_path, fake_train_cmd):
+  """A local cluster (`ray.cluster_utils.Cluster`) of a head without CPUs and two one-CPU nodes; the node whose
+  member trains is killed: the driver counts a preemption (not one of the --max_attempts=1), writes the lost
+  attempt's end row and resubmits the member, which finishes on the other node."""
+  from ray.cluster_utils import Cluster
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+  try:
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    (member,) = spec.validate([{"name": "m", "overrides": {"num_steps": 6, "sleep": 0.5}}])
+    workdir = tmp_path / "m"
+    killed = []
+
+    def kill_the_node_of_the_member_after_step_2():
+      deadline = time.time() + 300
+      while time.time() < deadline and not killed:
+        pids = _trainer_pids(str(workdir))
+        metrics = workdir / "metrics.jsonl"
+        if pids and metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+          raylet = _parent(_parent(pids[0]))  # trainer <- Ray worker <- the node's raylet
+          (node,) = [n for n in nodes if n.all_processes["raylet"][0].process.pid == raylet]
+          cluster.remove_node(node, allow_graceful=False)
+          killed.append(time.time())
+        time.sleep(0.1)
+
+    watcher = threading.Thread(target=kill_the_node_of_the_member_after_step_2, daemon=True)
+    watcher.start()
+    outcomes = ray_backend.run_sweep([member], config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
+                                     resources=ray_backend.MemberResources.parse({"CPU": 1}), address=cluster.address,
+                                     max_attempts=1, poll_s=0.2, echo=lambda *_: None)
+    watcher.join(timeout=1)
+  finally:
+    cluster.shutdown()
+  assert killed and outcomes == {"m": "done"}
+  ends = [r for r in runner.read_jsonl(str(workdir / runner.ATTEMPTS)) if "rc" in r]
+  assert [(r["rc"], r["outcome"]) for r in ends] == [(None, "preempted"), (0, "done")], ends
+  assert ends[0]["error"].startswith("NodeDiedError: "), ends[0]
+  assert progress.read_member(str(tmp_path), "m").preempted == 1
