@@ -19,7 +19,8 @@ times per member; attempts.jsonl and the summary show preemptions apart from fai
 --backend=ray (the `ray` extra) runs the members as Ray tasks: --ray_address picks the cluster (absent: a local
 Ray instance), --member_resources what one member needs per host ({"GPU": 1}, {"TPU": 4, "hosts": 2}, ...; else
 the experiment file's get_member_resources(), else one GPU / a TPU host / a whole CPU node, whichever the
-cluster has). SWEEP_DIR must be storage every node mounts at the same path (docs/clusters.md).
+cluster has or its autoscaler can start; where that cannot be told, it asks for --member_resources).
+SWEEP_DIR must be storage every node mounts at the same path (docs/clusters.md).
 --print_commands prints one line per member for a job array: by default a `scripts/sweep.py --only '^NAME$'`
 line (same markers, logs and skipping), with --print_format=train the bare trainer command (which knows nothing
 of markers or of `init_from`: each such member then repeats its own warm start). In a job array, a member with

@@ -440,16 +440,23 @@ def _progress(sweep_dir: str, members: Sequence[spec_lib.Member], outcomes: Mapp
 
 
 def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:
-  """The end row of an attempt whose task was lost (its worker or node died: no row of its own) or broke, and
-  FAILED for the latter (no attempt wrote it). The attempt's time runs until the driver learned of the loss."""
+  """The end row of an attempt whose task was lost (its worker or node died) or broke, and FAILED for the
+  latter (no attempt wrote it). A killed worker writes no end row: this one's time runs until the driver learned
+  of the loss. A worker stopped by SIGTERM (a node shutting down) ended its attempt itself: preempted if its
+  trainer saved its step (exit code 75), else a row with no time of its own records the preemption."""
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, runner.ATTEMPTS)
   rows = runner.read_jsonl(path) if os.path.exists(path) else []
-  ended = {r.get("start") for r in rows if "rc" in r}
+  ended = {r.get("start"): r for r in rows if "rc" in r}
   start = next((r["start"] for r in reversed(rows) if "rc" not in r and r.get("start") not in ended), None)
+  last = rows[-1] if rows and "rc" in rows[-1] else None
   message = f"{type(error).__name__}: {error}"[-4000:]
-  runner.append_jsonl(path, {"start": start, "wall_s": time.time() - start if start else 0.0, "rc": None,
-                             "outcome": outcome, "error": message.splitlines()[0][:300]})
+  if start is None and last is not None and last.get("outcome") == outcome:
+    pass  # the attempt recorded its own end
+  else:
+    wall_s = time.time() - start if start is not None else 0.0
+    runner.append_jsonl(path, {"start": start if start is not None else (last or {}).get("start"), "wall_s": wall_s,
+                               "rc": None, "outcome": outcome, "error": message.splitlines()[0][:300]})
   if outcome == "failed" and runner.status(workdir) not in ("done", "failed"):
     runner.mark_failed(workdir, None, message)
 

@@ -268,3 +268,28 @@ def test_preempted_members_are_resubmitted_apart_from_max_attempts_and_capped(tm
   summary = lines[-1].splitlines()
   assert [row.split()[:4] for row in summary[1:4]] == [["once", "done", "2", "1"], ["always", "failed", "2", "2"],
                                                        ["crash", "failed", "1", "0"]]
+
+
+def test_a_lost_attempt_gets_one_end_row(tmp_path):
+  """The driver ends an attempt lost with its worker: the open one (killed: no row of its own), or, after a
+  worker stopped by SIGTERM ended its attempt itself, only if that row does not say preempted already."""
+  from ray import exceptions as rex
+  lost = rex.NodeDiedError("node 10.0.0.2 died")
+
+  def ends(rows):
+    work = tmp_path / str(len(list(tmp_path.iterdir())))
+    work.mkdir()
+    (work / runner.ATTEMPTS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ray_backend._end_lost_attempt(str(work), "preempted", lost)
+    got = progress.read_member(str(tmp_path), work.name)
+    return [(r["start"], r["rc"], r["outcome"]) for r in runner.read_jsonl(str(work / runner.ATTEMPTS)) if "rc" in r], \
+        (got.attempts, got.preempted)
+
+  start = time.time() - 5
+  (row,), counts = ends([{"start": start, "node": "n"}])
+  assert row == (start, None, "preempted") and counts == (1, 1)
+  assert ends([{"start": 1, "node": "n"}, {"start": 1, "wall_s": 2, "rc": 75, "outcome": "preempted"}]) == (
+      [(1, 75, "preempted")], (1, 1))
+  assert ends([{"start": 1, "node": "n"}, {"start": 1, "wall_s": 2, "rc": -15, "outcome": "stopped"}]) == (
+      [(1, -15, "stopped"), (1, None, "preempted")], (1, 1))
+  assert ends([]) == ([(None, None, "preempted")], (0, 1))  # lost before its trainer started
