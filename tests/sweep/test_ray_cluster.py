@@ -1,9 +1,10 @@
 """The Ray backend with the real trainer and real clusters, in one file so that its tests run one after another
 (pytest-xdist --dist loadfile) rather than as competing Ray clusters: a study of four members two at once, one
-of whose Ray worker dies, is retried by Ray and ends with the metrics and the report of the local backend; a two-host member on a two-node local cluster trains as
-tests/distributed/test_multihost.py's two processes do; `ray job submit --working-dir . --runtime-env-json
-"$(python scripts/ray_runtime_env.py)" -- python scripts/sweep.py ... --backend=ray` against a one-node cluster
-started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
+of whose Ray worker dies, is resubmitted and ends with the metrics and the report of the local backend; a
+two-host member on a two-node local cluster trains as tests/distributed/test_multihost.py's two processes do
+(and there, without --member_resources, a CPU default or one line asking for them); a member whose node dies
+is resubmitted as a preemption; every `ray job submit` command of the README and the docs runs against a
+one-node cluster started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
 import concurrent.futures
 import json
 import os
@@ -228,7 +229,7 @@ def as_local_job(command, dashboard, experiment_file, sweep_dir, where):
   return argv + ["--train_cmd", "python tests/sweep/fake_train.py", "--only", "^grpo_seed0$"], printed
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def head_cluster():
   """A one-node cluster started with `ray start --head`, with one (logical) GPU and 4 TPU chips so that the
   docs' --member_resources can be placed; yields (environment, GCS port, dashboard port)."""
