@@ -45,7 +45,8 @@ def test_each_set_pins_every_declared_requirement_at_an_allowed_version(path):
 
 
 def test_gpu_and_tpu_nodes_run_jax_0_11_and_the_same_versions_elsewhere():
-  gpu, tpu = (runtime_env.pins(os.path.join(ROOT, p)) for p in ("constraints/gpu-py312.txt", "constraints/tpu-py312.txt"))
+  gpu, tpu = (runtime_env.pins(os.path.join(ROOT, p))
+              for p in ("constraints/gpu-py312.txt", "constraints/tpu-py312.txt"))
   cpu = runtime_env.pins(os.path.join(ROOT, "constraints.txt"))
   for pinned in (gpu, tpu):
     assert (pinned["jax"], pinned["jaxlib"], pinned["flax"]) == ("jax==0.11.2", "jaxlib==0.11.2", "flax==0.12.10")
@@ -54,8 +55,8 @@ def test_gpu_and_tpu_nodes_run_jax_0_11_and_the_same_versions_elsewhere():
 
 
 def test_the_runtime_environment_installs_the_set_of_the_nodes_it_targets():
-  assert runtime_env.packages(["ray", "cuda12"]) == list(runtime_env.pins(os.path.join(ROOT, "constraints/gpu-py312.txt")).values())
-  assert runtime_env.packages(["ray", "tpu"]) == list(runtime_env.pins(os.path.join(ROOT, "constraints/tpu-py312.txt")).values())
+  for extra, path in (("cuda12", "constraints/gpu-py312.txt"), ("tpu", "constraints/tpu-py312.txt")):
+    assert runtime_env.packages(["ray", extra]) == list(runtime_env.pins(os.path.join(ROOT, path)).values())
   cpu = runtime_env.packages(["ray"])
   assert "ray[default]==2.60.0" in cpu and "jax==0.10.2" in cpu and all("==" in p for p in cpu)
   assert not any(p.startswith("torch") for p in cpu)  # the CPU set's test-only packages stay behind

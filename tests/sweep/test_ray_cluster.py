@@ -136,8 +136,9 @@ def _check_default_resources(address, tmp_path):
   assert ray_backend.node_types_of_config(yaml.safe_load(config.read_text())) is None  # no `resources`: unknown
   exp = tmp_path / "exp.py"
   exp.write_text("def get_config(preset=None):\n  return {}\n\ndef get_sweep():\n  return [{'name': 'm'}]\n")
-  monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "ray/autoscaler/_private/monitor.py",
-                              f"--gcs-address={address}", f"--autoscaling-config={config}"])
+  monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                              "ray/autoscaler/_private/monitor.py", f"--gcs-address={address}",
+                              f"--autoscaling-config={config}"])
   try:
     out = subprocess.run([sys.executable, "scripts/sweep.py", "--config", str(exp), "--sweep_dir", str(tmp_path / "s"),
                           "--backend=ray", f"--ray_address={address}"], cwd=REPO, capture_output=True, text=True,
