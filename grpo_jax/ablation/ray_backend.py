@@ -183,7 +183,7 @@ def cluster_node_types(ray) -> tuple[bool, list[dict[str, float]] | None]:
         return True, node_types_of_config(yaml.safe_load(f) or {})
     except (OSError, yaml.YAMLError):
       return True, None
-  return bool(os.environ.get("KUBERAY_GEN_RAY_START_CMD")), None
+  return any(os.environ.get(k) for k in ("KUBERAY_GEN_RAY_START_CMD", "RAY_CLUSTER_NAME")), None
 
 
 def visible_devices_env(env: Mapping[str, str], accelerator_ids: Mapping[str, Sequence[str]]) -> dict[str, str]:

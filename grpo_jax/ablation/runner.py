@@ -10,10 +10,10 @@ Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
                   SIGINT; or, written by the Ray driver, its node or worker was lost, rc null) or stopped (the
                   sweep stopped it: Ctrl-C, SIGTERM to the driver, a failed peer process),
   DONE            written after the trainer exited with code 0: the member is finished and is skipped from then on,
-  FAILED          written after a non-zero exit: exit code and the tail of that attempt's log. A failed member is
-                  re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint) unless
-                  --skip_failed is given; the new attempt removes FAILED when it starts. A failure other than a
-                  user error (exit code 2, grpo_jax/errors.py) is retried at once up to --max_attempts times.
+  FAILED          written after a non-zero exit (but 75): exit code and the tail of that attempt's log. A failed
+                  member is re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint)
+                  unless --skip_failed is given; the new attempt removes FAILED when it starts. A failure other
+                  than a user error (exit code 2, grpo_jax/errors.py) is retried at once up to --max_attempts times.
 A preempted attempt writes no marker and is retried at once without counting against --max_attempts, up to
 --max_preemptions (MAX_PREEMPTIONS) times per member and sweep run, so a member on machines that keep going away
 cannot loop forever; past that it is marked FAILED.
