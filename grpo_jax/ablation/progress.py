@@ -118,6 +118,7 @@ def summary_table(members: Iterable[MemberProgress], wall_s: float) -> str:
   lines += [f"{m.name:<{width}}  {m.state:<14} {m.attempts:>8} {m.preempted:>9} {_duration(m.wall_s):>9}"
             for m in members]
   failed = sum(m.state in ("failed", "skipped-failed") for m in members)
-  lines.append(f"[sweep] {len(members)} members in {_duration(wall_s)}: {failed} failed, "
-               f"{sum(m.preempted for m in members)} attempts preempted (retried apart from --max_attempts)")
+  preempted = sum(m.preempted for m in members)
+  lines.append(f"[sweep] {len(members)} members in {_duration(wall_s)}: {failed} failed, {preempted} "
+               f"attempt{'s' * (preempted != 1)} preempted (retried apart from --max_attempts)")
   return "\n".join(lines)
