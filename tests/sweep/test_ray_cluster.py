@@ -48,12 +48,13 @@ def _parent(pid):
 
 def _overlaps(sweep_dir, names, killed_at=None):
   """The most attempts of `names` that ran at the same time (from their attempts.jsonl start and end times; an
-  attempt whose Ray worker was killed has no end row: it ended at `killed_at`)."""
+  attempt whose Ray worker was killed ended at `killed_at`: its end row, rc null, is the driver's, written when it
+  learned of the loss)."""
   events = []
   for name in names:
     rows = runner.read_jsonl(os.path.join(sweep_dir, name, runner.ATTEMPTS))
     starts = [r["start"] for r in rows if "rc" not in r]
-    ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r}
+    ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r and r["rc"] is not None}
     for start in starts:
       events += [(start, 1), (ends.get(start, killed_at), -1)]
   running = most = 0
@@ -329,6 +330,8 @@ def test_a_member_whose_node_dies_is_resubmitted_as_a_preemption(tmp_path, fake_
     cluster.shutdown()
   assert killed and outcomes == {"m": "done"}
   ends = [r for r in runner.read_jsonl(str(workdir / runner.ATTEMPTS)) if "rc" in r]
-  assert [(r["rc"], r["outcome"]) for r in ends] == [(None, "preempted"), (0, "done")], ends
+  # (A worker that outlives its raylet for a moment may first stop its trainer: a row of its own, "stopped".)
+  own = [(r["rc"], r["outcome"]) for r in ends if r["outcome"] != "stopped"]
+  assert own == [(None, "preempted"), (0, "done")], ends
   assert ends[0]["error"].startswith("NodeDiedError: "), ends[0]
   assert progress.read_member(str(tmp_path), "m").preempted == 1
