@@ -13,11 +13,14 @@ Each member trains into SWEEP_DIR/<name> (log: train.log). A member is finished 
 others, which resume from their latest checkpoint. Failures write FAILED (exit code + log tail) and do not stop
 the sweep; the exit code is 1 if any member failed in this invocation. A member whose trainer crashes or is
 killed is retried up to --max_attempts times in all (resuming from its checkpoint); one that fails with a user
-error (exit code 2: a bad key or value) fails once.
+error (exit code 2: a bad key or value) fails once. A preempted attempt (the trainer's exit code 75 after SIGTERM,
+or on Ray a lost node or worker) is retried without counting against --max_attempts, up to --max_preemptions
+times per member; attempts.jsonl and the summary show preemptions apart from failures.
 --backend=ray (the `ray` extra) runs the members as Ray tasks: --ray_address picks the cluster (absent: a local
 Ray instance), --member_resources what one member needs per host ({"GPU": 1}, {"TPU": 4, "hosts": 2}, ...; else
 the experiment file's get_member_resources(), else one GPU / a TPU host / a whole CPU node, whichever the
-cluster has). SWEEP_DIR must be storage every node mounts at the same path (docs/clusters.md).
+cluster has or its autoscaler can start; where that cannot be told, it asks for --member_resources).
+SWEEP_DIR must be storage every node mounts at the same path (docs/clusters.md).
 --print_commands prints one line per member for a job array: by default a `scripts/sweep.py --only '^NAME$'`
 line (same markers, logs and skipping), with --print_format=train the bare trainer command (which knows nothing
 of markers or of `init_from`: each such member then repeats its own warm start). In a job array, a member with
@@ -83,10 +86,15 @@ def main(argv=None) -> int:
                       help='JSON: what one member needs per host, e.g. \'{"GPU": 1}\' or \'{"TPU": 4, "hosts": 2}\'')
   parser.add_argument("--max_attempts", type=int, default=3,
                       help="attempts per member while it fails for a reason other than a user error")
+  parser.add_argument("--max_preemptions", type=int, default=runner.MAX_PREEMPTIONS,
+                      help="preempted attempts (exit code 75, a lost Ray node) retried per member, apart from "
+                           "--max_attempts; past it the member is marked FAILED")
   parser.add_argument("--debug", action="store_true", help="show the traceback of a user error")
   args = parser.parse_args(argv)
   if args.max_attempts < 1:
     parser.error(f"--max_attempts must be >= 1, got {args.max_attempts}")
+  if args.max_preemptions < 0:
+    parser.error(f"--max_preemptions must be >= 0, got {args.max_preemptions}")
 
   common = dict(args.common)
   members = study.load_members(args.config, only=args.only, common=common, check_keys=not args.no_check_keys)
@@ -114,6 +122,7 @@ def main(argv=None) -> int:
   outcomes = study.run_sweep(args.config, args.sweep_dir, backend=args.backend, members=members, only=args.only,
                              common=common, train_cmd=shlex.split(args.train_cmd) if args.train_cmd else None,
                              skip_failed=args.skip_failed, max_attempts=args.max_attempts,
+                             max_preemptions=args.max_preemptions,
                              member_resources=args.member_resources, ray_address=args.ray_address)
   counts = {k: list(outcomes.values()).count(k) for k in sorted(set(outcomes.values()))}
   print(f"[sweep] {len(members)} members: " + ", ".join(f"{v} {k}" for k, v in counts.items()))

@@ -105,6 +105,14 @@ def test_ray_up_file_passes_rays_validation(path):
   util.validate_config(util.prepare_config(copy.deepcopy(config)))
 
 
+def _pinned_set(config):
+  """The pinned set every node of a cluster installs at: its workers' (GPU or TPU nodes, Python 3.12)."""
+  kinds = {_accelerator(s["node_config"]) for t, s in config["available_node_types"].items()
+           if t != config["head_node_type"]}
+  assert len(kinds) == 1, f"workers of one kind per cluster file, not {kinds}"
+  return {"gpu": "constraints/gpu-py312.txt", "tpu": "constraints/tpu-py312.txt"}[kinds.pop()]
+
+
 def _node_commands(config, node_type):
   """The commands `ray up` runs on a node of this type (a type's own worker_setup_commands replace the rest)."""
   if node_type == config["head_node_type"]:
@@ -157,8 +165,8 @@ def test_every_node_installs_the_package_with_its_extras(path):
         f"{node_type}: must unpack the mounted tarball into ~/grpo_jax"
     assert commands.index(unpack[0]) < next(i for i, c in enumerate(commands) if "grpo_jax[" in c), \
         f"{node_type}: unpacks the code after installing it"
-    assert "ray-pin.txt" in text and 'grep "^ray==" ~/grpo_jax/constraints.txt' in text, \
-        f"{node_type}: Ray must be pinned to constraints.txt's version"
+    pinned = re.findall(r"pip install\b[^\n]*?-c ~/grpo_jax/(\S+)", text)
+    assert pinned == [_pinned_set(config)], f"{node_type}: install with -c ~/grpo_jax/{_pinned_set(config)}"
     if node_type == config["head_node_type"]:
       assert "google-api-python-client" in text, "the head's autoscaler needs Google's API client"
       continue

@@ -23,6 +23,7 @@ class MemberProgress:
   num_steps: int        # from the member's config.json (0: not written yet)
   attempts: int
   wall_s: float         # all attempts, the running one included
+  preempted: int = 0    # attempts that ended preempted (attempts.jsonl's outcome): retried apart from failures
 
   def remaining_s(self) -> float | None:
     """Seconds left at this member's pace so far (warm start and compilation included), None if unknown."""
@@ -69,7 +70,8 @@ def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: floa
     wall_s += (now or time.time()) - open_starts[-1]
   config = runner.read_json(os.path.join(workdir, "config.json")) or {}
   return MemberProgress(name, state, _last_step(workdir), int(config.get("num_steps", 0) or 0),
-                        len(set(starts) | ended - {None}), wall_s)
+                        len(set(starts) | ended - {None}), wall_s,
+                        sum(r.get("outcome") == "preempted" for r in rows))
 
 
 def eta_s(members: Sequence[MemberProgress]) -> float | None:
@@ -94,21 +96,29 @@ def _duration(seconds: float) -> str:
 
 
 def status_line(members: Sequence[MemberProgress]) -> str:
-  """'[sweep] 2 queued, 1 running (a_seed0 step 12/50), 3 done, 0 failed; ~4m10s left'."""
+  """'[sweep] 2 queued, 1 running (a_seed0 step 12/50), 3 done, 0 failed; ~4m10s left', with ', 2 preempted'
+  (attempts, retried apart from failures) after 'failed' once any attempt was preempted."""
   count = lambda *states: sum(m.state in states for m in members)  # noqa: E731
   running = [f"{m.name} step {max(m.step, 0)}/{m.num_steps or '?'}" for m in members if m.state == "running"]
   eta = eta_s(members)
+  preempted = sum(m.preempted for m in members)
   return (f"[sweep] {count('queued')} queued, {count('running')} running"
           + (f" ({', '.join(running)})" if running else "")
           + f", {count('done', 'skipped-done')} done, {count('failed', 'skipped-failed')} failed"
+          + (f", {preempted} preempted" if preempted else "")
           + (f"; ~{_duration(eta)} left" if eta is not None and count('queued', 'running') else ""))
 
 
 def summary_table(members: Iterable[MemberProgress], wall_s: float) -> str:
-  """One row per member (state, attempts, wall time of all its attempts) and the study's wall time."""
+  """One row per member (state, attempts, of which preempted, wall time of all its attempts) and the study's wall
+  time, with the preemptions apart from the failures."""
   members = list(members)
   width = max([len(m.name) for m in members] + [6])
-  lines = [f"{'member':<{width}}  {'state':<14} {'attempts':>8} {'wall':>9}"]
-  lines += [f"{m.name:<{width}}  {m.state:<14} {m.attempts:>8} {_duration(m.wall_s):>9}" for m in members]
-  lines.append(f"[sweep] {len(members)} members in {_duration(wall_s)}")
+  lines = [f"{'member':<{width}}  {'state':<14} {'attempts':>8} {'preempted':>9} {'wall':>9}"]
+  lines += [f"{m.name:<{width}}  {m.state:<14} {m.attempts:>8} {m.preempted:>9} {_duration(m.wall_s):>9}"
+            for m in members]
+  failed = sum(m.state in ("failed", "skipped-failed") for m in members)
+  preempted = sum(m.preempted for m in members)
+  lines.append(f"[sweep] {len(members)} members in {_duration(wall_s)}: {failed} failed, {preempted} "
+               f"attempt{'s' * (preempted != 1)} preempted (retried apart from --max_attempts)")
   return "\n".join(lines)

@@ -1,19 +1,21 @@
 """Runs a sweep's members as Ray tasks, as many at once as the cluster's resources allow.
 
-Each member is one Ray task holding the member's resources (`MemberResources`: e.g. {"GPU": 1} per host). The
-task runs the same attempt as the local backend (runner.prepare / attempt / record: the trainer as a
+Each member is one Ray task per attempt holding the member's resources (`MemberResources`: e.g. {"GPU": 1} per
+host). The task runs the same attempt as the local backend (runner.prepare / attempt / record: the trainer as a
 subprocess, the same files in SWEEP_DIR/<name>), so reports, plots and resumes do not care where it ran. Ray
 does the rest:
 - scheduling: a task starts when a node has its resources free; the trainer sees only the accelerators Ray
   assigned to the task (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS, set from Ray's assignment);
-- retries: `max_retries` re-runs a task whose worker or node died, and `retry_exceptions=[MemberFailed]` one
-  whose trainer exited with a retryable code (runner.retryable); each new attempt resumes from the member's
-  last checkpoint. A user error (exit code 2) fails once;
 - multi-host members (hosts > 1): a placement group of `hosts` bundles, one per node (STRICT_SPREAD). The task
   on bundle 0 runs process 0 and starts processes 1..N-1 as tasks on the other bundles; all get
   JAX_COORDINATOR_ADDRESS (process 0's node), JAX_NUM_PROCESSES and JAX_PROCESS_ID, which
   grpo_jax/train/distributed.py passes to `jax.distributed.initialize`. If one process fails, the others are
   stopped and the whole member is retried.
+Retries are the driver's, not Ray's (max_retries=0), because Ray counts a lost node and a crash against one
+budget: a member whose node or worker was lost (`preempted_error`: a reclaimed spot VM, a dead worker) or whose
+trainer exited with EXIT_PREEMPTED is submitted again without counting against --max_attempts, up to
+--max_preemptions times; one whose trainer crashed is submitted again up to --max_attempts attempts in all; a
+user error (exit code 2) fails once. Each new attempt resumes from the member's last checkpoint.
 The trainer subprocess dies with its Ray worker (runner._die_with_parent), so a cancelled task, a killed
 driver or Ctrl-C leaves no trainer behind.
 """
@@ -23,6 +25,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -33,7 +36,7 @@ from typing import Any, Mapping, Sequence
 
 from grpo_jax.ablation import progress, runner
 from grpo_jax.ablation import spec as spec_lib
-from grpo_jax.errors import UserError
+from grpo_jax.errors import EXIT_PREEMPTED, UserError
 
 EXTRA_HINT = "--backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
 PROBE_DIR = ".ray_probe"
@@ -47,15 +50,13 @@ def import_ray():
   return ray
 
 
-class MemberFailed(Exception):
-  """A member's trainer exited with a retryable code; raising it lets Ray retry the task."""
-
-  def __init__(self, name: str, rc: int):
-    super().__init__(f"{name}: trainer exited with code {rc}")
-    self.name, self.rc = name, rc
-
-  def __reduce__(self):
-    return MemberFailed, (self.name, self.rc)
+def preempted_error(error: BaseException) -> bool:
+  """Whether a task's exception means it was lost with its node or worker (a reclaimed VM, a killed worker, an
+  owner on a lost node) rather than failed: Ray's NodeDiedError, WorkerCrashedError, LocalRayletDiedError and
+  ObjectLostError (OwnerDiedError among them), also as the cause of a RayTaskError."""
+  from ray import exceptions as rex
+  lost = (rex.NodeDiedError, rex.WorkerCrashedError, rex.LocalRayletDiedError, rex.ObjectLostError)
+  return isinstance(error, lost) or isinstance(getattr(error, "cause", None), lost)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,16 +98,92 @@ class MemberResources:
     return json.dumps({**self.per_host, **({"hosts": self.hosts} if self.hosts > 1 else {})})
 
 
-def default_resources(nodes: Sequence[Mapping[str, float]]) -> MemberResources:
+MEMBER_RESOURCES_HINT = ("say what one member needs with --member_resources, e.g. '{\"GPU\": 1}', "
+                         "'{\"TPU\": 4}' or '{\"CPU\": 8}'")
+
+
+def default_resources(nodes: Sequence[Mapping[str, float]], node_types: Sequence[Mapping[str, float]] | None = None,
+                      autoscaled: bool = False) -> MemberResources:
   """One GPU per member on a cluster with GPUs; a TPU host's chips on a TPU cluster; else a whole CPU node (XLA
-  uses every core of a machine, so two members on one node would only share it)."""
-  gpus = [n.get("GPU", 0) for n in nodes if n.get("GPU", 0)]
+  uses every core of a machine, so two members on one node would only share it).
+
+  What the cluster has: the alive `nodes` and the `node_types` its autoscaler can start (a cluster file's
+  available_node_types): at submit time a `ray up` cluster may be only its head, with CPU 0. With an autoscaler
+  whose node types are unknown and no accelerator up, or no node that could run a member, it cannot tell: a
+  UserError asks for --member_resources rather than members that run on the CPU of a GPU cluster."""
+  pool = [dict(n) for n in (node_types or [])] + [dict(n) for n in nodes]
+  gpus = [n["GPU"] for n in pool if n.get("GPU", 0)]
   if gpus:
     return MemberResources({"CPU": 1, "GPU": 1})
-  tpus = [n.get("TPU", 0) for n in nodes if n.get("TPU", 0)]
+  tpus = [n["TPU"] for n in pool if n.get("TPU", 0)]
   if tpus:
     return MemberResources({"CPU": 1, "TPU": max(tpus)})
-  return MemberResources({"CPU": max(min(n.get("CPU", 1) for n in nodes), 1)})
+  cpus = [n["CPU"] for n in pool if n.get("CPU", 0) >= 1]
+  if autoscaled and node_types is None:
+    raise UserError("the cluster has an autoscaler whose node types this driver cannot read, and no node with a "
+                    f"GPU or TPU is up yet; {MEMBER_RESOURCES_HINT}")
+  if not cpus:
+    raise UserError(f"no node of the cluster can run a member (CPU 0 everywhere); {MEMBER_RESOURCES_HINT}")
+  return MemberResources({"CPU": min(cpus)})
+
+
+def node_types_of_config(config: Mapping[str, Any]) -> list[dict[str, float]] | None:
+  """The resources of each node type a cluster file (`ray up`'s YAML) can start; None if a type that can be
+  started declares none (Ray would detect them, so they are unknown here)."""
+  types = config.get("available_node_types") or {}
+  head = config.get("head_node_type")
+  out = []
+  for name, spec in types.items():
+    if name != head and spec.get("max_workers", config.get("max_workers", 1)) == 0:
+      continue
+    if "resources" not in spec:
+      return None
+    out.append(dict(spec["resources"]))
+  return out or None
+
+
+BOOTSTRAP_CONFIG = "~/ray_bootstrap_config.yaml"
+
+
+def autoscaling_config_path(gcs_address: str, processes=None) -> str | None:
+  """The --autoscaling-config of this cluster's autoscaler (its monitor.py, which `ray up` starts on the head with
+  ~/ray_bootstrap_config.yaml), found among this machine's processes by the cluster's GCS address."""
+  if processes is None:
+    import psutil
+    processes = (p.info.get("cmdline") or [] for p in psutil.process_iter(["cmdline"]))
+  for cmdline in processes:
+    if any(re.search(r"autoscaler[/\\](_private|v2)[/\\]monitor\.py$", a) for a in cmdline) and \
+        f"--gcs-address={gcs_address}" in cmdline:
+      path = next((a.split("=", 1)[1] for a in cmdline if a.startswith("--autoscaling-config=")), None)
+      if path:  # a plain `ray start --head` runs a monitor without one
+        return path
+  bootstrap = os.path.expanduser(BOOTSTRAP_CONFIG)  # where `ray up` puts it on the head, whatever the address
+  return bootstrap if os.path.exists(bootstrap) else None
+
+
+def cluster_node_types(ray) -> tuple[bool, list[dict[str, float]] | None]:
+  """(whether an autoscaler may start nodes, the resources of the node types it can start or None if unknown).
+
+  Ray keeps no cluster file for an open-source autoscaler in 2.60, so the sources are, in order: the cluster
+  config an autoscaler reported to the GCS (ray._private.state's get_cluster_config, where one reports it), the
+  autoscaling config file of the cluster's autoscaler on this node (a `ray job submit` driver runs on the head);
+  KubeRay's environment marks a cluster whose worker groups are not readable from here."""
+  try:
+    from ray._private.state import state
+    config = state.get_cluster_config()
+  except Exception:  # noqa: BLE001 (an older or newer Ray without it)
+    config = None
+  if config is not None and config.node_group_configs:
+    return True, [dict(g.resources) for g in config.node_group_configs if g.max_count != 0]
+  path = autoscaling_config_path(ray.get_runtime_context().gcs_address)
+  if path:
+    import yaml
+    try:
+      with open(os.path.expanduser(path)) as f:
+        return True, node_types_of_config(yaml.safe_load(f) or {})
+    except (OSError, yaml.YAMLError):
+      return True, None
+  return any(os.environ.get(k) for k in ("KUBERAY_GEN_RAY_START_CMD", "RAY_CLUSTER_NAME")), None
 
 
 def visible_devices_env(env: Mapping[str, str], accelerator_ids: Mapping[str, Sequence[str]]) -> dict[str, str]:
@@ -162,8 +239,10 @@ def _host_task(workdir: str, args: Sequence[str], train_cmd: Sequence[str] | Non
 
 
 def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str] | None,
-                 common: Mapping[str, Any], skip_failed: bool, resources: MemberResources, pg=None) -> str:
-  """One attempt of a member (process 0 of it if multi-host); raises MemberFailed to have Ray retry it."""
+                 common: Mapping[str, Any], skip_failed: bool, resources: MemberResources,
+                 pg=None) -> tuple[str, int | None]:
+  """One attempt of a member (process 0 of it if multi-host): (outcome, exit code), the outcome as
+  runner.record's ('done', 'failed', 'preempted') or prepare's ('skipped-*', exit code None)."""
   import ray
   from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
   cmd = _train_cmd(train_cmd)
@@ -171,7 +250,7 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
   prepared = runner.prepare(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=cmd, common=common,
                             skip_failed=skip_failed)
   if isinstance(prepared, str):
-    return prepared
+    return prepared, None
   workdir, argv = prepared
   node = ray.util.get_node_ip_address()
   coordinator = f"{node}:{_free_port()}" if resources.hosts > 1 else ""
@@ -180,16 +259,18 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
       scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=rank)).remote(
           workdir, argv[len(cmd):], train_cmd, rank, resources.hosts, coordinator)
            for rank in range(1, resources.hosts)]
+  peer_rcs: list[int] = []
+
+  def peer_rc(ref) -> int:
+    try:
+      return ray.get(ref)
+    except Exception as e:  # noqa: BLE001 (the peer's worker or node died: preempted; else a failure)
+      return EXIT_PREEMPTED if preempted_error(e) else 1
 
   def peer_failed() -> bool:
     ready, _ = ray.wait(peers, num_returns=len(peers), timeout=0)
-    for ref in ready:
-      try:
-        if ray.get(ref) != 0:
-          return True
-      except Exception:  # the peer's worker or node died
-        return True
-    return False
+    peer_rcs.extend(rc for rc in map(peer_rc, ready) if rc != 0)
+    return bool(peer_rcs)
 
   rc, offset = runner.attempt(workdir, argv, cwd=_repo_root(), node=node,
                               env=_trainer_env(ray, 0, resources.hosts, coordinator),
@@ -199,14 +280,9 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
       for ref in peers:
         ray.cancel(ref, force=True)
     else:
-      try:
-        rc = next((r for r in ray.get(peers) if r != 0), 0)
-      except Exception:
-        rc = 1
-  outcome = runner.record(m, workdir, rc, offset)
-  if outcome == "failed" and runner.retryable(rc):
-    raise MemberFailed(m.name, rc)
-  return outcome
+      peer_rcs.extend(r for r in map(peer_rc, peers) if r != 0)
+    rc = peer_rcs[0] if peer_rcs else rc  # the member ends as its first failed process did
+  return runner.record(m, workdir, rc, offset), rc
 
 
 def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
@@ -264,8 +340,9 @@ def verify_probes(sweep_dir: str, nodes: Mapping[str, str], token: str, errors: 
 
 def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir: str,
               train_cmd: Sequence[str] | None, common: Mapping[str, Any] | None = None, skip_failed: bool = False,
-              max_attempts: int = 3, resources: MemberResources | None = None, address: str | None = None,
-              poll_s: float = 2.0, echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
+              max_attempts: int = 3, max_preemptions: int = runner.MAX_PREEMPTIONS,
+              resources: MemberResources | None = None, address: str | None = None, poll_s: float = 2.0,
+              echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
   """Runs the members as Ray tasks on the cluster at `address` (None: a local Ray instance); returns
   name -> outcome as the local runner does. Shows a live status line and, at the end, a summary table."""
   ray = import_ray()
@@ -278,11 +355,15 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
   # ("local"), never one that an earlier `ray start` left running on this machine.
   ray.init(address=address or os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False, **(init_kwargs or {}))
   outcomes: dict[str, str] = {}
-  refs: dict[Any, spec_lib.Member] = {}
-  groups = []
+  refs: dict[Any, spec_lib.Member] = {}  # the attempts in flight
+  groups: dict[str, Any] = {}
+  failures: dict[str, int] = {}
+  preemptions: dict[str, int] = {}
   try:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    resources = resources or default_resources(nodes)
+    if resources is None:
+      autoscaled, node_types = cluster_node_types(ray)
+      resources = default_resources(nodes, node_types, autoscaled)
     echo(f"[sweep] Ray at {ray.get_runtime_context().gcs_address}: {len(nodes)} node(s), "
          f"{ {k: v for k, v in ray.cluster_resources().items() if k in ('CPU', 'GPU', 'TPU')} }; "
          f"each member needs {resources}")
@@ -290,34 +371,51 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
       echo(f"[sweep] warning: no node has {dict(resources.per_host)} now; members wait until one joins")
     check_shared_dir(ray, sweep_dir)
     task = ray.remote(_member_task)
+
+    def submit(m: spec_lib.Member, skip: bool) -> None:
+      # Ray retries nothing itself (max_retries=0): the loop below tells preemptions from failures.
+      opts = dict(max_retries=0, **resources.task_options())
+      if resources.hosts > 1:
+        if m.name not in groups:
+          groups[m.name] = placement_group([dict(resources.per_host)] * resources.hosts, strategy="STRICT_SPREAD")
+        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(groups[m.name], placement_group_bundle_index=0)
+      refs[task.options(**opts).remote(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=train_cmd,
+                                       common=dict(common or {}), skip_failed=skip, resources=resources,
+                                       pg=groups.get(m.name))] = m
+
     for m in members:
       if runner.status(runner.member_dir(sweep_dir, m)) == "done":
         outcomes[m.name] = "skipped-done"
-        continue
-      opts = dict(max_retries=max_attempts - 1, retry_exceptions=[MemberFailed], **resources.task_options())
-      pg = None
-      if resources.hosts > 1:
-        pg = placement_group([dict(resources.per_host)] * resources.hosts, strategy="STRICT_SPREAD")
-        groups.append(pg)
-        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
-      refs[task.options(**opts).remote(m, config_spec=config_spec, sweep_dir=sweep_dir,
-                                       train_cmd=train_cmd, common=dict(common or {}), skip_failed=skip_failed,
-                                       resources=resources, pg=pg)] = m
+      else:
+        submit(m, skip_failed)
     live = _LiveLine(echo)
-    pending = list(refs)
     with _sigint_flag() as interrupted:
-      while pending and not interrupted.is_set():
-        ready, pending = ray.wait(pending, num_returns=1, timeout=poll_s)
+      while refs and not interrupted.is_set():
+        ready, _ = ray.wait(list(refs), num_returns=1, timeout=poll_s)
         for ref in ready:
-          m = refs[ref]
+          m = refs.pop(ref)
+          workdir = runner.member_dir(sweep_dir, m)
           try:
-            outcomes[m.name] = ray.get(ref)
-          except MemberFailed:
-            outcomes[m.name] = "failed"
-          except Exception as e:  # retries spent on lost workers or nodes: no attempt wrote FAILED
-            outcomes[m.name] = _record_lost(sweep_dir, m, e)
+            outcome, rc = ray.get(ref)
+          except Exception as e:  # noqa: BLE001 (the task was lost with its worker or node, or broke)
+            outcome, rc = ("preempted" if preempted_error(e) else "failed"), None
+            _end_lost_attempt(workdir, outcome, e)
+          if outcome == "preempted":
+            preemptions[m.name] = preemptions.get(m.name, 0) + 1
+            if preemptions[m.name] <= max_preemptions:
+              echo(f"[sweep] {m.name}: preempted ({preemptions[m.name]} of at most {max_preemptions}), resubmitted")
+              submit(m, False)
+              continue
+            outcome = runner.too_many_preemptions(m, workdir, preemptions[m.name], max_preemptions, echo)
+          elif outcome == "failed" and (rc is None or runner.retryable(rc)):
+            failures[m.name] = failures.get(m.name, 0) + 1
+            if failures[m.name] < max_attempts:
+              echo(f"[sweep] {m.name}: attempt {failures[m.name] + 1} of {max_attempts}, resubmitted")
+              submit(m, False)
+              continue
+          outcomes[m.name] = outcome
         states = _progress(sweep_dir, members, outcomes)
-        live.show(progress.status_line(states), key=sorted(m.state for m in states))
+        live.show(progress.status_line(states), key=sorted((m.state, m.preempted) for m in states))
       if interrupted.is_set():
         raise KeyboardInterrupt("SIGINT")
     live.end()
@@ -327,7 +425,7 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
       ray.cancel(ref, force=True, recursive=True)
     raise
   finally:
-    for pg in groups:
+    for pg in groups.values():
       try:
         remove_placement_group(pg)
       except Exception:  # noqa: BLE001 (the cluster may be gone)
@@ -341,12 +439,26 @@ def _progress(sweep_dir: str, members: Sequence[spec_lib.Member], outcomes: Mapp
   return [progress.read_member(sweep_dir, m.name, outcomes.get(m.name)) for m in members]
 
 
-def _record_lost(sweep_dir: str, member: spec_lib.Member, error: Exception) -> str:
-  workdir = runner.member_dir(sweep_dir, member)
-  if runner.status(workdir) not in ("done", "failed"):
-    os.makedirs(workdir, exist_ok=True)
-    runner.mark_failed(workdir, None, f"{type(error).__name__}: {error}"[-4000:])
-  return runner.status(workdir)
+def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:
+  """The end row of an attempt whose task was lost (its worker or node died) or broke, and FAILED for the
+  latter (no attempt wrote it). A killed worker writes no end row: this one's time runs until the driver learned
+  of the loss. A worker stopped by SIGTERM (a node shutting down) ended its attempt itself: preempted if its
+  trainer saved its step (exit code 75), else a row with no time of its own records the preemption."""
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, runner.ATTEMPTS)
+  rows = runner.read_jsonl(path) if os.path.exists(path) else []
+  ended = {r.get("start"): r for r in rows if "rc" in r}
+  start = next((r["start"] for r in reversed(rows) if "rc" not in r and r.get("start") not in ended), None)
+  last = rows[-1] if rows and "rc" in rows[-1] else None
+  message = f"{type(error).__name__}: {error}"[-4000:]
+  if start is None and last is not None and last.get("outcome") == outcome:
+    pass  # the attempt recorded its own end
+  else:
+    wall_s = time.time() - start if start is not None else 0.0
+    runner.append_jsonl(path, {"start": start if start is not None else (last or {}).get("start"), "wall_s": wall_s,
+                               "rc": None, "outcome": outcome, "error": message.splitlines()[0][:300]})
+  if outcome == "failed" and runner.status(workdir) not in ("done", "failed"):
+    runner.mark_failed(workdir, None, message)
 
 
 @contextlib.contextmanager

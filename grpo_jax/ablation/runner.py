@@ -4,13 +4,19 @@ the members one after another (grpo_jax/ablation/ray_backend.py runs the same at
 Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
   member.json     the member (name, group, overrides) and the exact trainer command,
   train.log       the trainer's stdout and stderr, appended to by every attempt,
-  attempts.jsonl  two lines per attempt: when it started and on which node; then its wall seconds and exit code
-                  (negative: the signal that stopped it when the sweep was interrupted; a lost node writes none),
+  attempts.jsonl  two lines per attempt: when it started and on which node; then its wall seconds, exit code
+                  (negative: the signal that stopped it when the sweep was interrupted) and `outcome`: done,
+                  failed, preempted (exit code 75, EXIT_PREEMPTED: the trainer saved its last step on SIGTERM or
+                  SIGINT; or, written by the Ray driver, its node or worker was lost, rc null) or stopped (the
+                  sweep stopped it: Ctrl-C, SIGTERM to the driver, a failed peer process),
   DONE            written after the trainer exited with code 0: the member is finished and is skipped from then on,
-  FAILED          written after a non-zero exit: exit code and the tail of that attempt's log. A failed member is
-                  re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint) unless
-                  --skip_failed is given; the new attempt removes FAILED when it starts. A failure other than a
-                  user error (exit code 2, grpo_jax/errors.py) is retried at once up to --max_attempts times.
+  FAILED          written after a non-zero exit (but 75): exit code and the tail of that attempt's log. A failed
+                  member is re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint)
+                  unless --skip_failed is given; the new attempt removes FAILED when it starts. A failure other
+                  than a user error (exit code 2, grpo_jax/errors.py) is retried at once up to --max_attempts times.
+A preempted attempt writes no marker and is retried at once without counting against --max_attempts, up to
+--max_preemptions (MAX_PREEMPTIONS) times per member and sweep run, so a member on machines that keep going away
+cannot loop forever; past that it is marked FAILED.
 A member with neither marker is unfinished (never started, still running, or killed) and is (re)run.
 The trainer's own completion marker, `summary.json` (written by scripts/train.py after its last step), also
 counts as finished, so runs launched with the bare trainer commands (`--print_format=train`) are reported too.
@@ -25,12 +31,15 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax.ablation import spec as spec_lib
-from grpo_jax.errors import EXIT_USER_ERROR
+from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
 
 DONE, FAILED, TRAINER_SUMMARY = "DONE", "FAILED", "summary.json"
 MEMBER_JSON, LOG, ATTEMPTS, SWEEP_JSON = "member.json", "train.log", "attempts.jsonl", "sweep.json"
 ERROR_TAIL_LINES = 30
+# Preemptions retried per member in one sweep run: spot VMs may be reclaimed several times over a long member,
+# each retry resumes from the last checkpoint; a member on a cluster that keeps dying stops after this many.
+MAX_PREEMPTIONS = 10
 
 
 def member_dir(sweep_dir: str, member: spec_lib.Member) -> str:
@@ -206,10 +215,11 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
     offset = log.tell()
     start = time.time()
     if log_name == LOG:
-      _append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "node": node or os.uname().nodename})
+      append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "node": node or os.uname().nodename})
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                             env=None if env is None else dict(env),
                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    stopped = aborted = False
     try:
       while True:
         try:
@@ -217,19 +227,33 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
           break
         except subprocess.TimeoutExpired:
           if abort():
+            stopped = aborted = True
             _stop(proc)
             rc = proc.returncode
             break
     except BaseException:
-      # Interrupted (Ctrl-C, SIGTERM, a cancelled Ray task): stop the trainer and leave the member unfinished,
-      # so a re-run resumes it.
+      # Interrupted (Ctrl-C, SIGTERM, a cancelled Ray task): stop the trainer (SIGTERM: the trainer saves its
+      # last step and exits with EXIT_PREEMPTED) and leave the member unfinished, so a re-run resumes it.
+      stopped = True
       _stop(proc)
       raise
     finally:  # also when interrupted: the attempt's time counts towards the member's
       if log_name == LOG:
-        _append_jsonl(os.path.join(workdir, ATTEMPTS),
-                      {"start": start, "wall_s": time.time() - start, "rc": proc.returncode})
+        append_jsonl(os.path.join(workdir, ATTEMPTS),
+                      {"start": start, "wall_s": time.time() - start, "rc": proc.returncode,
+                       "outcome": attempt_outcome(proc.returncode, stopped, aborted)})
   return rc, offset
+
+
+def attempt_outcome(rc: int | None, stopped: bool = False, aborted: bool = False) -> str:
+  """An attempt's end in attempts.jsonl. A trainer stopped by the sweep's own SIGTERM (the driver interrupted,
+  e.g. by a cluster's preemption) that saved its step and exited with EXIT_PREEMPTED counts as preempted; one
+  stopped because a peer process of its member failed does not."""
+  if rc == 0:
+    return "done"
+  if rc == EXIT_PREEMPTED and not aborted:
+    return "preempted"
+  return "stopped" if stopped else "failed"
 
 
 def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
@@ -260,18 +284,22 @@ def _stop(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _append_jsonl(path: str, row: Mapping[str, Any]) -> None:
+def append_jsonl(path: str, row: Mapping[str, Any]) -> None:
   with open(path, "a") as f:
     f.write(json.dumps(row) + "\n")
 
 
 def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=print) -> str:
-  """Writes DONE (rc 0) or FAILED (exit code and the tail of the attempt's log); returns 'done' or 'failed'."""
+  """Writes DONE (rc 0) or FAILED (exit code and the tail of the attempt's log); returns 'done' or 'failed', or
+  'preempted' (EXIT_PREEMPTED: no marker, the member stays unfinished and resumes from its last step)."""
   total_wall_s = member_wall_s(workdir)
   if rc == 0:
     _write_json(os.path.join(workdir, DONE), {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
     echo(f"[sweep] {member.name}: done ({total_wall_s:.1f}s in all)")
     return "done"
+  if rc == EXIT_PREEMPTED:
+    echo(f"[sweep] {member.name}: preempted (exit code {rc}): its trainer saved its last step")
+    return "preempted"
   with open(os.path.join(workdir, LOG)) as f:
     f.seek(offset)
     error = _tail(f.read())
@@ -285,6 +313,16 @@ def mark_failed(workdir: str, rc: int | None, error: str) -> None:
   _write_json(os.path.join(workdir, FAILED), {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
 
 
+def too_many_preemptions(member: spec_lib.Member, workdir: str, preemptions: int, max_preemptions: int,
+                         echo=print) -> str:
+  """Marks a member preempted more than `max_preemptions` times FAILED; returns 'failed'."""
+  error = (f"preempted {preemptions} times in this sweep run, more than --max_preemptions={max_preemptions}: the "
+           "machines keep going away; start the sweep again to resume it, or raise --max_preemptions")
+  mark_failed(workdir, EXIT_PREEMPTED, error)
+  echo(f"[sweep] {member.name}: FAILED, {error}")
+  return "failed"
+
+
 def retryable(rc: int) -> bool:
   """A crash or a kill may pass on a new attempt (which resumes from the last checkpoint); a user error (exit
   code 2: a bad key or value, a workdir that holds another run) will not."""
@@ -293,21 +331,29 @@ def retryable(rc: int) -> bool:
 
 def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
                common: Mapping[str, Any] | None = None, skip_failed: bool = False, max_attempts: int = 1,
-               env: Mapping[str, str] | None = None, echo=print) -> str:
-  """Runs one member unless it is finished, up to `max_attempts` times while it fails for a retryable reason;
-  returns its status afterwards ('done', 'failed', 'skipped-*')."""
+               max_preemptions: int = MAX_PREEMPTIONS, env: Mapping[str, str] | None = None, echo=print) -> str:
+  """Runs one member unless it is finished, up to `max_attempts` times while it fails for a retryable reason
+  (preempted attempts do not count, up to `max_preemptions` of them); returns its status afterwards ('done',
+  'failed', 'skipped-*')."""
   prepared = prepare(member, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=train_cmd, common=common,
                      skip_failed=skip_failed, echo=echo)
   if isinstance(prepared, str):
     return prepared
   workdir, argv = prepared
-  for n in range(1, max_attempts + 1):
+  failures = preemptions = 0
+  while True:
     rc, offset = attempt(workdir, argv, env=env)
     outcome = record(member, workdir, rc, offset, echo)
-    if outcome == "done" or not retryable(rc) or n == max_attempts:
+    if outcome == "preempted":
+      preemptions += 1
+      if preemptions > max_preemptions:
+        return too_many_preemptions(member, workdir, preemptions, max_preemptions, echo)
+      echo(f"[sweep] {member.name}: preemption {preemptions} (at most {max_preemptions}), resuming")
+      continue
+    failures += 1
+    if outcome == "done" or not retryable(rc) or failures == max_attempts:
       return outcome
-    echo(f"[sweep] {member.name}: attempt {n + 1} of {max_attempts}, resuming from its last checkpoint")
-  raise AssertionError("unreachable")
+    echo(f"[sweep] {member.name}: attempt {failures + 1} of {max_attempts}, resuming from its last checkpoint")
 
 
 def run_sweep(members: Sequence[spec_lib.Member], **kwargs) -> dict[str, str]:

@@ -44,7 +44,8 @@ def load_members(config_spec: str, *, only: str | None = None, common: Mapping[s
 def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", members: Sequence[spec.Member] | None = None,
               only: str | None = None, common: Mapping[str, Any] | None = None,
               train_cmd: Sequence[str] | None = None, skip_failed: bool = False, max_attempts: int = 3,
-              member_resources: str | Mapping[str, Any] | None = None, ray_address: str | None = None,
+              max_preemptions: int = runner.MAX_PREEMPTIONS, member_resources: str | Mapping[str, Any] | None = None,
+              ray_address: str | None = None,
               check_keys: bool = True, echo=print, ray_init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
   """Runs the study's members (all of `get_sweep()`, or `members`) on `backend`; returns name -> outcome
   ('done', 'failed', 'skipped-done', ...). Finished members are skipped, unfinished ones resume.
@@ -55,6 +56,8 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
     raise UserError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
   if max_attempts < 1:
     raise UserError(f"max_attempts must be >= 1, got {max_attempts}")
+  if max_preemptions < 0:
+    raise UserError(f"max_preemptions must be >= 0, got {max_preemptions}")
   common = dict(common or {})
   if members is None:
     members = load_members(config_spec, only=only, common=common, check_keys=check_keys)
@@ -69,12 +72,14 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
     resources = member_resources or getattr(spec.load_module(config_spec), "get_member_resources", lambda: None)()
     return ray_backend.run_sweep(
         members, config_spec=config_spec, sweep_dir=sweep_dir, common=common, skip_failed=skip_failed,
-        train_cmd=train_cmd, max_attempts=max_attempts, address=ray_address, echo=echo, init_kwargs=ray_init_kwargs,
+        train_cmd=train_cmd, max_attempts=max_attempts, max_preemptions=max_preemptions, address=ray_address,
+        echo=echo, init_kwargs=ray_init_kwargs,
         resources=resources and ray_backend.MemberResources.parse(resources))
   started = time.time()
   outcomes = runner.run_sweep(members, config_spec=config_spec, sweep_dir=sweep_dir,
                               train_cmd=list(train_cmd or default_train_cmd()), common=common,
-                              skip_failed=skip_failed, max_attempts=max_attempts, echo=echo)
+                              skip_failed=skip_failed, max_attempts=max_attempts,
+                              max_preemptions=max_preemptions, echo=echo)
   echo(progress.summary_table([progress.read_member(sweep_dir, m.name, outcomes[m.name]) for m in members],
                               time.time() - started))
   return outcomes

@@ -8,20 +8,24 @@ must match).
 Then steps 1..num_steps are logged, with an evaluation at the last one.
 Understood overrides: --config.num_steps=N (default 4), --config.seed=S, --config.fail=true (exit 3 at once with
 a ValueError on stderr), --config.config_error=true (exit 2 at once: a user error), --config.sleep=S (seconds per
-step), --config.crash_at=K (the first attempt stops before step K, "checkpoints" K and exits
-1; a later attempt resumes there). Every invocation is appended to WORKDIR/invocations.jsonl with its
-CUDA_VISIBLE_DEVICES, start and end times (invocations_env.jsonl), and how it
+step), --config.crash_at=K (the first attempt stops before step K, "checkpoints" K and exits 1; a later attempt
+resumes there), --config.preempt_at=K (the same once, but exit 75 as the trainer does after SIGTERM:
+EXIT_PREEMPTED), --config.always_preempted=true (exit 75 at once, every time), --config.handles_sigterm=true
+(SIGTERM makes it exit 75, as scripts/train.py does after saving its last step). Every invocation is appended to
+WORKDIR/invocations.jsonl with its CUDA_VISIBLE_DEVICES, start and end times (invocations_env.jsonl), and how it
 started ("warm start", "from checkpoint 0" or "from DONOR") to WORKDIR/starts.txt.
 """
 import json
 import os
+import signal
 import sys
 import time
 
 
 def main(argv):
   args = {"num_steps": "4", "seed": "0", "fail": "false", "crash_at": "-1", "warmstart.init_checkpoint": "",
-          "config_error": "false", "sleep": "0"}
+          "config_error": "false", "sleep": "0", "preempt_at": "-1", "always_preempted": "false",
+          "handles_sigterm": "false"}
   started = time.time()
   workdir = config = None
   i = 0
@@ -43,10 +47,16 @@ def main(argv):
   if args["config_error"] == "true":
     print("train.py: error: config.fake: a user error for the test", file=sys.stderr)
     return 2
+  if args["handles_sigterm"] == "true":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))
+  if args["always_preempted"] == "true":
+    print("[preempted] SIGTERM: stopped at the last completed step", file=sys.stderr)
+    return 75
   if args["fail"] == "true":
     print("Traceback (most recent call last):\nValueError: fake failure for the test", file=sys.stderr)
     return 3
   num_steps, seed, crash_at = int(args["num_steps"]), int(args["seed"]), int(args["crash_at"])
+  preempt_at = int(args["preempt_at"])
   ckpt0 = os.path.join(workdir, "checkpoints", "0")
   metrics = open(os.path.join(workdir, "metrics.jsonl"), "a")
   resume = os.path.join(workdir, "ckpt")
@@ -85,6 +95,11 @@ def main(argv):
         open(resume, "w").write(str(step))
         print("RuntimeError: simulated crash", file=sys.stderr)
         return 1
+      if step == preempt_at and not os.path.exists(os.path.join(workdir, "preempted")):
+        open(resume, "w").write(str(step))
+        open(os.path.join(workdir, "preempted"), "w").write(str(step))
+        print("[preempted] SIGTERM: stopped at the last completed step", file=sys.stderr)
+        return 75
       row = {"step": step, "reward": 0.1 * step + 0.01 * seed, "kl": 0.001 * step, "step_time": 0.5,
              "completions/mean_length": 3.0}
       if step == num_steps:

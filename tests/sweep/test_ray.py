@@ -91,6 +91,39 @@ def test_member_resources_parse_and_defaults():
   assert env == {"A": "1", "CUDA_VISIBLE_DEVICES": "3,5"}
 
 
+def test_default_resources_come_from_the_node_types_the_cluster_can_start():
+  """At submit time a `ray up` cluster is its head alone, with CPU 0: the node types of its cluster file decide
+  (the shipped GPU and TPU files); an autoscaler whose types are unknown, or no node that can run a member, asks
+  for --member_resources instead of members on the CPUs of a GPU cluster."""
+  import yaml
+  head = [{"CPU": 0, "memory": 1e10}]
+  for name, wanted in (("gcp_gpu", {"CPU": 1, "GPU": 1}), ("gcp_tpu", {"CPU": 1, "TPU": 4})):
+    with open(os.path.join(REPO, "clusters", f"{name}.yaml")) as f:
+      types = ray_backend.node_types_of_config(yaml.safe_load(f))
+    assert ray_backend.default_resources(head, types, autoscaled=True).per_host == wanted
+  cpu_types = ray_backend.node_types_of_config({"head_node_type": "h", "available_node_types": {
+      "h": {"resources": {"CPU": 0}}, "w": {"resources": {"CPU": 16}, "max_workers": 4},
+      "off": {"resources": {"GPU": 8}, "max_workers": 0}}})
+  assert cpu_types == [{"CPU": 0}, {"CPU": 16}]  # a type that can never start does not count
+  assert ray_backend.default_resources(head, cpu_types, autoscaled=True).per_host == {"CPU": 16}
+  assert ray_backend.node_types_of_config({"available_node_types": {"w": {"node_config": {}}}}) is None
+  with pytest.raises(UserError, match="autoscaler whose node types this driver cannot read.*--member_resources"):
+    ray_backend.default_resources(head, None, autoscaled=True)
+  assert ray_backend.default_resources(head + [{"CPU": 8, "GPU": 2}], None, autoscaled=True).per_host["GPU"] == 1
+  with pytest.raises(UserError, match=r"CPU 0 everywhere.*--member_resources"):
+    ray_backend.default_resources(head)
+  # The autoscaler's config file: the --autoscaling-config of this cluster's monitor.py (not another cluster's,
+  # nor Ray's log monitor), as `ray up` starts it on the head.
+  monitor = ["python", "-u", "/v/ray/autoscaler/_private/monitor.py", "--gcs-address=10.0.0.1:6379"]
+  processes = [["python", "/v/ray/_private/log_monitor.py", "--gcs-address=10.0.0.1:6379", "--autoscaling-config=/x"],
+               monitor[:3] + ["--gcs-address=10.0.0.9:6379", "--autoscaling-config=/other.yaml"], monitor,
+               monitor + ["--autoscaling-config=/home/u/ray_bootstrap_config.yaml"]]
+  assert ray_backend.autoscaling_config_path("10.0.0.1:6379", processes) == "/home/u/ray_bootstrap_config.yaml"
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(ray_backend, "BOOTSTRAP_CONFIG", "/nonexistent/ray_bootstrap_config.yaml")
+    assert ray_backend.autoscaling_config_path("10.0.0.1:6379", processes[:3]) is None
+
+
 def test_a_sweep_dir_the_driver_cannot_read_is_refused(tmp_path):
   # Node 'b' wrote its probe where this driver does not see it (its own local disk).
   probe = tmp_path / ray_backend.PROBE_DIR
@@ -198,3 +231,65 @@ def test_missing_extra_is_one_line(tmp_path, experiment_file):
   assert driver.returncode == 2
   assert out.strip() == "sweep.py: error: --backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
   assert not (tmp_path / "s").exists()
+
+
+def test_lost_nodes_and_workers_are_preemptions_other_errors_are_not():
+  from ray import exceptions as rex
+  lost = [rex.NodeDiedError("node 10.0.0.2 died (preempted)"), rex.WorkerCrashedError(),
+          rex.LocalRayletDiedError(), rex.OwnerDiedError("ab" * 14, None, "")]
+  assert all(map(ray_backend.preempted_error, lost))
+  wrapped = rex.RayTaskError("_member_task", "Traceback ...", rex.NodeDiedError("gone"))
+  assert ray_backend.preempted_error(wrapped)
+  not_lost = [rex.RayTaskError("_member_task", "Traceback ...", ValueError("a bug")), rex.TaskCancelledError(),
+              rex.OutOfMemoryError("the trainer used too much memory"), rex.RuntimeEnvSetupError("pip failed"),
+              ValueError("a bug")]
+  assert not any(map(ray_backend.preempted_error, not_lost))
+
+
+def test_preempted_members_are_resubmitted_apart_from_max_attempts_and_capped(tmp_path, fake_train_cmd):
+  """With max_attempts=1: a member preempted once (its trainer exits 75) is resubmitted and finishes; one that
+  is always preempted stops after max_preemptions resubmissions, marked FAILED; a crash is not retried. The live
+  line and the summary count preemptions apart from failures."""
+  members = spec.validate([{"name": "once", "overrides": {"num_steps": 4, "preempt_at": 2}},
+                           {"name": "always", "overrides": {"always_preempted": True}},
+                           {"name": "crash", "overrides": {"crash_at": 2}}])
+  lines = []
+  outcomes = ray_backend.run_sweep(members, config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
+                                   resources=CPU1, init_kwargs={"num_cpus": 2}, poll_s=0.2, echo=lines.append,
+                                   max_attempts=1, max_preemptions=1)
+  assert outcomes == {"once": "done", "always": "failed", "crash": "failed"}
+  ends = {n: [(r["rc"], r["outcome"]) for r in runner.read_jsonl(str(tmp_path / n / runner.ATTEMPTS)) if "rc" in r]
+          for n in outcomes}
+  assert ends == {"once": [(75, "preempted"), (0, "done")], "always": [(75, "preempted")] * 2,
+                  "crash": [(1, "failed")]}
+  assert [r["step"] for r in _rows(tmp_path / "once")] == [0, 1, 2, 3, 4]
+  assert "more than --max_preemptions=1" in runner.read_json(str(tmp_path / "always" / "FAILED"))["error"]
+  assert any(", 2 failed, 3 preempted" in line for line in lines if line.startswith("[sweep] 0 queued"))
+  summary = lines[-1].splitlines()
+  assert [row.split()[:4] for row in summary[1:4]] == [["once", "done", "2", "1"], ["always", "failed", "2", "2"],
+                                                       ["crash", "failed", "1", "0"]]
+
+
+def test_a_lost_attempt_gets_one_end_row(tmp_path):
+  """The driver ends an attempt lost with its worker: the open one (killed: no row of its own), or, after a
+  worker stopped by SIGTERM ended its attempt itself, only if that row does not say preempted already."""
+  from ray import exceptions as rex
+  lost = rex.NodeDiedError("node 10.0.0.2 died")
+
+  def ends(rows):
+    work = tmp_path / str(len(list(tmp_path.iterdir())))
+    work.mkdir()
+    (work / runner.ATTEMPTS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ray_backend._end_lost_attempt(str(work), "preempted", lost)
+    got = progress.read_member(str(tmp_path), work.name)
+    return [(r["start"], r["rc"], r["outcome"]) for r in runner.read_jsonl(str(work / runner.ATTEMPTS)) if "rc" in r], \
+        (got.attempts, got.preempted)
+
+  start = time.time() - 5
+  (row,), counts = ends([{"start": start, "node": "n"}])
+  assert row == (start, None, "preempted") and counts == (1, 1)
+  assert ends([{"start": 1, "node": "n"}, {"start": 1, "wall_s": 2, "rc": 75, "outcome": "preempted"}]) == (
+      [(1, 75, "preempted")], (1, 1))
+  assert ends([{"start": 1, "node": "n"}, {"start": 1, "wall_s": 2, "rc": -15, "outcome": "stopped"}]) == (
+      [(1, -15, "stopped"), (1, None, "preempted")], (1, 1))
+  assert ends([]) == ([(None, None, "preempted")], (0, 1))  # lost before its trainer started

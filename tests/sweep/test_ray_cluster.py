@@ -1,12 +1,15 @@
 """The Ray backend with the real trainer and real clusters, in one file so that its tests run one after another
 (pytest-xdist --dist loadfile) rather than as competing Ray clusters: a study of four members two at once, one
-of whose Ray worker dies, is retried by Ray and ends with the metrics and the report of the local backend; a two-host member on a two-node local cluster trains as
-tests/distributed/test_multihost.py's two processes do; `ray job submit --working-dir . --runtime-env-json
-"$(python scripts/ray_runtime_env.py)" -- python scripts/sweep.py ... --backend=ray` against a one-node cluster
-started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
+of whose Ray worker dies, is resubmitted and ends with the metrics and the report of the local backend; a
+two-host member on a two-node local cluster trains as tests/distributed/test_multihost.py's two processes do
+(and there, without --member_resources, a CPU default or one line asking for them); a member whose node dies
+is resubmitted as a preemption; every `ray job submit` command of the README and the docs runs against a
+one-node cluster started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
+import concurrent.futures
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -15,6 +18,7 @@ import threading
 import time
 
 import pytest
+import yaml
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
@@ -44,12 +48,13 @@ def _parent(pid):
 
 def _overlaps(sweep_dir, names, killed_at=None):
   """The most attempts of `names` that ran at the same time (from their attempts.jsonl start and end times; an
-  attempt whose Ray worker was killed has no end row: it ended at `killed_at`)."""
+  attempt whose Ray worker was killed ended at `killed_at`: its end row, rc null, is the driver's, written when it
+  learned of the loss)."""
   events = []
   for name in names:
     rows = runner.read_jsonl(os.path.join(sweep_dir, name, runner.ATTEMPTS))
     starts = [r["start"] for r in rows if "rc" not in r]
-    ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r}
+    ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r and r["rc"] is not None}
     for start in starts:
       events += [(start, 1), (ends.get(start, killed_at), -1)]
   running = most = 0
@@ -114,6 +119,40 @@ def _free_port():
     return s.getsockname()[1]
 
 
+def _check_default_resources(address, tmp_path):
+  """On a cluster of CPU nodes and no autoscaler, a member takes a whole CPU node, as on a laptop; once an
+  autoscaler of the cluster (a process named like Ray's monitor.py, with this cluster's GCS address) has a node
+  type whose resources are unknown and no GPU or TPU is up, sweep.py stops with one line asking for
+  --member_resources (exit code 2) instead of running members on CPUs."""
+  ray.init(address=address, log_to_driver=False)
+  try:
+    assert ray_backend.cluster_node_types(ray) == (False, None)
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    assert ray_backend.default_resources(nodes).per_host == {"CPU": 1}
+  finally:
+    ray.shutdown()
+  config = tmp_path / "cluster.yaml"
+  config.write_text("max_workers: 2\nhead_node_type: head\navailable_node_types:\n  head: {resources: {CPU: 0}}\n"
+                    "  gpu: {max_workers: 2, node_config: {}}\n")
+  assert ray_backend.node_types_of_config(yaml.safe_load(config.read_text())) is None  # no `resources`: unknown
+  exp = tmp_path / "exp.py"
+  exp.write_text("def get_config(preset=None):\n  return {}\n\ndef get_sweep():\n  return [{'name': 'm'}]\n")
+  monitor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                              "ray/autoscaler/_private/monitor.py", f"--gcs-address={address}",
+                              f"--autoscaling-config={config}"])
+  try:
+    out = subprocess.run([sys.executable, "scripts/sweep.py", "--config", str(exp), "--sweep_dir", str(tmp_path / "s"),
+                          "--backend=ray", f"--ray_address={address}"], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+  finally:
+    monitor.kill()
+    monitor.wait()
+  assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+  assert out.stderr.strip().splitlines()[-1] == (
+      "sweep.py: error: the cluster has an autoscaler whose node types this driver cannot read, and no node with "
+      f"a GPU or TPU is up yet; {ray_backend.MEMBER_RESOURCES_HINT}")
+
+
 # As tests/distributed/test_multihost.py: data=2 spans the two processes, fsdp=2 the two devices of each.
 MULTIHOST = {"warmstart.enabled": False, "eval.every": 100, "checkpoint.every": 100, "grpo.beta": 0.04,
              "num_steps": 3, "grpo.overlong_buffer": 3, **COMMON}
@@ -130,6 +169,7 @@ def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_
         members, config_spec=CONFIG, sweep_dir=str(tmp_path), train_cmd=None, common=MULTIHOST,
         resources=ray_backend.MemberResources.parse({"CPU": 1, "hosts": 2}), address=cluster.address,
         init_kwargs={"runtime_env": {"env_vars": two_devices}}, echo=lambda *_: None)
+    _check_default_resources(cluster.address, tmp_path)
   finally:
     cluster.shutdown()
   two = os.path.join(tmp_path, "two")
@@ -153,43 +193,145 @@ def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_
 
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+DOCS = ("README.md", "docs/clusters.md", "docs/cloud.md")
+RUNTIME_ENV = re.compile(r'"\$\(python scripts/ray_runtime_env\.py([^)]*)\)"')
 
 
-def test_ray_job_submit_runs_the_sweep_from_the_uploaded_working_dir(tmp_path, experiment_file):
-  env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+def doc_job_commands():
+  """Every `ray job submit` command of the README and the docs: (where, command with its line breaks joined)."""
+  for doc in DOCS:
+    with open(os.path.join(REPO, doc)) as f:
+      blocks = re.findall(r"```bash\n(.*?)```", f.read(), flags=re.S)
+    for block in blocks:
+      for line in re.sub(r"\\\n\s*", "", block).splitlines():
+        if line.strip().startswith("ray job submit"):
+          yield doc, line.strip()
+
+
+def as_local_job(command, dashboard, experiment_file, sweep_dir, where):
+  """The printed command run against a local cluster: its address, the study (the experiment, the sweep
+  directory) swapped for the tiny one of the fake trainer, and `pip` for the CPU set this machine runs (Python
+  3.11; the GPU and TPU sets are Python 3.12's). Returns (argv, the runtime environment as printed)."""
+  match = RUNTIME_ENV.search(command)
+  assert match and " --working-dir . " in command, f"{where}: {command}"
+  run = lambda *args: subprocess.run([sys.executable, "scripts/ray_runtime_env.py", *args], cwd=REPO,  # noqa: E731
+                                     check=True, capture_output=True, text=True).stdout
+  printed = json.loads(run(*shlex.split(match.group(1))))
+  env = {**printed, "pip": json.loads(run())["pip"]}
+  argv = shlex.split(RUNTIME_ENV.sub("RUNTIME_ENV", command))
+  argv[argv.index("RUNTIME_ENV")] = json.dumps(env)
+  argv[0] = RAY
+  for flag, value in (("--address", f"http://127.0.0.1:{dashboard}"), ("--config", experiment_file),
+                      ("--sweep_dir", sweep_dir)):
+    assert flag in argv, f"{where}: no {flag} in {command}"
+    argv[argv.index(flag) + 1] = value
+  if "--submission-id" in argv:  # ids are unique per cluster
+    argv[argv.index("--submission-id") + 1] += f"-{os.path.basename(sweep_dir)}"
+  assert argv[argv.index("--") + 1:argv.index("--") + 3] == ["python", "scripts/sweep.py"], f"{where}: {command}"
+  return argv + ["--train_cmd", "python tests/sweep/fake_train.py", "--only", "^grpo_seed0$"], printed
+
+
+@pytest.fixture
+def head_cluster():
+  """A one-node cluster started with `ray start --head`, with one (logical) GPU and 4 TPU chips so that the
+  docs' --member_resources can be placed; yields (environment, GCS port, dashboard port)."""
+  # `python` on the node is the one with the packages (the `ray up` files activate their virtualenv likewise).
+  env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+         "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
   env.pop("RAY_ADDRESS", None)
   # Ports of our own: the defaults (8265, the job agent's 52365, 10001) may still be held by a Ray instance that
   # another test just stopped, and a job agent that cannot bind its port never comes up.
   gcs, dashboard, agent, client = (_free_port() for _ in range(4))
-  subprocess.run([RAY, "start", "--head", "--num-cpus=2", f"--port={gcs}", "--dashboard-host=127.0.0.1",
-                  f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={agent}",
-                  f"--ray-client-server-port={client}"],
+  subprocess.run([RAY, "start", "--head", "--num-cpus=2", "--num-gpus=1", '--resources={"TPU": 4}', f"--port={gcs}",
+                  "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                  f"--dashboard-agent-listen-port={agent}", f"--ray-client-server-port={client}"],
                  env=env, check=True, capture_output=True, timeout=120)
   try:
-    runtime_env = subprocess.run([sys.executable, "scripts/ray_runtime_env.py"], cwd=REPO, check=True,
-                                 capture_output=True, text=True).stdout
-    assert "ray[default]" in runtime_env and "flax" in runtime_env  # the package's requirements and the extra
-    sweep_dir = tmp_path / "sweep"
-    submit = lambda: subprocess.run(  # noqa: E731
-        [RAY, "job", "submit", f"--address=http://127.0.0.1:{dashboard}", "--working-dir", ".",
-         "--runtime-env-json", runtime_env, "--", "python", "scripts/sweep.py", "--config", experiment_file,
-         "--sweep_dir", str(sweep_dir), "--backend=ray", "--ray_address=auto", "--member_resources",
-         '{"CPU": 1}', "--train_cmd", "python tests/sweep/fake_train.py", "--only", "seed0"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
-    job = submit()
-    for _ in range(30):  # `ray start` returns before the dashboard's job agent is up (more so on a busy machine)
-      if "No available agent to submit job" not in job.stderr + job.stdout:
-        break
-      time.sleep(2)
-      job = submit()
-    if "Failed to connect to Ray cluster" in job.stdout + job.stderr:  # a GCS starved by a loaded machine, once
-      job = submit()
+    yield env, gcs, dashboard
   finally:
     subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
-  assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-  assert "[sweep] 2 members: 2 done" in job.stdout
-  for name in ("grpo_seed0", "rloo_seed0"):
-    with open(sweep_dir / name / "invocations_env.jsonl") as f:
+
+
+def _submit(argv, env):
+  submit = lambda: subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)  # noqa: E731
+  job = submit()
+  for _ in range(30):  # `ray start` returns before the dashboard's job agent is up (more so on a busy machine)
+    if "No available agent to submit job" not in job.stderr + job.stdout:
+      break
+    time.sleep(2)
+    job = submit()
+  if "Failed to connect to Ray cluster" in job.stdout + job.stderr:  # a GCS starved by a loaded machine, once
+    job = submit()
+  return job
+
+
+def test_every_ray_job_submit_of_the_docs_runs_as_printed(tmp_path, experiment_file, head_cluster):
+  """Each `ray job submit` of README.md, docs/clusters.md and docs/cloud.md against a `ray start --head` cluster,
+  as printed but for as_local_job's changes (commands that differ only in their runtime environment run once):
+  Ray installs the CPU set, and the member runs from the copy of the repository the job uploaded. What the
+  printed runtime environments would install: exact versions, the set of the nodes they name."""
+  env, _, dashboard = head_cluster
+  commands = list(doc_job_commands())
+  assert {doc for doc, _ in commands} == set(DOCS)
+  jobs = {}
+  for i, (where, command) in enumerate(commands):
+    argv, printed = as_local_job(command, dashboard, experiment_file, str(tmp_path / f"s{i}"), where)
+    assert {"runs", ".venv", "checkpoints", "models"} <= set(printed["excludes"]), where
+    packages = printed.get("pip", {}).get("packages", [])
+    assert all("==" in p for p in packages), where
+    if "cuda12" in command:
+      assert "jax-cuda12-plugin==0.11.2" in packages and "jax==0.11.2" in packages, where
+    key = tuple(a for i, a in enumerate(argv) if not a.startswith(str(tmp_path)) and "{" not in a
+                and argv[i - 1] != "--submission-id")
+    jobs.setdefault(key, (where, argv))
+  assert len(jobs) == 2  # one command per kind of node: GPUs and TPUs
+  with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:  # at once: each mostly waits for Ray
+    done = list(pool.map(lambda run: _submit(run[1], env), jobs.values()))
+  for (where, argv), job in zip(jobs.values(), done):
+    assert job.returncode == 0, f"{where}: {shlex.join(argv)}\n" + job.stdout[-3000:] + job.stderr[-3000:]
+    assert "[sweep] 1 members: 1 done" in job.stdout, where
+    with open(os.path.join(argv[argv.index("--sweep_dir") + 1], "grpo_seed0", "invocations_env.jsonl")) as f:
       (row,) = [json.loads(line) for line in f]
     # The trainer ran from the copy of the repository the job uploaded, not from this checkout.
     assert "working_dir_files" in row["file"] and not row["file"].startswith(REPO + os.sep), row["file"]
+
+
+def test_a_member_whose_node_dies_is_resubmitted_as_a_preemption(tmp_path, fake_train_cmd):
+  """A local cluster (`ray.cluster_utils.Cluster`) of a head without CPUs and two one-CPU nodes; the node whose
+  member trains is killed: the driver counts a preemption (not one of the --max_attempts=1), writes the lost
+  attempt's end row and resubmits the member, which finishes on the other node."""
+  from ray.cluster_utils import Cluster
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+  try:
+    nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    (member,) = spec.validate([{"name": "m", "overrides": {"num_steps": 6, "sleep": 0.5}}])
+    workdir = tmp_path / "m"
+    killed = []
+
+    def kill_the_node_of_the_member_after_step_2():
+      deadline = time.time() + 300
+      while time.time() < deadline and not killed:
+        pids = _trainer_pids(str(workdir))
+        metrics = workdir / "metrics.jsonl"
+        if pids and metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+          raylet = _parent(_parent(pids[0]))  # trainer <- Ray worker <- the node's raylet
+          (node,) = [n for n in nodes if n.all_processes["raylet"][0].process.pid == raylet]
+          cluster.remove_node(node, allow_graceful=False)
+          killed.append(time.time())
+        time.sleep(0.1)
+
+    watcher = threading.Thread(target=kill_the_node_of_the_member_after_step_2, daemon=True)
+    watcher.start()
+    outcomes = ray_backend.run_sweep([member], config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
+                                     resources=ray_backend.MemberResources.parse({"CPU": 1}), address=cluster.address,
+                                     max_attempts=1, poll_s=0.2, echo=lambda *_: None)
+    watcher.join(timeout=1)
+  finally:
+    cluster.shutdown()
+  assert killed and outcomes == {"m": "done"}
+  ends = [r for r in runner.read_jsonl(str(workdir / runner.ATTEMPTS)) if "rc" in r]
+  # (A worker that outlives its raylet for a moment may first stop its trainer: a row of its own, "stopped".)
+  own = [(r["rc"], r["outcome"]) for r in ends if r["outcome"] != "stopped"]
+  assert own == [(None, "preempted"), (0, "done")], ends
+  assert ends[0]["error"].startswith("NodeDiedError: "), ends[0]
+  assert progress.read_member(str(tmp_path), "m").preempted == 1

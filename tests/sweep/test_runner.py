@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from grpo_jax.ablation import runner, spec
 from tests.sweep.conftest import REPO
 
@@ -152,19 +154,21 @@ def test_cli_rejects_an_unknown_key_before_running_anything(tmp_path, experiment
   assert result.stderr.strip() == "sweep.py: error: --set: override 'num_step': the config has no field 'num_step'"
 
 
-def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path, fake_train_cmd):
-  """SIGTERM (a cluster's time limit) stops the member's trainer: exit 130 with one line, no traceback; the same
-  command then resumes the member from its checkpoint and finishes it."""
+@pytest.mark.parametrize("handles_sigterm", [False, True])
+def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path, fake_train_cmd, handles_sigterm):
+  """SIGTERM (a cluster's time limit, a preemption) is forwarded to the member's trainer: exit 130 with one line,
+  no traceback; the attempt ends preempted if the trainer saved its step and exited with EXIT_PREEMPTED (75), else
+  stopped; the same command then resumes the member from its checkpoint and finishes it."""
   import signal
   import textwrap
   import time
   exp = tmp_path / "exp.py"
-  exp.write_text(textwrap.dedent("""
+  exp.write_text(textwrap.dedent(f"""
       def get_config(preset=None):
-        return {"seed": 0, "num_steps": 4, "sleep": 0.0}
+        return {{"seed": 0, "num_steps": 4, "sleep": 0.0, "handles_sigterm": False}}
 
       def get_sweep():
-        return [{"name": "slow", "overrides": {"sleep": 1.0}}]
+        return [{{"name": "slow", "overrides": {{"sleep": 1.0, "handles_sigterm": {handles_sigterm}}}}}]
       """))
   sweep_dir = tmp_path / "sw"
   args = [sys.executable, os.path.join(REPO, "scripts", "sweep.py"), "--config", str(exp), "--sweep_dir",
@@ -180,8 +184,42 @@ def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path,
   assert err.strip().splitlines()[-1].startswith("[sweep] interrupted (signal 15): the running member stopped")
   assert runner.status(str(sweep_dir / "slow")) == "unfinished"
   (ended,) = [r for r in runner.read_jsonl(str(sweep_dir / "slow" / runner.ATTEMPTS)) if "rc" in r]
-  assert ended["rc"] == -signal.SIGTERM and ended["wall_s"] > 0   # the stopped attempt's time is counted
+  assert ended["wall_s"] > 0   # the stopped attempt's time is counted
+  assert (ended["rc"], ended["outcome"]) == ((75, "preempted") if handles_sigterm else (-signal.SIGTERM, "stopped"))
   again = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
   assert again.returncode == 0 and runner.status(str(sweep_dir / "slow")) == "done", again.stderr
   with open(sweep_dir / "slow" / "starts.txt") as f:
     assert f.read().split("\n")[:2] == ["warm start", "from checkpoint 0"]
+
+
+def _ends(workdir):
+  return [(r["rc"], r["outcome"]) for r in runner.read_jsonl(os.path.join(workdir, runner.ATTEMPTS)) if "rc" in r]
+
+
+def test_a_preempted_attempt_is_retried_apart_from_max_attempts_and_capped(tmp_path, fake_train_cmd):
+  """Exit code 75 (EXIT_PREEMPTED) is recorded as preempted, writes no FAILED and is retried even with
+  max_attempts=1; a member preempted more than max_preemptions times is marked FAILED, saying why."""
+  from grpo_jax.ablation import progress
+  sweep_dir = str(tmp_path / "sweep")
+  members = spec.validate([{"name": "once", "overrides": {"num_steps": 4, "preempt_at": 2}},
+                           {"name": "always", "overrides": {"always_preempted": True}}])
+  outcomes = runner.run_sweep(members, config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
+                              max_attempts=1, max_preemptions=2, echo=lambda *_: None)
+  assert outcomes == {"once": "done", "always": "failed"}
+  once, always = (os.path.join(sweep_dir, n) for n in ("once", "always"))
+  assert _ends(once) == [(75, "preempted"), (0, "done")] and _steps(once) == [0, 1, 2, 3, 4]
+  assert _ends(always) == [(75, "preempted")] * 3
+  failed = runner.read_json(os.path.join(always, "FAILED"))
+  assert failed["rc"] == 75 and "more than --max_preemptions=2" in failed["error"]
+  states = [progress.read_member(sweep_dir, n, outcomes[n]) for n in ("once", "always")]
+  assert [(m.attempts, m.preempted) for m in states] == [(2, 1), (3, 3)]
+  table = progress.summary_table(states, 1.0).splitlines()
+  assert table[0].split() == ["member", "state", "attempts", "preempted", "wall"]
+  assert table[1].split()[:4] == ["once", "done", "2", "1"] and table[2].split()[:4] == ["always", "failed", "3", "3"]
+  assert table[-1].endswith("1 failed, 4 attempts preempted (retried apart from --max_attempts)")
+  assert ", 1 failed, 4 preempted" in progress.status_line(states)
+  # A crash still counts: with max_attempts=1 it is not retried.
+  (crash,) = spec.validate([{"name": "crash", "overrides": {"crash_at": 2}}])
+  assert runner.run_member(crash, config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
+                           echo=lambda *_: None) == "failed"
+  assert _ends(os.path.join(sweep_dir, "crash")) == [(1, "failed")]
