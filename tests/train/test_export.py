@@ -84,3 +84,30 @@ def test_transformers_greedy_completions_equal_grpo_jax_on_the_export(exported_r
   # eos_token_id is its documented behaviour, and the list is checked in the test above.)
   from transformers import GenerationConfig
   assert GenerationConfig.from_pretrained(out).eos_token_id == list(stop_ids(tokenizer))
+
+
+def test_sigterm_during_the_final_export_exits_preempted_and_the_rerun_exports(tmp_path, monkeypatch):
+  """The last step is saved before the export: a signal there stops at once; the same call, again, only exports."""
+  import signal
+
+  from grpo_jax import errors
+  spec = importlib.util.spec_from_file_location("gsm8k_recipe", os.path.join(ROOT, "experiments", "gsm8k.py"))
+  recipe = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(recipe)
+  config = recipe.get_config("test")
+  config.num_steps = 1
+  config.checkpoint.export_hf = True
+  write, calls = loop.write_hf_model, []
+
+  def signalled(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 1:
+      os.kill(os.getpid(), signal.SIGTERM)  # the handler raises here, before a file is written
+    return write(*args, **kwargs)
+  monkeypatch.setattr(loop, "write_hf_model", signalled)
+  with pytest.raises(errors.Preempted, match="SIGTERM"):
+    loop.train(config, str(tmp_path))
+  assert not (tmp_path / EXPORT_DIR).exists() and not (tmp_path / "summary.json").exists()
+  summary = loop.train(config, str(tmp_path))
+  assert summary.steps == 1 and len(calls) == 2
+  assert (tmp_path / EXPORT_DIR / "config.json").exists()
