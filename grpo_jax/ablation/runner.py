@@ -275,10 +275,16 @@ def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
         time.sleep(0.5)
 
 
+# SIGTERM, then SIGKILL after this long. The trainer saves and exits within its own
+# checkpoint.preemption_deadline_s (25 s by default, up to AWS's 120 s notice), ending itself at that deadline,
+# so the kill is only for a trainer that ignores SIGTERM (an old version) and must not cut a save short.
+STOP_GRACE_S = 150.0
+
+
 def _stop(proc: subprocess.Popen) -> None:
   proc.terminate()
   try:
-    proc.wait(timeout=30)
+    proc.wait(timeout=STOP_GRACE_S)
   except subprocess.TimeoutExpired:
     proc.kill()
     proc.wait()
