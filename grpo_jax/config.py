@@ -243,6 +243,9 @@ def get_config() -> ml_collections.ConfigDict:
                                   # (grpo_jax/train/export.py; scripts/export.py does it for any checkpoint).
   k.verify = True                 # store a fingerprint of the saved state and check it on restore.
   k.async_save = True             # write checkpoints in a background thread while training goes on.
+  k.lease_ttl_s = 60.0            # a workdir on gs:// or s3://: the run holds a lease object there, renewed every
+                                  # ttl/3 s; another launch takes it over once not renewed for this long (a
+                                  # relaunch on the same host whose holder's pid is gone: at once). Local: flock.
 
   c.log = lg = ml_collections.ConfigDict()
   lg.every = 1                    # metrics.jsonl / TensorBoard every N steps.
@@ -357,8 +360,8 @@ def completion_width(config) -> int:
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
-                     "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
-                     "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
+                     "checkpoint.lease_ttl_s", "eval.every", "eval.batch_size", "mesh.", "distributed.",
+                     "model.offload_ref_params", "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
                      "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",
                      "env.step_timeout_s", "env.max_concurrent_steps")
 

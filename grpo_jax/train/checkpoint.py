@@ -46,8 +46,10 @@ WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started 
 
 
 def validate_config(checkpoint_cfg) -> None:
-  """`config.checkpoint`: the cadence and how many checkpoints to keep."""
-  Section(checkpoint_cfg, "checkpoint").at_least(1, "every", "keep")
+  """`config.checkpoint`: the cadence, how many checkpoints to keep, and a store workdir's lease time."""
+  s = Section(checkpoint_cfg, "checkpoint")
+  s.at_least(1, "every", "keep")
+  s.positive("lease_ttl_s")
 
 
 def abstract_like(tree):
