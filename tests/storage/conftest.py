@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -31,17 +31,23 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def _wait_for_port(port: int, process: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+def _start(argv: list[str], port: int, what: str, timeout: float = 30.0) -> subprocess.Popen:
+  """The emulator's process, once its port accepts connections. Its output goes to a temporary file (a pipe
+  nobody reads would fill with moto's request log and stall it), shown if it fails to start."""
+  log = tempfile.TemporaryFile(mode="w+")
+  process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True)
+  process.log = log
   deadline = time.time() + timeout
   while time.time() < deadline:
     if process.poll() is not None:
-      raise RuntimeError(f"{what} exited with code {process.returncode}: {process.stdout.read()[-2000:]}")
+      log.seek(0)
+      raise RuntimeError(f"{what} exited with code {process.returncode}: {log.read()[-2000:]}")
     try:
       socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-      return
+      return process
     except OSError:
       time.sleep(0.1)
-  process.kill()
+  _stop(process)
   raise RuntimeError(f"{what} did not open port {port} within {timeout:.0f}s")
 
 
@@ -52,6 +58,7 @@ def _stop(process: subprocess.Popen) -> None:
   except subprocess.TimeoutExpired:
     process.kill()
     process.wait()
+  process.log.close()  # a temporary file: deleted on close
 
 
 def _bin(name: str) -> str:
@@ -78,10 +85,8 @@ S3_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "A
 def s3_server():
   port = free_port()
   # moto's in-memory server: its data goes with the process.
-  process = subprocess.Popen([_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
+  process = _start([_bin("moto_server"), "-H", "127.0.0.1", "-p", str(port)], port, "moto_server")
   try:
-    _wait_for_port(port, process, "moto_server")
     env = dict(S3_ENV, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
     import boto3
     boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
@@ -100,12 +105,10 @@ def fake_gcs_server_binary() -> str:
 @pytest.fixture(scope="session")
 def gcs_server():
   port = free_port()
-  process = subprocess.Popen([fake_gcs_server_binary(), "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
-                              "-port", str(port), "-public-host", f"127.0.0.1:{port}",
-                              "-external-url", f"http://127.0.0.1:{port}", "-log-level", "error"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  process = _start([fake_gcs_server_binary(), "-backend", "memory", "-scheme", "http", "-host", "127.0.0.1",
+                    "-port", str(port), "-public-host", f"127.0.0.1:{port}", "-external-url", f"http://127.0.0.1:{port}",
+                    "-log-level", "error"], port, "fake-gcs-server")
   try:
-    _wait_for_port(port, process, "fake-gcs-server")
     env = {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GOOGLE_CLOUD_PROJECT": "grpo-tests"}
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -152,10 +155,9 @@ def store(request) -> Store:
 def gcp_storage_emulator():
   """gcp-storage-emulator in memory (only to show that it ignores preconditions)."""
   port = free_port()
-  process = subprocess.Popen([_bin("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port),
-                              "--in-memory", "--default-bucket", GCS_BUCKET, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  process = _start([_bin("gcp-storage-emulator"), "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory",
+                    "--default-bucket", GCS_BUCKET, "-q"], port, "gcp-storage-emulator")
   try:
-    _wait_for_port(port, process, "gcp-storage-emulator")
     yield Store("gs", GCS_BUCKET, {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}",
                                    "GOOGLE_CLOUD_PROJECT": "grpo-tests"})
   finally:
