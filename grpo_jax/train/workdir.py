@@ -19,6 +19,7 @@ from grpo_jax import storage
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
+from grpo_jax.train.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
@@ -113,7 +114,6 @@ def refuse_to_overwrite_history(workdir: str) -> None:
                        "or use a new --workdir.")
 
 
-DEFAULT_LEASE_TTL_S = 60.0
 
 
 class WorkdirLock:
