@@ -136,6 +136,29 @@ def move_tree(src: str, dst: str) -> None:
   fs.rm(src_key, recursive=True)
 
 
+MODEL_CACHE = "~/.cache/grpo_jax/models"  # GRPO_JAX_MODEL_CACHE overrides it
+
+
+def local_dir(path: str) -> str:
+  """`path` itself when local; for a store directory (a Hugging Face model on gs:// or s3://) a local mirror of
+  it under GRPO_JAX_MODEL_CACHE (default ~/.cache/grpo_jax/models/<scheme>/<bucket>/<key>), downloaded once:
+  files whose size already matches are not fetched again. safetensors and tokenizers read local files only."""
+  if not is_url(path):
+    return path
+  fs, key = _fs(path)
+  scheme = path.split("://", 1)[0]
+  root = os.path.expanduser(os.environ.get("GRPO_JAX_MODEL_CACHE", MODEL_CACHE))
+  local = os.path.join(root, scheme, key.rstrip("/"))
+  for remote, info in fs.find(key, detail=True).items():
+    dst = os.path.join(local, os.path.relpath(remote, key.rstrip("/")))
+    if os.path.exists(dst) and os.path.getsize(dst) == info["size"]:
+      continue
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    fs.get_file(remote, dst + ".part")
+    os.replace(dst + ".part", dst)  # a download cut short never passes for a file
+  return local
+
+
 def _fs(url: str):
   """(fsspec filesystem, path without the scheme) of a URL."""
   import fsspec

@@ -17,6 +17,7 @@ import ml_collections
 from flax import nnx
 
 from grpo_jax import config as config_lib
+from grpo_jax import storage
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
@@ -67,7 +68,7 @@ def write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> 
 
   Call it on every process of a multi-host run (the parameters are gathered); process 0 writes.
   """
-  source = config.model.hf_path or None
+  source = storage.local_dir(config.model.hf_path) if config.model.hf_path else None
   model = nnx.merge(graphdef, params)
   if lora.has_adapters(model):
     model = lora.merged(model)
