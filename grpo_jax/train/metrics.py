@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
 from typing import Any
 
 import numpy as np
@@ -112,11 +113,12 @@ class MetricsWriter:
     if tensorboard:
       from tensorboardX import SummaryWriter
       purge = None if resume_step is None else resume_step + 1
-      tb_dir = storage.join(workdir, "tensorboard")
+      tb_dir, suffix = storage.join(workdir, "tensorboard"), ""
       if storage.is_url(workdir):
         self._tb_local = tempfile.mkdtemp(prefix="grpo_tensorboard_")
-        tb_dir = self._tb_local
-      self._tb = SummaryWriter(tb_dir, purge_step=purge)
+        # Event files are named by the second they were opened: a suffix keeps a resume's from replacing them.
+        tb_dir, suffix = self._tb_local, "." + uuid.uuid4().hex[:8]
+      self._tb = SummaryWriter(tb_dir, purge_step=purge, filename_suffix=suffix)
     self._wandb = None
     if wandb is not None:
       try:
