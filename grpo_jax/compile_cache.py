@@ -19,6 +19,8 @@ loads the programs its predecessors compiled instead of compiling from nothing.
 """
 from __future__ import annotations
 
+import os
+
 import jax
 
 from grpo_jax import storage
@@ -38,7 +40,7 @@ def enable(directory: str) -> str | None:
     if jax.default_backend() == "cpu":
       return None
     directory = DEFAULT_DIR
-  path = storage.absolute(directory)
+  path = storage.absolute(directory if storage.is_url(directory) else os.path.expanduser(directory))
   storage.makedirs(path)  # a gs:// or s3:// cache: JAX writes its entries through etils.epath, as we do
   jax.config.update("jax_compilation_cache_dir", path)
   return path

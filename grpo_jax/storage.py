@@ -31,8 +31,8 @@ def join(base: str, *parts: str) -> str:
 
 
 def absolute(path: str) -> str:
-  """A local path made absolute (user's ~ expanded); a URL as it is, less a trailing slash."""
-  return path.rstrip("/") if is_url(path) else os.path.abspath(os.path.expanduser(path))
+  """A local path made absolute; a URL as it is, less a trailing slash."""
+  return path.rstrip("/") if is_url(path) else os.path.abspath(path)
 
 
 def basename(path: str) -> str:

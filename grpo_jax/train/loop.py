@@ -8,7 +8,6 @@ the initial model, and evaluates it), then runs GRPO steps up to `config.num_ste
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -55,7 +54,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
   log_console = print if main else (lambda *args, **kwargs: None)
   if main:  # the lock file is the only thing written before the settings are checked
-    with workdir_lib.WorkdirLock(workdir, config.checkpoint.lease_ttl_s, log_console):
+    with workdir_lib.WorkdirLock(workdir, config.checkpoint.get("lease_ttl_s", 60.0), log_console):
       workdir_lib.check_resumable(config, workdir, log_console)
       return _train(config, workdir, time_split, main, log_console, inputs)
   return _train(config, workdir, time_split, main, log_console, inputs)
