@@ -58,7 +58,7 @@ def main():
                          "-external-url", f"http://127.0.0.1:{gcs_port}", "-log-level", "error"],
                         gcs_port, "fake-gcs-server")
     try:
-      base = dict(os.environ, PYTHONPATH=ROOT, JAX_COMPILATION_CACHE_DIR=os.path.join(tmp, "xla"),
+      base = dict(os.environ, PYTHONPATH=ROOT, TMPDIR=tmp, JAX_COMPILATION_CACHE_DIR=os.path.join(tmp, "xla"),
                   JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **stores.S3_ENV,
                   AWS_ENDPOINT_URL=f"http://127.0.0.1:{s3_port}", STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{gcs_port}",
                   GOOGLE_CLOUD_PROJECT="bench")

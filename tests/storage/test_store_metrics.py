@@ -28,4 +28,5 @@ def test_rows_up_to_the_last_flush_survive_a_kill_and_a_resume_drops_the_rest(st
   rows = read_jsonl(storage.join(workdir, METRICS_FILE))
   assert [(r["step"], r["reward"]) for r in rows] == [(0, 0.0), (1, 0.1), (2, -2), (3, -3)]
   assert len(storage.listdir(storage.join(workdir, "tensorboard"))) == 2  # one event file per process, as locally
+  writer.close()  # the "killed" writer's local TensorBoard directory
   storage.rmtree(workdir)

@@ -21,7 +21,8 @@ from tests.train.test_faults import _timing
 
 
 def _run(workdir: str, cache_dir, env: dict, *point) -> subprocess.CompletedProcess:
-  env = dict(os.environ, **env, JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+  # TMPDIR under pytest's own: a SIGKILLed run cannot remove its local TensorBoard directory.
+  env = dict(os.environ, **env, TMPDIR=str(cache_dir), JAX_COMPILATION_CACHE_DIR=str(cache_dir),
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
   return subprocess.run([sys.executable, "-m", "tests.train.fault_runner", workdir, *map(str, point)],
