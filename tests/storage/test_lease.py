@@ -88,3 +88,11 @@ def test_of_racing_launches_exactly_one_takes_the_lease(store):
   for t in threads:
     t.join()
   assert sorted(outcomes) == ["held", "refused", "refused", "refused"]
+
+
+def test_the_launcher_refuses_a_second_run_on_a_store_workdir_in_one_line(store, tmp_path):
+  from tests.test_launcher_errors import _one_line, _train
+  workdir = store.url()
+  with lease_lib.Lease(workdir + "/" + lease_lib.LEASE_FILE, ttl_s=60):  # a live run holds it
+    proc = _train(workdir, env=dict(os.environ, **store.env))
+  _one_line(proc, f"workdir {workdir} is in use by process {os.getpid()}", "use another --workdir")
