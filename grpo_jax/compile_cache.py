@@ -13,12 +13,17 @@ gained nothing (benchmarks/compile_cache_bench.py). Hence the default:
 A directory set through JAX itself (JAX_COMPILATION_CACHE_DIR, or
 `jax.config.update("jax_compilation_cache_dir", ...)`) wins. Entries are never evicted: delete the directory to
 reclaim the space.
+
+The directory may be on a store (gs://bucket/xla, s3://bucket/xla; grpo_jax/storage.py), so a fresh spot VM
+loads the programs its predecessors compiled instead of compiling from nothing.
 """
 from __future__ import annotations
 
 import os
 
 import jax
+
+from grpo_jax import storage
 
 AUTO = "auto"
 DEFAULT_DIR = "~/.cache/grpo_jax/xla"
@@ -35,7 +40,7 @@ def enable(directory: str) -> str | None:
     if jax.default_backend() == "cpu":
       return None
     directory = DEFAULT_DIR
-  path = os.path.abspath(os.path.expanduser(directory))
-  os.makedirs(path, exist_ok=True)
+  path = storage.absolute(directory if storage.is_url(directory) else os.path.expanduser(directory))
+  storage.makedirs(path)  # a gs:// or s3:// cache: JAX writes its entries through etils.epath, as we do
   jax.config.update("jax_compilation_cache_dir", path)
   return path

@@ -247,6 +247,9 @@ def get_config() -> ml_collections.ConfigDict:
                                   # this many seconds (GCP spot gives 30 s, AWS spot 120 s; docs/cloud.md).
   k.preemption_notice = ""        # also stop on a cloud's early warning: "gce" (the `preempted` metadata key)
                                   # or "aws" (spot/instance-action, 2 min ahead); "" only on signals.
+  k.lease_ttl_s = 60.0            # a workdir on gs:// or s3://: the run holds a lease object there, renewed every
+                                  # ttl/3 s; another launch takes it over once not renewed for this long (a
+                                  # relaunch on the same host whose holder's pid is gone: at once). Local: flock.
 
   c.log = lg = ml_collections.ConfigDict()
   lg.every = 1                    # metrics.jsonl / TensorBoard every N steps.
@@ -361,7 +364,7 @@ def completion_width(config) -> int:
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
-                     "checkpoint.preemption_deadline_s", "checkpoint.preemption_notice",
+                     "checkpoint.preemption_deadline_s", "checkpoint.preemption_notice", "checkpoint.lease_ttl_s",
                      "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
                      "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
                      "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",

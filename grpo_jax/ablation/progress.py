@@ -11,6 +11,7 @@ import os
 import time
 from typing import Iterable, Sequence
 
+from grpo_jax import storage
 from grpo_jax.ablation import runner
 from grpo_jax.train.metrics import read_jsonl
 
@@ -33,7 +34,10 @@ class MemberProgress:
 
 
 def _last_step(workdir: str) -> int:
-  path = os.path.join(workdir, "metrics.jsonl")
+  path = storage.join(workdir, "metrics.jsonl")
+  if storage.is_url(path):  # a store's object is read whole (rewritten at each of the trainer's flushes)
+    rows = read_jsonl(path)
+    return int(rows[-1]["step"]) if rows and "step" in rows[-1] else -1
   try:
     with open(path, "rb") as f:
       f.seek(max(os.path.getsize(path) - 4096, 0))
@@ -50,9 +54,8 @@ def _last_step(workdir: str) -> int:
 
 def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: float | None = None) -> MemberProgress:
   """A member's progress; `outcome` (the backend's word, e.g. 'skipped-done') wins over what the files say."""
-  workdir = os.path.join(sweep_dir, name)
-  rows = read_jsonl(os.path.join(workdir, runner.ATTEMPTS)) if os.path.exists(
-      os.path.join(workdir, runner.ATTEMPTS)) else []
+  workdir = storage.join(sweep_dir, name)
+  rows = read_jsonl(storage.join(workdir, runner.ATTEMPTS))
   starts = [r["start"] for r in rows if "start" in r and "rc" not in r]
   ended = {r.get("start") for r in rows if "rc" in r}
   open_starts = [s for s in starts if s not in ended]
@@ -68,7 +71,7 @@ def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: floa
     state = "queued"
   if state == "running" and open_starts:
     wall_s += (now or time.time()) - open_starts[-1]
-  config = runner.read_json(os.path.join(workdir, "config.json")) or {}
+  config = runner.read_json(storage.join(workdir, "config.json")) or {}
   return MemberProgress(name, state, _last_step(workdir), int(config.get("num_steps", 0) or 0),
                         len(set(starts) | ended - {None}), wall_s,
                         sum(r.get("outcome") == "preempted" for r in rows))

@@ -34,6 +34,7 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
+from grpo_jax import storage
 from grpo_jax.ablation import progress, runner
 from grpo_jax.ablation import spec as spec_lib
 from grpo_jax.errors import EXIT_PREEMPTED, UserError
@@ -289,21 +290,22 @@ def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
   """Before any member starts: a task on every node writes a file into SWEEP_DIR, and the driver must read it
   back. Members on several nodes write their workdirs there, so it must be storage every node mounts."""
   from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-  probe_dir = os.path.join(sweep_dir, PROBE_DIR)
-  os.makedirs(probe_dir, exist_ok=True)
+  probe_dir = storage.join(sweep_dir, PROBE_DIR)
+  storage.makedirs(probe_dir)
   token = uuid.uuid4().hex
   nodes = [n for n in ray.nodes() if n.get("Alive")]
 
-  def write(path: str, text: str) -> str:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-      f.write(text)
+  def write(path: str, text: str) -> str:  # a gs:// or s3:// sweep directory: through the node's credentials
+    from grpo_jax import storage as node_storage
+    if not node_storage.is_url(path):
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+    node_storage.write_text(path, text)
     return socket.gethostname()
 
   writer = ray.remote(write)
   refs = {n["NodeManagerAddress"]: writer.options(
       num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-          os.path.join(probe_dir, n["NodeID"]), token) for n in nodes}
+          storage.join(probe_dir, n["NodeID"]), token) for n in nodes}
   errors = {}
   for address, ref in refs.items():
     try:
@@ -316,24 +318,23 @@ def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
 def verify_probes(sweep_dir: str, nodes: Mapping[str, str], token: str, errors: Mapping[str, str]) -> None:
   """Raises a UserError naming the nodes whose probe file (PROBE_DIR/<node id>, holding `token`) the driver
   cannot read; removes the probe files otherwise."""
-  probe_dir = os.path.join(sweep_dir, PROBE_DIR)
+  probe_dir = storage.join(sweep_dir, PROBE_DIR)
   missing = []
   for address, node_id in nodes.items():
-    path = os.path.join(probe_dir, node_id)
+    path = storage.join(probe_dir, node_id)
     try:
-      with open(path) as f:
-        ok = f.read() == token
+      ok = storage.read_text(path) == token
     except OSError:
       ok = False
     if not ok:
       missing.append(address + (f" ({errors[address]})" if address in errors else ""))
   if missing:
     raise UserError(f"--sweep_dir {sweep_dir}: what a Ray worker writes there does not reach this driver (nodes "
-                    f"{', '.join(missing)}); put the sweep directory on storage every node mounts (NFS, or GCS/S3 "
-                    "through a FUSE mount such as gcsfuse) at the same path")
+                    f"{', '.join(missing)}); put the sweep directory on storage every node mounts (NFS) at the same "
+                    "path, or on gs:// or s3:// with credentials on every node")
   for node_id in nodes.values():
     try:
-      os.remove(os.path.join(probe_dir, node_id))
+      storage.remove(storage.join(probe_dir, node_id))
     except OSError:
       pass
 
@@ -348,7 +349,7 @@ def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir
   ray = import_ray()
   from ray.util.placement_group import placement_group, remove_placement_group
   from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-  sweep_dir = os.path.abspath(sweep_dir)
+  sweep_dir = storage.absolute(sweep_dir)
   config_spec = portable_path(config_spec)
   started = time.time()
   # Absent: the cluster of the Ray job this driver runs in (RAY_ADDRESS), else a new local instance of our own
@@ -444,9 +445,9 @@ def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:
   latter (no attempt wrote it). A killed worker writes no end row: this one's time runs until the driver learned
   of the loss. A worker stopped by SIGTERM (a node shutting down) ended its attempt itself: preempted if its
   trainer saved its step (exit code 75), else a row with no time of its own records the preemption."""
-  os.makedirs(workdir, exist_ok=True)
-  path = os.path.join(workdir, runner.ATTEMPTS)
-  rows = runner.read_jsonl(path) if os.path.exists(path) else []
+  storage.makedirs(workdir)
+  path = storage.join(workdir, runner.ATTEMPTS)
+  rows = runner.read_jsonl(path)
   ended = {r.get("start"): r for r in rows if "rc" in r}
   start = next((r["start"] for r in reversed(rows) if "rc" not in r and r.get("start") not in ended), None)
   last = rows[-1] if rows and "rc" in rows[-1] else None

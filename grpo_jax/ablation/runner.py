@@ -20,6 +20,10 @@ cannot loop forever; past that it is marked FAILED.
 A member with neither marker is unfinished (never started, still running, or killed) and is (re)run.
 The trainer's own completion marker, `summary.json` (written by scripts/train.py after its last step), also
 counts as finished, so runs launched with the bare trainer commands (`--print_format=train`) are reported too.
+
+A sweep directory may be on an object store (gs://, s3://; grpo_jax/storage.py): its files are then written
+whole (a store has no append or rename), and an attempt's trainer output goes to a local temporary file that is
+copied onto train.log every LOG_UPLOAD_S seconds and when the attempt ends.
 """
 from __future__ import annotations
 
@@ -27,9 +31,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from grpo_jax import storage
 from grpo_jax.ablation import spec as spec_lib
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
@@ -40,34 +46,37 @@ ERROR_TAIL_LINES = 30
 # Preemptions retried per member in one sweep run: spot VMs may be reclaimed several times over a long member,
 # each retry resumes from the last checkpoint; a member on a cluster that keeps dying stops after this many.
 MAX_PREEMPTIONS = 10
+LOG_UPLOAD_S = 30.0  # a store sweep's train.log lags the trainer's output by at most this
 
 
 def member_dir(sweep_dir: str, member: spec_lib.Member) -> str:
-  return os.path.join(sweep_dir, member.name)
+  return storage.join(sweep_dir, member.name)
 
 
 def status(workdir: str) -> str:
   """'done', 'failed', 'unfinished' (has a log or metrics but no marker) or 'pending' (never started)."""
-  if os.path.exists(os.path.join(workdir, DONE)):
+  if storage.exists(storage.join(workdir, DONE)):
     return "done"
-  if os.path.exists(os.path.join(workdir, FAILED)):
+  if storage.exists(storage.join(workdir, FAILED)):
     return "failed"
-  if os.path.exists(os.path.join(workdir, TRAINER_SUMMARY)):
+  if storage.exists(storage.join(workdir, TRAINER_SUMMARY)):
     return "done"
-  if any(os.path.exists(os.path.join(workdir, f)) for f in (LOG, ATTEMPTS, "metrics.jsonl")):
+  if any(storage.exists(storage.join(workdir, f)) for f in (LOG, ATTEMPTS, "metrics.jsonl")):
     return "unfinished"
   return "pending"
 
 
 def read_json(path: str) -> dict[str, Any] | None:
   try:
-    with open(path) as f:
-      return json.load(f)
+    return json.loads(storage.read_text(path))
   except (OSError, ValueError):
     return None
 
 
 def _write_json(path: str, obj: Mapping[str, Any]) -> None:
+  if storage.is_url(path):  # a store replaces an object whole: never seen half-written
+    storage.write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+    return
   # Write-then-rename so a marker is never seen half-written.
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
@@ -79,8 +88,8 @@ def _write_json(path: str, obj: Mapping[str, Any]) -> None:
 def write_plan(sweep_dir: str, config_spec: str, members: Sequence[spec_lib.Member],
                common: Mapping[str, Any]) -> None:
   """SWEEP_DIR/sweep.json: every member of the sweep, so the report can list those not started yet."""
-  os.makedirs(sweep_dir, exist_ok=True)
-  _write_json(os.path.join(sweep_dir, SWEEP_JSON),
+  storage.makedirs(sweep_dir)
+  _write_json(storage.join(sweep_dir, SWEEP_JSON),
               {"config": config_spec, "common_overrides": dict(common),
                "members": [m.to_json() for m in members]})
 
@@ -92,7 +101,7 @@ def _tail(text: str, lines: int = ERROR_TAIL_LINES) -> str:
 def previous_wall_s(workdir: str) -> float:
   """Seconds spent in all earlier attempts of this member."""
   total = 0.0
-  for row in read_jsonl(os.path.join(workdir, ATTEMPTS)):
+  for row in read_jsonl(storage.join(workdir, ATTEMPTS)):
     try:
       total += float(row["wall_s"])
     except (ValueError, KeyError, TypeError):
@@ -104,17 +113,17 @@ def member_wall_s(workdir: str) -> float:
   """Seconds the member has taken: the sum over its attempts, or the trainer's own total where that is larger (an
   attempt killed without a trace, e.g. by a machine's end, records no end time; the trainer's `wall_s` in
   summary.json still counts it up to the checkpoint the next attempt resumed from). 0.0 when neither exists."""
-  trainer_s = (read_json(os.path.join(workdir, TRAINER_SUMMARY)) or {}).get("wall_s")
+  trainer_s = (read_json(storage.join(workdir, TRAINER_SUMMARY)) or {}).get("wall_s")
   try:
     trainer_s = float(trainer_s or 0.0)
   except (TypeError, ValueError):
     trainer_s = 0.0
-  return max(previous_wall_s(workdir) if os.path.exists(os.path.join(workdir, ATTEMPTS)) else 0.0, trainer_s)
+  return max(previous_wall_s(workdir), trainer_s)
 
 
 # Where scripts/train.py keeps a run's starting point (grpo_jax/train/loop.py): warmstart/ (the parameters after
 # the warm start, never rotated out) and, in older workdirs, only the step-0 checkpoint.
-TRAINER_STARTING_POINTS = (os.path.join("warmstart", "0"), os.path.join("checkpoints", "0"))
+TRAINER_STARTING_POINTS = ("warmstart/0", "checkpoints/0")
 TRAINER_CHECKPOINTS = "checkpoints"
 INIT_FROM_JSON = "init_from.json"
 INIT_KEY = "warmstart.init_checkpoint"
@@ -122,12 +131,12 @@ INIT_KEY = "warmstart.init_checkpoint"
 
 def has_starting_point(donor_workdir: str) -> bool:
   """Whether the donor has written the state it started GRPO from (what `warmstart.init_checkpoint` reads)."""
-  return any(os.path.exists(os.path.join(donor_workdir, p, "commit_success.txt")) for p in TRAINER_STARTING_POINTS)
+  return any(storage.exists(storage.join(donor_workdir, p, "commit_success.txt")) for p in TRAINER_STARTING_POINTS)
 
 
 def attempt_running(workdir: str) -> bool:
   """Whether the member's last attempt started and has not ended (or its process was lost without a trace)."""
-  rows = read_jsonl(os.path.join(workdir, ATTEMPTS)) if os.path.exists(os.path.join(workdir, ATTEMPTS)) else []
+  rows = read_jsonl(storage.join(workdir, ATTEMPTS))
   ended = {r.get("start") for r in rows if "rc" in r}
   return any("rc" not in r and r.get("start") not in ended for r in rows[-2:])
 
@@ -139,7 +148,7 @@ def wait_for_donor(member: spec_lib.Member, sweep_dir: str, *, timeout_s: float 
   that is queued behind or failed is not waited for; the member then runs its own warm start."""
   if not member.init_from or status(member_dir(sweep_dir, member)) != "pending":
     return
-  donor = os.path.join(sweep_dir, member.init_from)
+  donor = storage.join(sweep_dir, member.init_from)
   start = time.time()
   while not has_starting_point(donor) and time.time() - start < timeout_s:
     if not (attempt_running(donor) or status(donor) == "pending" and time.time() - start < grace_s):
@@ -157,13 +166,13 @@ def init_overrides(member: spec_lib.Member, sweep_dir: str, workdir: str, before
   whose donor has no starting point yet runs its own warm start."""
   if not member.init_from:
     return {}
-  record = read_json(os.path.join(workdir, INIT_FROM_JSON))
+  record = read_json(storage.join(workdir, INIT_FROM_JSON))
   if record is not None:
     return {INIT_KEY: record["donor"]}
-  donor = os.path.abspath(os.path.join(sweep_dir, member.init_from))
-  if before != "pending" or os.path.exists(os.path.join(workdir, TRAINER_CHECKPOINTS)) or not has_starting_point(donor):
+  donor = storage.absolute(storage.join(sweep_dir, member.init_from))
+  if before != "pending" or storage.isdir(storage.join(workdir, TRAINER_CHECKPOINTS)) or not has_starting_point(donor):
     return {}
-  _write_json(os.path.join(workdir, INIT_FROM_JSON), {"donor": donor, "step": 0})
+  _write_json(storage.join(workdir, INIT_FROM_JSON), {"donor": donor, "step": 0})
   return {INIT_KEY: donor}
 
 
@@ -179,16 +188,16 @@ def prepare(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
   if before == "failed" and skip_failed:
     echo(f"[sweep] {member.name}: failed before, skipping (--skip_failed)")
     return "skipped-failed"
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   init = init_overrides(member, sweep_dir, workdir, before)
   if member.init_from and before == "pending":
     echo(f"[sweep] {member.name}: " + (f"starts from {member.init_from}'s warm start (shared warm start)" if init
                                        else f"{member.init_from} has no starting point yet; running its own warm start"))
   argv = spec_lib.train_command(train_cmd, config_spec, workdir,
                                 {**spec_lib.merge_overrides(common or {}, member), **init})
-  _write_json(os.path.join(workdir, MEMBER_JSON), {**member.to_json(), "command": argv})
+  _write_json(storage.join(workdir, MEMBER_JSON), {**member.to_json(), "command": argv})
   echo(f"[sweep] {member.name}: {'resuming' if before != 'pending' else 'starting'} "
-       f"(log: {os.path.join(workdir, LOG)})")
+       f"(log: {storage.join(workdir, LOG)})")
   return workdir, argv
 
 
@@ -205,17 +214,16 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
   """Runs the trainer once, appending its output to WORKDIR/LOG_NAME; returns (exit code, log offset of this
   attempt). attempts.jsonl gets a line when the attempt starts and one with its exit code when it ends (a lost
   node leaves only the first). `abort()`, polled every second, stops the trainer early (rc -SIGTERM)."""
-  if os.path.exists(os.path.join(workdir, FAILED)):
-    os.remove(os.path.join(workdir, FAILED))
+  storage.remove(storage.join(workdir, FAILED))
   _wait_until_unlocked(workdir)
-  log_path = os.path.join(workdir, log_name)
-  with open(log_path, "a") as log:
+  log_path = storage.join(workdir, log_name)
+  with _AttemptLog(log_path) as log:
     log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {spec_lib.shell_join(argv)}\n")
     log.flush()
     offset = log.tell()
     start = time.time()
     if log_name == LOG:
-      append_jsonl(os.path.join(workdir, ATTEMPTS), {"start": start, "node": node or os.uname().nodename})
+      append_jsonl(storage.join(workdir, ATTEMPTS), {"start": start, "node": node or os.uname().nodename})
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                             env=None if env is None else dict(env),
                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
@@ -223,10 +231,11 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
     try:
       while True:
         try:
-          rc = proc.wait(timeout=1.0 if abort else None)
+          rc = proc.wait(timeout=1.0 if abort or log.remote else None)
           break
         except subprocess.TimeoutExpired:
-          if abort():
+          log.upload_every(LOG_UPLOAD_S)
+          if abort and abort():
             stopped = aborted = True
             _stop(proc)
             rc = proc.returncode
@@ -239,9 +248,9 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
       raise
     finally:  # also when interrupted: the attempt's time counts towards the member's
       if log_name == LOG:
-        append_jsonl(os.path.join(workdir, ATTEMPTS),
-                      {"start": start, "wall_s": time.time() - start, "rc": proc.returncode,
-                       "outcome": attempt_outcome(proc.returncode, stopped, aborted)})
+        append_jsonl(storage.join(workdir, ATTEMPTS),
+                     {"start": start, "wall_s": time.time() - start, "rc": proc.returncode,
+                      "outcome": attempt_outcome(proc.returncode, stopped, aborted)})
   return rc, offset
 
 
@@ -256,9 +265,53 @@ def attempt_outcome(rc: int | None, stopped: bool = False, aborted: bool = False
   return "stopped" if stopped else "failed"
 
 
+class _AttemptLog:
+  """The file an attempt's trainer writes its output to: the log itself, appended to, when local; on a store,
+  a local temporary file holding the log's earlier text, copied whole onto the log object (`upload_every`, and
+  at the end). `tell()` is the offset in the log's text either way."""
+
+  def __init__(self, path: str):
+    self.path, self.remote = path, storage.is_url(path)
+    self._file = None
+    self._uploaded = 0.0
+
+  def __enter__(self):
+    if not self.remote:
+      self._file = open(self.path, "a")
+      return self
+    earlier = storage.read_text(self.path) if storage.exists(self.path) else ""
+    self._file = tempfile.NamedTemporaryFile("w+", prefix="grpo_sweep_log_", suffix=".log")
+    self._file.write(earlier)
+    return self
+
+  def __getattr__(self, name):  # write, flush, tell, fileno: the file's
+    return getattr(self._file, name)
+
+  def upload_every(self, seconds: float) -> None:
+    if self.remote and time.time() - self._uploaded >= seconds:
+      self.upload()
+
+  def upload(self) -> None:
+    self._file.flush()
+    with open(self._file.name) as f:
+      storage.write_text(self.path, f.read())
+    self._uploaded = time.time()
+
+  def __exit__(self, *exc):
+    try:
+      if self.remote:
+        self.upload()
+    finally:
+      self._file.close()
+
+
 def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
   """Waits while the trainer of an earlier attempt still holds the workdir's lock (WORKDIR/.lock, taken by
   scripts/train.py): after a lost Ray worker, that trainer is still saving and exiting when the retry starts."""
+  if storage.is_url(workdir):
+    from grpo_jax.train.lease import LEASE_FILE, wait_until_free
+    wait_until_free(storage.join(workdir, LEASE_FILE), timeout_s)
+    return
   import fcntl
   path, deadline = os.path.join(workdir, ".lock"), time.time() + timeout_s
   if not os.path.exists(path):
@@ -291,6 +344,10 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def append_jsonl(path: str, row: Mapping[str, Any]) -> None:
+  if storage.is_url(path):  # no append on a store: the object rewritten with the row added
+    earlier = storage.read_text(path) if storage.exists(path) else ""
+    storage.write_text(path, earlier + json.dumps(row) + "\n")
+    return
   with open(path, "a") as f:
     f.write(json.dumps(row) + "\n")
 
@@ -300,15 +357,18 @@ def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=pri
   'preempted' (EXIT_PREEMPTED: no marker, the member stays unfinished and resumes from its last step)."""
   total_wall_s = member_wall_s(workdir)
   if rc == 0:
-    _write_json(os.path.join(workdir, DONE), {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
+    _write_json(storage.join(workdir, DONE), {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
     echo(f"[sweep] {member.name}: done ({total_wall_s:.1f}s in all)")
     return "done"
   if rc == EXIT_PREEMPTED:
     echo(f"[sweep] {member.name}: preempted (exit code {rc}): its trainer saved its last step")
     return "preempted"
-  with open(os.path.join(workdir, LOG)) as f:
-    f.seek(offset)
-    error = _tail(f.read())
+  if storage.is_url(workdir):
+    error = _tail(storage.read_text(storage.join(workdir, LOG))[offset:])
+  else:
+    with open(os.path.join(workdir, LOG)) as f:
+      f.seek(offset)
+      error = _tail(f.read())
   mark_failed(workdir, rc, error)
   echo(f"[sweep] {member.name}: FAILED with exit code {rc}; last lines:\n{_tail(error, 5)}")
   return "failed"
@@ -316,7 +376,7 @@ def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=pri
 
 def mark_failed(workdir: str, rc: int | None, error: str) -> None:
   """FAILED: the exit code (None: the process was lost with its node), wall time so far and the error."""
-  _write_json(os.path.join(workdir, FAILED), {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
+  _write_json(storage.join(workdir, FAILED), {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
 
 
 def too_many_preemptions(member: spec_lib.Member, workdir: str, preemptions: int, max_preemptions: int,

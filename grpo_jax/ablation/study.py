@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Any, Mapping, Sequence
 
+from grpo_jax import storage
 from grpo_jax.ablation import progress, runner, spec
 from grpo_jax.errors import UserError
 
@@ -66,7 +67,7 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
     ray_backend.import_ray()  # a missing extra is reported before anything is written
   if only is None:  # a job-array task (only=...) must not overwrite the full plan with its one member
     runner.write_plan(sweep_dir, config_spec, members, common)
-  elif not os.path.exists(os.path.join(sweep_dir, runner.SWEEP_JSON)):
+  elif not storage.exists(storage.join(sweep_dir, runner.SWEEP_JSON)):
     runner.write_plan(sweep_dir, config_spec, spec.load_sweep(config_spec), common)
   if backend == "ray":
     resources = member_resources or getattr(spec.load_module(config_spec), "get_member_resources", lambda: None)()

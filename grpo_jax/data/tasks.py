@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from grpo_jax import storage
 from grpo_jax.config_checks import Section, fail
 from grpo_jax.data import reasoning_gym, templates, word_arithmetic
 from grpo_jax.data.char_tokenizer import CharTokenizer
@@ -172,7 +173,7 @@ def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[d
   if train_rows is not None and t.name != "dataset":
     raise ValueError(f"a train_dataset needs config.task.name = 'dataset', not {t.name!r}")
   build = TASKS.get(t.name)
-  tokenizer = load_hf_tokenizer(config.model.hf_path) if config.model.hf_path else None
+  tokenizer = load_hf_tokenizer(storage.local_dir(config.model.hf_path)) if config.model.hf_path else None
   rows = {} if train_rows is None else {"train_rows": train_rows, "heldout_rows": heldout_rows}
   return build(config, tokenizer, log, **rows)
 

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
+from grpo_jax import storage
 from grpo_jax.config_checks import Section
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -151,7 +152,8 @@ def validate_config(model) -> None:
   s.one_of("dtype", tuple(DTYPES))
   if s["attention"] == "cudnn" and s["dtype"] == "float32":
     s.fail("attention", "'cudnn' (flash attention) needs model.dtype bfloat16 or float16, not float32")
-  if s["hf_path"] and not os.path.isdir(s["hf_path"]):
+  if s["hf_path"] and not (storage.exists(storage.join(s["hf_path"], "config.json")) if storage.is_url(s["hf_path"])
+                           else os.path.isdir(s["hf_path"])):
     s.fail("hf_path", "is not a directory (a Hugging Face checkpoint: config.json, safetensors, tokenizer); for "
            "SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first")
   if not s["hf_path"] and s["num_heads"] % s["num_kv_heads"]:

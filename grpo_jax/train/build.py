@@ -10,6 +10,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import config as config_lib
+from grpo_jax import storage
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.reasoning_gym import closing_tag_ids
 from grpo_jax.data.tasks import make_task, stop_ids
@@ -42,7 +43,7 @@ def build_model(config, tokenizer, mesh):
   lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
   if m.hf_path:
     from grpo_jax.model import hf_io
-    model = hf_io.from_pretrained(m.hf_path, param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
+    model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, mesh=mesh)
     config_lib.check_context(config, model.cfg.max_position_embeddings,
                              f"max_position_embeddings of {m.hf_path}/config.json")

@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import re
-import shutil
 import warnings
 from typing import Any, NamedTuple
 
@@ -36,6 +35,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from grpo_jax import storage
 from grpo_jax.config_checks import Section
 from grpo_jax.errors import CheckpointSaveError
 
@@ -46,10 +46,10 @@ WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started 
 
 
 def validate_config(checkpoint_cfg) -> None:
-  """`config.checkpoint`: the cadence and how many checkpoints to keep."""
+  """`config.checkpoint`: the cadence, how many checkpoints to keep, preemption, a store workdir's lease time."""
   s = Section(checkpoint_cfg, "checkpoint")
   s.at_least(1, "every", "keep")
-  s.positive("preemption_deadline_s")
+  s.positive("preemption_deadline_s", "lease_ttl_s")
   s.one_of("preemption_notice", ("", "gce", "aws"))
 
 
@@ -193,7 +193,7 @@ class Checkpointer:
   """Saves checkpoints, asynchronously with `async_save` (a run killed mid-save loses only that save)."""
 
   def __init__(self, directory: str, keep: int, verify: bool = True, async_save: bool = True):
-    self.directory = os.path.abspath(directory)
+    self.directory = storage.absolute(directory)
     self.keep = keep
     self.verify = verify
     self.async_save = async_save
@@ -202,7 +202,7 @@ class Checkpointer:
   def _make_manager(self):
     options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True,
                                            enable_async_checkpointing=self.async_save,
-                                           cleanup_tmp_directories=True)
+                                           cleanup_tmp_directories=True, **_store_options(self.directory))
     return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
 
   def all_steps(self) -> list[int]:
@@ -263,21 +263,21 @@ class Checkpointer:
     return None
 
   def _set_aside(self, step: int, error: Exception) -> None:
-    src = os.path.join(self.directory, str(step))
+    src = storage.join(self.directory, str(step))
     dst_dir = self.directory.rstrip("/") + "_damaged"
-    os.makedirs(dst_dir, exist_ok=True)
-    dst = os.path.join(dst_dir, str(step))
+    storage.makedirs(dst_dir)
+    dst = storage.join(dst_dir, str(step))
     for copy in range(1, 1000):  # never delete an earlier damaged copy of the same step
-      if not os.path.exists(dst):
+      if not storage.exists(dst):
         break
-      dst = os.path.join(dst_dir, f"{step}.{copy}")
+      dst = storage.join(dst_dir, f"{step}.{copy}")
     message = (f"checkpoint at step {step} in {self.directory} is unreadable or corrupt "
                f"({type(error).__name__}: {str(error)[:300]}); moved it to {dst} and falling back to the "
                "previous checkpoint")
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     logger.warning(message)
-    if os.path.exists(src):
-      shutil.move(src, dst)
+    if storage.exists(src):
+      storage.move_tree(src, dst)
     self._manager.reload()  # re-read the list of steps
 
   def close(self):
@@ -285,6 +285,16 @@ class Checkpointer:
       self.wait()
     finally:
       self._manager.close()
+
+
+def _store_options(directory: str) -> dict:
+  """orbax options for a gs:// or s3:// directory: TensorStore pointed at the endpoints of the standard
+  variables, and checkpoints committed by a commit_success.txt object written last (what orbax does on gs://
+  already), not by renaming a temporary directory, which a store can only copy object by object."""
+  if not storage.is_url(directory):
+    return {}
+  storage.use_endpoints()
+  return {"atomicity_options": ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)}
 
 
 def _os_failure_reason(error: Exception) -> str | None:
@@ -303,8 +313,10 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
   LoRA run's "adapters"), so the checkpoint may hold more (optimizer state, a reference model). The checksum is
   checked when the checkpoint holds nothing but the parameters (a warm-start directory); a full checkpoint's
   covers state we do not read."""
-  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False)
-  manager = ocp.CheckpointManager(os.path.abspath(directory), options=options, item_names=("state", "meta"))
+  directory = storage.absolute(directory)
+  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False,
+                                         **_store_options(directory))
+  manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
   try:
     if step not in manager.all_steps():
       raise FileNotFoundError(f"{directory} has no complete checkpoint at step {step} (steps: "
@@ -336,11 +348,10 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
 
 def _holds_adapters(directory: str, step: int) -> bool:
   """Whether checkpoint `step` in `directory` is a LoRA run's (its array tree has an "adapters" branch)."""
-  path = os.path.join(directory, str(step), "state", "_METADATA")  # orbax's tree metadata: key paths
-  if not os.path.exists(path):
+  path = storage.join(directory, str(step), "state", "_METADATA")  # orbax's tree metadata: key paths
+  if not storage.exists(path):
     return False
-  with open(path) as f:
-    return "('adapters'," in f.read()
+  return "('adapters'," in storage.read_text(path)
 
 
 def save_initial_state(directory: str, params, meta: dict, verify: bool = True) -> None:
@@ -355,9 +366,10 @@ def save_initial_state(directory: str, params, meta: dict, verify: bool = True) 
 def initial_state_dir(source: str) -> tuple[str, int]:
   """(orbax directory, step) of the starting point in `source`: a run's workdir (its warmstart/ directory,
   else its step-0 checkpoint) or a warmstart/ or checkpoints/ directory itself."""
-  candidates = [(os.path.join(source, WARMSTART_DIR), 0), (os.path.join(source, CHECKPOINT_DIR), 0), (source, 0)]
+  candidates = [(storage.join(source, WARMSTART_DIR), 0), (storage.join(source, CHECKPOINT_DIR), 0), (source, 0)]
   for directory, step in candidates:
-    if os.path.exists(os.path.join(directory, str(step), "commit_success.txt")) or (
+    if storage.exists(storage.join(directory, str(step), "commit_success.txt")) or (
+        not storage.is_url(directory) and  # a store's committed checkpoints all have commit_success.txt
         os.path.isdir(os.path.join(directory, str(step), "state")) and
         os.path.isdir(os.path.join(directory, str(step), "meta"))):
       return directory, step
@@ -384,7 +396,7 @@ def restore_lora_base(workdir: str, initial_base, fingerprint: str | None):
   saved starting point (WORKDIR/warmstart, written after a warm start or from warmstart.init_checkpoint) when
   it has one, else `initial_base` (the base its config builds: the Hugging Face checkpoint, or the seed's
   initialization). ValueError when it is not the base the checkpoints were trained on (`fingerprint`)."""
-  own_start = os.path.join(workdir, WARMSTART_DIR)
+  own_start = storage.join(workdir, WARMSTART_DIR)
   base, source = initial_base, "the model its config builds"
   if has_initial_state(own_start):
     base, _ = restore_params(own_start, 0, abstract_like(initial_base))

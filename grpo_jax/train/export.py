@@ -17,6 +17,7 @@ import ml_collections
 from flax import nnx
 
 from grpo_jax import config as config_lib
+from grpo_jax import storage
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
@@ -65,9 +66,23 @@ def write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> 
   """Writes the policy `nnx.merge(graphdef, params)` to `out` (module docstring); returns `out`. LoRA adapters
   are merged into the weights they adapt (`lora.merged`): the result is a plain checkpoint of the base's shapes.
 
-  Call it on every process of a multi-host run (the parameters are gathered); process 0 writes.
+  Call it on every process of a multi-host run (the parameters are gathered); process 0 writes. A gs:// or
+  s3:// `out` is written to a local temporary directory first, then copied file by file.
   """
-  source = config.model.hf_path or None
+  if storage.is_url(out):
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="grpo_export_") as local:
+      _write_hf_model(graphdef, params, config, tokenizer, local, log=lambda *_: None)
+      if jax.process_index() == 0:
+        for name in sorted(os.listdir(local)):
+          storage.copy(os.path.join(local, name), storage.join(out, name))
+        log(f"[export] wrote {out}")
+    return out
+  return _write_hf_model(graphdef, params, config, tokenizer, out, log)
+
+
+def _write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> str:
+  source = storage.local_dir(config.model.hf_path) if config.model.hf_path else None
   model = nnx.merge(graphdef, params)
   if lora.has_adapters(model):
     model = lora.merged(model)

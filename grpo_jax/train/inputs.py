@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from typing import Any, Callable, Sequence
+
+from grpo_jax import storage
 
 INPUTS_FILE = "inputs.json"
 StepCallback = Callable[[int, dict], Any]
@@ -72,17 +73,15 @@ def _rows_sha256(dataset) -> str | None:
 
 def check_or_record(workdir: str, inputs: RunInputs, resuming: bool, main: bool) -> None:
   """Records the in-memory inputs of a new run; refuses a resume whose inputs differ from the recorded ones."""
-  path = os.path.join(workdir, INPUTS_FILE)
+  path = storage.join(workdir, INPUTS_FILE)
   now = inputs.fingerprint()
   if resuming:
     saved = {"reward_funcs": [], "train_dataset": None, "eval_dataset": None}  # a run started without any
-    if os.path.exists(path):
-      with open(path) as f:
-        saved = json.load(f)
+    if storage.exists(path):
+      saved = json.loads(storage.read_text(path))
     changed = [k for k in now if saved.get(k) != now[k]]
     if changed:
       raise ValueError(f"workdir {workdir} holds a run started with other in-memory inputs ({', '.join(changed)}"
                        f" differ from {path}); pass the same ones to resume it, or use a new workdir")
   elif main:
-    with open(path, "w") as f:
-      json.dump(now, f, indent=2)
+    storage.write_text(path, json.dumps(now, indent=2))

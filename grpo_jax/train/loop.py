@@ -8,14 +8,13 @@ the initial model, and evaluates it), then runs GRPO steps up to `config.num_ste
 from __future__ import annotations
 
 import json
-import os
 import time
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
-from grpo_jax import compile_cache, errors
+from grpo_jax import compile_cache, errors, storage
 from grpo_jax import config as config_lib
 from grpo_jax import precision
 from grpo_jax.data import reasoning_gym as gym_data
@@ -63,7 +62,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
     preemption.install()  # again: jax.distributed took SIGTERM for its own preemption notifier
     try:
       if main:  # the lock file is the only thing written before the settings are checked
-        with workdir_lib.WorkdirLock(workdir):
+        with workdir_lib.WorkdirLock(workdir, config.checkpoint.get("lease_ttl_s", 60.0), log_console):
           workdir_lib.check_resumable(config, workdir, log_console)
           return _train(config, workdir, time_split, main, log_console, inputs, preemption)
       return _train(config, workdir, time_split, main, log_console, inputs, preemption)
@@ -79,7 +78,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
   t_start = time_split.t_start
   cfg_json = workdir_lib.prepare(config, workdir, main)
   run = Run(config, inputs, log_console, time_split)
-  checkpointer = Checkpointer(os.path.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
+  checkpointer = Checkpointer(storage.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
   writer = bar = None
   try:
@@ -100,7 +99,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
         saved_step = 0
       # Every process reads the file (process 0 writes it): they all return the same summary.
       last_eval = (dict(state.initial_eval) if state.step == 0 else
-                   workdir_lib.last_eval(os.path.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval,
+                   workdir_lib.last_eval(storage.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval,
                                          state.step))
       g = config.grpo
       constant = state.initial_eval.get(gym_data.CONSTANT_ANSWER_METRIC)
@@ -150,7 +149,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                         state.wall_before + time.time() - t_start, cfg_json)
       time_split.steps_end()
     if config.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
-      write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, os.path.join(workdir, EXPORT_DIR),
+      write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, storage.join(workdir, EXPORT_DIR),
                      log=log_console)
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
     if bar is not None:
@@ -166,6 +165,7 @@ def _rescue(run: Run, checkpointer: Checkpointer, writer, state: RunState, preem
             cfg_json: str, log) -> tuple[Callable[[], None], Callable[[], None]]:
   """(save, finish) of `state` for the preemption's rescue thread, while a rollout keeps the main thread."""
   def save():
+    writer.flush()  # (a store's metrics rows are written at flushes) the rows up to this step, then the step
     run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
     checkpointer.wait()
 
@@ -231,7 +231,7 @@ def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
   policy = run.policy
   params, data_position = policy.base_part(run.initial_params), 0
-  own_start = os.path.join(workdir, WARMSTART_DIR)
+  own_start = storage.join(workdir, WARMSTART_DIR)
   start_saved = checkpoint_lib.has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
   source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
   if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
@@ -244,9 +244,8 @@ def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
         chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
     if main:
-      with open(os.path.join(workdir, metrics_lib.WARMSTART_FILE), "w") as f:
-        for rec in info["history"]:
-          f.write(json.dumps(rec) + "\n")
+      storage.write_text(storage.join(workdir, metrics_lib.WARMSTART_FILE),
+                         "".join(json.dumps(rec) + "\n" for rec in info["history"]))
     data_position, initial_eval = info["rows"], info["eval"]
   else:
     initial_eval = run.evaluate(policy.from_base(params), 0)

@@ -3,17 +3,26 @@
 
 On resume, records after the restored step are dropped from the JSONL files (the killed run may have
 logged steps it never checkpointed), and TensorBoard is told to purge them, so each step appears once.
+
+In a workdir on an object store (gs://, s3://), which cannot append, the JSONL rows are kept in memory and each
+file is rewritten whole at every `flush` (the loop flushes before each checkpoint save, so every row up to a
+saved step is stored before that checkpoint commits); TensorBoard writes to a local temporary directory whose
+event files are copied to WORKDIR/tensorboard/ at each flush.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
+import uuid
 from typing import Any
 
 import numpy as np
 
+from grpo_jax import storage
 from grpo_jax.config_checks import Section
 
 METRICS_FILE = "metrics.jsonl"
@@ -41,27 +50,29 @@ def _plain(value: Any):
 
 
 def read_jsonl(path: str) -> list[dict]:
-  """Records of a JSONL file; a truncated last line (a run killed mid-write) is ignored."""
-  if not os.path.exists(path):
+  """Records of a JSONL file (local or on a store); a truncated last line (a run killed mid-write) is ignored."""
+  if not storage.exists(path):
     return []
   out = []
-  with open(path) as f:
-    for line in f:
-      line = line.strip()
-      if not line:
-        continue
-      try:
-        out.append(json.loads(line))
-      except json.JSONDecodeError:
-        continue
+  for line in storage.read_text(path).splitlines():
+    line = line.strip()
+    if not line:
+      continue
+    try:
+      out.append(json.loads(line))
+    except json.JSONDecodeError:
+      continue
   return out
 
 
 def _truncate_jsonl(path: str, last_step: int) -> None:
   """Keeps records with step <= last_step (rewritten atomically)."""
-  if not os.path.exists(path):
+  if not storage.exists(path):
     return
   keep = [r for r in read_jsonl(path) if r.get("step", -1) <= last_step]
+  if storage.is_url(path):  # a store replaces the object whole
+    storage.write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
+    return
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
     for r in keep:
@@ -81,34 +92,54 @@ class MetricsWriter:
   def __init__(self, workdir: str, *, tensorboard: bool = True, resume_step: int | None = None,
                wandb: dict | None = None):
     self.workdir = workdir
-    os.makedirs(workdir, exist_ok=True)
-    self.metrics_path = os.path.join(workdir, METRICS_FILE)
-    self.samples_path = os.path.join(workdir, SAMPLES_FILE)
+    storage.makedirs(workdir)
+    self.metrics_path = storage.join(workdir, METRICS_FILE)
+    self.samples_path = storage.join(workdir, SAMPLES_FILE)
     if resume_step is None:
       for path in (self.metrics_path, self.samples_path):
-        if os.path.exists(path):
-          os.remove(path)
+        storage.remove(path)
     else:
       _truncate_jsonl(self.metrics_path, resume_step)
       _truncate_jsonl(self.samples_path, resume_step)
+    # On a store: each JSONL file's lines, rewritten whole at each flush (no append), and the local directory
+    # whose TensorBoard event files are copied there.
+    self._lines: dict[str, list[str]] | None = None
+    self._dirty: set[str] = set()
+    self._tb_local = None
+    if storage.is_url(workdir):
+      self._lines = {path: [json.dumps(r) + "\n" for r in read_jsonl(path)]
+                     for path in (self.metrics_path, self.samples_path)}
     self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter
       purge = None if resume_step is None else resume_step + 1
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=purge)
+      tb_dir, suffix = storage.join(workdir, "tensorboard"), ""
+      if storage.is_url(workdir):
+        self._tb_local = tempfile.mkdtemp(prefix="grpo_tensorboard_")
+        # Event files are named by the second they were opened: a suffix keeps a resume's from replacing them.
+        tb_dir, suffix = self._tb_local, "." + uuid.uuid4().hex[:8]
+      self._tb = SummaryWriter(tb_dir, purge_step=purge, filename_suffix=suffix)
     self._wandb = None
     if wandb is not None:
       try:
         import wandb as wandb_lib
       except ImportError as e:
         raise ImportError("config.log.wandb needs the wandb package: pip install 'grpo_jax[wandb]'") from e
-      self._wandb = wandb_lib.init(dir=workdir, resume="allow", **wandb)
+      # W&B keeps its files in a local directory: on a store, its default one.
+      self._wandb = wandb_lib.init(dir=None if storage.is_url(workdir) else workdir, resume="allow", **wandb)
+
+  def _append(self, path: str, lines: list[str]) -> None:
+    if self._lines is not None:
+      self._lines[path].extend(lines)
+      self._dirty.add(path)
+      return
+    with open(path, "a") as f:
+      f.writelines(lines)
 
   def write(self, step: int, metrics: dict[str, Any]) -> dict:
     record = {"step": int(step)}
     record.update({k: _plain(v) for k, v in sorted(metrics.items())})
-    with open(self.metrics_path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+    self._append(self.metrics_path, [json.dumps(record) + "\n"])
     if self._tb is not None:
       for k, v in record.items():
         if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -120,13 +151,14 @@ class MetricsWriter:
   def write_event(self, step: int, event: dict[str, Any]) -> None:
     """A row that is not a measurement ({"step", "event": "preempted", ...}): metrics.jsonl only. Readers of
     metrics skip it, as they skip any key they do not plot; a resume keeps it (its step is the saved one)."""
-    with open(self.metrics_path, "a") as f:
-      f.write(json.dumps({"step": int(step), **{k: _plain(v) for k, v in event.items()}}) + "\n")
+    self._append(self.metrics_path, [json.dumps({"step": int(step), **{k: _plain(v) for k, v in event.items()}})
+                                     + "\n"])
+    if self._lines is not None:  # on a store: written now, the process is about to end
+      self.flush()
 
   def write_samples(self, step: int, samples: list[dict]) -> None:
-    with open(self.samples_path, "a") as f:
-      for s in samples:
-        f.write(json.dumps({"step": int(step), **{k: _plain(v) for k, v in s.items()}}) + "\n")
+    self._append(self.samples_path, [json.dumps({"step": int(step), **{k: _plain(v) for k, v in s.items()}}) + "\n"
+                                     for s in samples])
     if self._tb is not None and samples:
       text = "\n\n".join(f"`{s['prompt']}` → `{s['completion']}` (reward {s['reward']:.3g})" for s in samples)
       self._tb.add_text("samples", text, step)
@@ -140,11 +172,28 @@ class MetricsWriter:
   def flush(self):
     if self._tb is not None:
       self._tb.flush()
+    if self._lines is not None:
+      for path in sorted(self._dirty):
+        storage.write_text(path, "".join(self._lines[path]))
+      self._dirty.clear()
+    self._upload_tensorboard()
+
+  def _upload_tensorboard(self):
+    """The local event files, each copied whole over its object in WORKDIR/tensorboard/ (a store's objects
+    cannot grow)."""
+    if self._tb_local is None:
+      return
+    for name in sorted(os.listdir(self._tb_local)):
+      storage.copy(os.path.join(self._tb_local, name), storage.join(self.workdir, "tensorboard", name))
 
   def close(self):
     if self._tb is not None:
       self._tb.close()
       self._tb = None
+    self.flush()
+    if self._tb_local is not None:
+      shutil.rmtree(self._tb_local, ignore_errors=True)
+      self._tb_local = None
     if self._wandb is not None:
       self._wandb.finish()
       self._wandb = None

@@ -6,11 +6,13 @@ optional bands (mean ± std); the ablation report (grpo_jax/ablation/report.py) 
 """
 from __future__ import annotations
 
+import io
 import os
 from typing import Sequence
 
 import numpy as np
 
+from grpo_jax import storage
 from grpo_jax.train.metrics import METRICS_FILE, read_jsonl
 
 PANELS = (("reward", "reward"), ("eval/accuracy", "held-out accuracy"), ("kl", "KL to reference"),
@@ -55,8 +57,13 @@ def draw_panels(panels, path: str, dpi: int = 80) -> str:
              fontsize=8, frameon=False)
   rows = -(-len(legend) // 4)
   fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=dpi)
+  if storage.is_url(path):  # matplotlib writes to a buffer, stored whole
+    buffer = io.BytesIO()
+    fig.savefig(buffer, dpi=dpi, format="png")
+    storage.write_bytes(path, buffer.getvalue())
+  else:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=dpi)
   plt.close(fig)
   return path
 
@@ -70,11 +77,11 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
   """
   if not workdirs:
     raise ValueError("plot_runs: no workdirs given")
-  labels = list(labels) if labels else [os.path.basename(os.path.normpath(w)) or w for w in workdirs]
+  labels = list(labels) if labels else [storage.basename(w) or w for w in workdirs]
   runs = []
   for w in workdirs:
-    path = os.path.join(w, METRICS_FILE)
-    if not os.path.exists(path):
+    path = storage.join(w, METRICS_FILE)
+    if not storage.exists(path):
       raise FileNotFoundError(f"{path} does not exist (is {w} a training workdir?)")
     runs.append(read_jsonl(path))
   if metrics:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import time
 import uuid
 from typing import Any
@@ -16,9 +15,11 @@ from typing import Any
 
 from grpo_jax import config as config_lib
 from grpo_jax import errors
+from grpo_jax import storage
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
+from grpo_jax.train.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
@@ -52,14 +53,13 @@ class Summary:
 
 def prepare(config, workdir: str, main: bool) -> str:
   """Creates the workdir, marks the run unfinished and writes config.json; returns the config's JSON."""
-  os.makedirs(workdir, exist_ok=True)
+  storage.makedirs(workdir)
   # The summary marks a finished run; this one is not yet.
-  if main and os.path.exists(os.path.join(workdir, SUMMARY_FILE)):
-    os.remove(os.path.join(workdir, SUMMARY_FILE))
+  if main:
+    storage.remove(storage.join(workdir, SUMMARY_FILE))
   cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
   if main:
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(cfg_json)
+    storage.write_text(storage.join(workdir, "config.json"), cfg_json)
   return cfg_json
 
 
@@ -70,7 +70,7 @@ def finish(config, workdir: str, state, last_eval: dict, time_split, main: bool,
   plot_path = None
   if config.log.plot and main:
     from grpo_jax.train.plotting import plot_runs
-    plot_path = plot_runs([workdir], os.path.join(workdir, PLOT_FILE))
+    plot_path = plot_runs([workdir], storage.join(workdir, PLOT_FILE))
   this_process = time.time() - t_start
   summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                     steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
@@ -79,8 +79,7 @@ def finish(config, workdir: str, state, last_eval: dict, time_split, main: bool,
                     time_split_s=time_split.as_dict(),
                     launch_to_first_step_s=time_split.launch_to_first_step_s)
   if main:
-    with open(os.path.join(workdir, SUMMARY_FILE), "w") as f:
-      json.dump(dataclasses.asdict(summary), f, indent=2)
+    storage.write_text(storage.join(workdir, SUMMARY_FILE), json.dumps(dataclasses.asdict(summary), indent=2))
   log(summary.line())
   log("[time] " + ", ".join(f"{name} {s:.1f}s" for name, s in summary.time_split_s.items()))
   return summary
@@ -90,13 +89,11 @@ def check_resumable(config, workdir: str, log) -> None:
   """A workdir with checkpoints resumes only under the settings it was started with (except those in
   `config.RESUMABLE_CHANGES`, which are printed): a changed setting is an error naming each field, raised before
   anything in the workdir is written."""
-  saved_path = os.path.join(workdir, "config.json")
-  checkpoints = os.path.join(workdir, CHECKPOINT_DIR)
-  if not (os.path.exists(saved_path) and os.path.isdir(checkpoints)
-          and any(name.isdigit() for name in os.listdir(checkpoints))):
+  saved_path = storage.join(workdir, "config.json")
+  checkpoints = storage.join(workdir, CHECKPOINT_DIR)
+  if not (storage.exists(saved_path) and any(name.isdigit() for name in storage.listdir(checkpoints))):
     return
-  with open(saved_path) as f:
-    saved = json.load(f)
+  saved = json.loads(storage.read_text(saved_path))
   conflicts, accepted = config_lib.resume_differences(saved, config)
   if conflicts:
     raise errors.ConfigError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
@@ -108,24 +105,40 @@ def check_resumable(config, workdir: str, log) -> None:
 
 def refuse_to_overwrite_history(workdir: str) -> None:
   """No readable checkpoint: starting afresh would overwrite metrics.jsonl. Refuse when it holds GRPO steps."""
-  path = os.path.join(workdir, metrics_lib.METRICS_FILE)
-  steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)] if os.path.exists(path) else []
+  path = storage.join(workdir, metrics_lib.METRICS_FILE)
+  steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)]
   if any(step > 0 for step in steps):
-    damaged = os.path.join(workdir, CHECKPOINT_DIR + "_damaged")
+    damaged = storage.join(workdir, CHECKPOINT_DIR + "_damaged")
     raise errors.WorkdirError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
                        f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
                        "or use a new --workdir.")
 
 
+
+
 class WorkdirLock:
   """One run per workdir: an exclusive `flock` on WORKDIR/.lock, held while the run lives. The kernel drops it
-  when the process dies, however it dies, so a stale lock never blocks a resume."""
+  when the process dies, however it dies, so a stale lock never blocks a resume.
 
-  def __init__(self, workdir: str):
-    self.path = os.path.join(workdir, ".lock")
+  On an object store (gs://, s3://) the lock is a lease object instead (grpo_jax/train/lease.py): renewed
+  while the run lives, taken over once not renewed for `lease_ttl_s`, or at once by a launch on the same host
+  whose holder's pid is gone."""
+
+  def __init__(self, workdir: str, lease_ttl_s: float = DEFAULT_LEASE_TTL_S, log=print):
+    self.path = storage.join(workdir, ".lock")
     self._file = None
+    self._lease = None
+    if storage.is_url(workdir):
+      from grpo_jax.train.lease import LEASE_FILE, Lease
+      self._lease = Lease(storage.join(workdir, LEASE_FILE), lease_ttl_s)
+    self._log = log
 
   def __enter__(self):
+    if self._lease is not None:
+      self._lease.__enter__()
+      if self._lease.took_over:
+        self._log(f"[lease] took over {self._lease.url} ({self._lease.took_over})")
+      return self
     import fcntl
     os.makedirs(os.path.dirname(self.path), exist_ok=True)
     self._file = open(self.path, "a+")
@@ -144,6 +157,9 @@ class WorkdirLock:
     return self
 
   def __exit__(self, *exc):
+    if self._lease is not None:
+      self._lease.__exit__(*exc)
+      return
     self._file.close()  # releases the lock
 
 
@@ -152,9 +168,8 @@ RUN_ID_FILE = "run_id"
 
 def read_run_id(workdir: str) -> str | None:
   try:
-    with open(os.path.join(workdir, RUN_ID_FILE)) as f:
-      return f.read().strip()
-  except OSError:
+    return storage.read_text(storage.join(workdir, RUN_ID_FILE)).strip()
+  except (OSError, FileNotFoundError):
     return None
 
 
@@ -162,8 +177,7 @@ def new_run_id(workdir: str, main: bool) -> str:
   """A fresh id for the run in `workdir`, stored there and in its checkpoints (process 0's is the one written)."""
   run_id = uuid.uuid4().hex
   if main:
-    with open(os.path.join(workdir, RUN_ID_FILE), "w") as f:
-      f.write(run_id + "\n")
+    storage.write_text(storage.join(workdir, RUN_ID_FILE), run_id + "\n")
   return run_id
 
 
@@ -185,9 +199,9 @@ def load_starting_point(source: str, params, workdir: str, main: bool, log) -> t
   exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
   directory, step = checkpoint_lib.initial_state_dir(source)
   params, meta = checkpoint_lib.restore_params(directory, step, checkpoint_lib.abstract_like(params))
-  warmstart_log = os.path.join(source, metrics_lib.WARMSTART_FILE)
-  if main and os.path.exists(warmstart_log):
-    shutil.copy(warmstart_log, os.path.join(workdir, metrics_lib.WARMSTART_FILE))
+  warmstart_log = storage.join(source, metrics_lib.WARMSTART_FILE)
+  if main and storage.exists(warmstart_log):
+    storage.copy(warmstart_log, storage.join(workdir, metrics_lib.WARMSTART_FILE))
   log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/{step}"
       f" (seed {meta.get('seed')})")
   return params, int(meta["data_position"]), dict(meta["initial_eval"])

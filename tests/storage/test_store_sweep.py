@@ -1,0 +1,48 @@
+"""A sweep directory on a store: member.json, attempts.jsonl, train.log (with each attempt's output), DONE /
+FAILED and sweep.json are written there, a crashed member resumes, and the progress reader sees it all."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from grpo_jax import storage
+from grpo_jax.ablation import progress, runner, spec
+from grpo_jax.train.metrics import read_jsonl
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.mark.parametrize("scheme", ["s3", pytest.param("gs", marks=pytest.mark.faults)])  # gs: same code, 9 s
+def test_a_sweep_on_a_store_records_its_members_and_resumes_a_crashed_one(scheme, request):
+  store = request.getfixturevalue({"s3": "s3", "gs": "gcs"}[scheme])
+  sweep_dir = store.url("sweep")
+  members = spec.validate([{"name": "ok_seed0", "overrides": {"num_steps": 2}},
+                           {"name": "crash_seed0", "overrides": {"num_steps": 3, "crash_at": 2}}])
+  runner.write_plan(sweep_dir, "exp.py", members, {})
+  kwargs = dict(config_spec="exp.py", sweep_dir=sweep_dir, echo=lambda *_: None,
+                train_cmd=[sys.executable, os.path.join(HERE, "store_fake_train.py")],
+                env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
+                                                                  os.environ.get("PYTHONPATH", "")])))
+  assert runner.run_sweep(members, **kwargs) == {"ok_seed0": "done", "crash_seed0": "failed"}
+  crashed = storage.join(sweep_dir, "crash_seed0")
+  assert "RuntimeError: simulated crash" in runner.read_json(storage.join(crashed, runner.FAILED))["error"]
+  assert runner.run_sweep(members, **kwargs) == {"ok_seed0": "skipped-done", "crash_seed0": "done"}
+
+  assert [m["name"] for m in json.loads(storage.read_text(storage.join(sweep_dir, runner.SWEEP_JSON)))["members"]] \
+      == ["ok_seed0", "crash_seed0"]
+  assert not storage.exists(storage.join(crashed, runner.FAILED))
+  assert runner.read_json(storage.join(crashed, runner.DONE))["rc"] == 0
+  assert [r.get("rc") for r in read_jsonl(storage.join(crashed, runner.ATTEMPTS))] == [None, 1, None, 0]
+  log = storage.read_text(storage.join(crashed, runner.LOG))
+  assert log.count("===== sweep attempt") == 2
+  assert "starting at step 0" in log and "starting at step 2" in log  # each attempt's own output, in order
+  assert log.index("starting at step 0") < log.index("simulated crash") < log.index("starting at step 2")
+  assert [r["step"] for r in read_jsonl(storage.join(crashed, "metrics.jsonl"))] == [0, 1, 2, 3]
+  member = runner.read_json(storage.join(crashed, runner.MEMBER_JSON))
+  assert member["command"][member["command"].index("--workdir") + 1] == crashed
+  seen = progress.read_member(sweep_dir, "crash_seed0")
+  assert (seen.state, seen.step, seen.attempts) == ("done", 3, 2)
+  storage.rmtree(sweep_dir)
