@@ -194,7 +194,8 @@ def test_the_doc_puts_every_sweep_directory_on_the_shared_path():
   dirs = re.findall(r"--sweep_dir\s+(\S+)", _doc())
   assert dirs
   for d in dirs:
-    assert d.startswith(SHARED + "/"), f"docs/cloud.md: --sweep_dir {d} is not under {SHARED}"
+    assert d.startswith((SHARED + "/", "gs://", "s3://")), \
+        f"docs/cloud.md: --sweep_dir {d} is neither under {SHARED} nor on a store"
 
 
 @pytest.mark.parametrize("path", _ray_up_files(), ids=os.path.basename)

@@ -101,7 +101,9 @@ class Preemption:
       read, write = os.pipe()
       os.set_blocking(write, False)
       self._wakeup = (read, write, signal.set_wakeup_fd(write, warn_on_full_buffer=False))
-      threading.Thread(target=self._watch_wakeup, args=(read,), name="preemption-wakeup", daemon=True).start()
+      self._wakeup_thread = threading.Thread(target=self._watch_wakeup, args=(read,), name="preemption-wakeup",
+                                             daemon=True)
+      self._wakeup_thread.start()
 
   def __exit__(self, *exc) -> None:
     self._closed.set()
@@ -113,6 +115,8 @@ class Preemption:
       signal.set_wakeup_fd(previous)
       os.close(write)  # the wakeup thread sees the end of the pipe and closes the read end
       self._wakeup = None
+      if self._wakeup_thread is not threading.current_thread():
+        self._wakeup_thread.join(5.0)  # a run leaves no thread behind
 
   # -- requests ---------------------------------------------------------------------------------------------------
   def _on_signal(self, signum, frame) -> None:

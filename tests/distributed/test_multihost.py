@@ -90,6 +90,7 @@ def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
   assert ckpts == [2, 3]
 
 
+@pytest.mark.faults  # two more two-process runs (~1.5 min of the suite): pytest -m faults
 def test_sigterm_to_one_process_stops_both_at_the_same_saved_step_and_the_resume_ends_identical(runs, tmp_path):
   """Process 1 alone gets SIGTERM as its second update starts: both processes finish that step, save it together
   and exit 75; the same commands started again end with the parameters of the uninterrupted two-process run."""

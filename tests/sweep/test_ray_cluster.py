@@ -31,8 +31,8 @@ TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 
 
 def _metrics(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    rows = [json.loads(line) for line in f]
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:  # less a preempted trainer's event row
+    rows = [r for r in map(json.loads, f) if "event" not in r]
   return [{k: v for k, v in r.items() if k not in TIMING and not k.startswith("timing/")} for r in rows]
 
 

@@ -2,7 +2,7 @@
 uninterrupted one (final parameters and optimizer state by checksum, every logged metric but the timings).
 A signalled run stops by itself with exit code 75 and every step it logged saved.
 
-Three kill points and four signal points run in the default suite; all of tests/train/fault_runner.py's
+Three kill points and two signal points run in the default suite; all of tests/train/fault_runner.py's
 KILL_POINTS and SIGNAL_POINTS with `pytest -m faults tests/train/test_faults.py` (about 40 s per point on 2
 cores)."""
 from __future__ import annotations
@@ -26,7 +26,7 @@ TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 def _timing(name: str) -> bool:
   return name in TIMING or name.startswith("timing/")
 IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3), ("during_async_write", 2)}
-SIGNALS_IN_DEFAULT_SUITE = {("during_eval", 1), ("rollout", 4), ("reward", 5), ("update", 3)}
+SIGNALS_IN_DEFAULT_SUITE = {("rollout", 4), ("reward", 5)}
 
 
 def _run(workdir, cache_dir, *point) -> subprocess.CompletedProcess:
