@@ -72,6 +72,7 @@ def _report_numbers(sweep_dir):
           for m in report.load_sweep_dir(sweep_dir)}
 
 
+@pytest.mark.faults  # 100 s; the default suite's retry on Ray: test_a_member_whose_node_dies_is_resubmitted_...
 def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_reports_as_the_local_backend(tmp_path):
   """Four tiny members, two at a time (one CPU each of two); the Ray worker of one is killed after its step-2
   checkpoint: Ray retries it, it resumes and ends with the metrics of an uninterrupted twin; the report of the
