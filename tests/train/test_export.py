@@ -24,8 +24,7 @@ from tests.train.conftest import ROOT
 NEW_TOKENS = 24
 
 
-@pytest.fixture(scope="module")
-def exported_run(tmp_path_factory):
+def _exporting_config():
   """One GRPO step of the GSM8K recipe's :test preset, exported at the end of the run."""
   spec = importlib.util.spec_from_file_location("gsm8k_recipe", os.path.join(ROOT, "experiments", "gsm8k.py"))
   recipe = importlib.util.module_from_spec(spec)
@@ -33,6 +32,13 @@ def exported_run(tmp_path_factory):
   config = recipe.get_config("test")
   config.num_steps = 1
   config.checkpoint.export_hf = True
+  return config
+
+
+@pytest.fixture(scope="module")
+def exported_run(tmp_path_factory):
+  """One GRPO step of the GSM8K recipe's :test preset, exported at the end of the run."""
+  config = _exporting_config()
   workdir = str(tmp_path_factory.mktemp("run"))
   loop.train(config, workdir)
   return workdir, config
@@ -91,12 +97,7 @@ def test_sigterm_during_the_final_export_exits_preempted_and_the_rerun_exports(t
   import signal
 
   from grpo_jax import errors
-  spec = importlib.util.spec_from_file_location("gsm8k_recipe", os.path.join(ROOT, "experiments", "gsm8k.py"))
-  recipe = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(recipe)
-  config = recipe.get_config("test")
-  config.num_steps = 1
-  config.checkpoint.export_hf = True
+  config = _exporting_config()
   write, calls = loop.write_hf_model, []
 
   def signalled(*args, **kwargs):
