@@ -161,70 +161,96 @@ def peak_in_use() -> int | None:
   return device_memory("peak_bytes_in_use")
 
 
+class StepRig:
+  """Everything one GRPO step needs on random weights of `cfg`'s shape: the fixture data and tokenizer, the
+  parameters, AdamW state and reference on the device, the sampler and the reference's program."""
+
+  def __init__(self, cfg, config, step, graphdef, optimizer, log=print):
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from grpo_jax import config as config_lib
+    from grpo_jax.data import fixtures
+    from grpo_jax.model import lora
+    from grpo_jax.model import sharding as sharding_lib
+    from grpo_jax.train import distributed
+    from grpo_jax.train.loop import build_reward_fns, build_tokenizer_and_task, make_samplers
+    from grpo_jax.train.offload import RefOffloader
+    from grpo_jax.train.rollout import RolloutSettings
+    from grpo_jax.train.state import init_opt_state
+    from grpo_jax.train.step import make_logprob_fn
+    paths = fixtures.ensure_fixtures()
+    config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
+    config.task.train_path = paths["countdown" if config.task.template == "r1_zero" else "gsm8k"]
+    config.task.heldout_path = ""
+    config.task.heldout_fraction = 0.25
+    self.config, self.step = config, step
+    self.tokenizer, self.task = build_tokenizer_and_task(config, log=log)
+    g, s = config.grpo, config.sampling
+    micro = shapes(config)[4]
+    mesh = sharding_lib.make_mesh(data=1, fsdp=1, tensor=1)
+    _, abstract = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
+    shardings = sharding_lib.param_shardings(abstract, mesh)
+    init = jax.jit(lambda key: nnx.split(make_model(cfg, config, key))[1], out_shardings=shardings)
+    self.params = init(jax.random.key(config.seed))
+    self.opt_state, _ = init_opt_state(optimizer, trainable(self.params, config), mesh)
+    self.offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
+    copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings)
+    self.use_lora = bool(config.model.get("lora_rank", 0))
+    ref_graphdef = lora.base_graphdef(graphdef, self.params) if self.use_lora else graphdef
+    # With LoRA the reference is the base inside `params`; otherwise a copy of the parameters.
+    self.ref_params = None if g.beta <= 0 or self.use_lora else self.offloader.park(copy(self.params))
+    self.ref_logprobs = jax.jit(make_logprob_fn(ref_graphdef, temperature=s.temperature,
+                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
+                                                prompt_repeats=config_lib.prompt_repeats(config)))
+    self.sampler = distributed.GlobalSampler(make_samplers(graphdef, config, self.tokenizer)[0], 0)
+    self.settings = RolloutSettings.from_config(config, build_reward_fns(config))
+    jax.block_until_ready((self.params, self.opt_state, self.ref_params))
+
+  def run_step(self, i: int, data_step: int | None = None) -> dict:
+    """Step `i` (1-based) on the prompts of step `data_step` (default `i`): seconds and peak device bytes after
+    each phase, the update's widths, the loss."""
+    import jax
+
+    from grpo_jax.model import lora
+    from grpo_jax.train.rollout import collect_rollout, trim_padding
+    g = self.config.grpo
+    t0 = time.time()
+    columns = self.task.train_rows(((data_step or i) - 1) * g.prompts_per_step, g.prompts_per_step)
+    rollout = collect_rollout(self.sampler, self.params, self.tokenizer, columns, self.settings, jax.random.key(i))
+    t1 = time.time()
+    out = {"step": i, "sample_s": t1 - t0, "sample_peak": peak_in_use()}
+    batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))
+    if g.beta > 0:
+      reference = lora.split_adapters(self.params)[1] if self.use_lora else self.offloader.fetch(self.ref_params)
+      batch = batch._replace(ref_logp_BxC=self.ref_logprobs(reference, batch))
+      jax.block_until_ready(batch.ref_logp_BxC)
+    t2 = time.time()
+    out.update(reference_s=t2 - t1, reference_peak=peak_in_use())
+    self.params, self.opt_state, metrics = self.step(self.params, self.opt_state, batch)
+    jax.block_until_ready((self.params, self.opt_state))
+    t3 = time.time()
+    out.update(update_s=t3 - t2, update_peak=peak_in_use(), step_s=t3 - t0, loss=float(metrics["loss"]),
+               prompt_width=batch.prompt_BxP.shape[1], completion_width=batch.completion_BxC.shape[1],
+               prompt_tokens=int(rollout.batch.prompt_mask_BxP.sum()),
+               completion_tokens=int(rollout.batch.completion_mask_BxC.sum()))
+    return out
+
+
 def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print) -> list[dict]:
   """`num_steps` GRPO steps on random weights of `cfg`'s shape; peak device bytes after each phase."""
-  import jax
-  import jax.numpy as jnp
-  from flax import nnx
-
-  from grpo_jax.data import fixtures
-  from grpo_jax.model import lora
-  from grpo_jax.model import sharding as sharding_lib
-  from grpo_jax.train import distributed
-  from grpo_jax.train.loop import build_reward_fns, build_tokenizer_and_task, make_samplers
-  from grpo_jax.train.offload import RefOffloader
-  from grpo_jax.train.rollout import RolloutSettings, collect_rollout, trim_padding
-  from grpo_jax.train.state import init_opt_state
-  from grpo_jax import config as config_lib
-  from grpo_jax.train.step import make_logprob_fn
-  paths = fixtures.ensure_fixtures()
-  config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
-  config.task.train_path = paths["countdown" if config.task.template == "r1_zero" else "gsm8k"]
-  config.task.heldout_path = ""
-  config.task.heldout_fraction = 0.25
-  tokenizer, task = build_tokenizer_and_task(config, log=log)
-  g, s = config.grpo, config.sampling
-  B, _, _, _, micro = shapes(config)
-
-  mesh = sharding_lib.make_mesh(data=1, fsdp=1, tensor=1)
-  _, abstract = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
-  shardings = sharding_lib.param_shardings(abstract, mesh)
-  init = jax.jit(lambda key: nnx.split(make_model(cfg, config, key))[1], out_shardings=shardings)
-  params = init(jax.random.key(config.seed))
-  opt_state, _ = init_opt_state(optimizer, trainable(params, config), mesh)
-  offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
-  copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings)
-  use_lora = bool(config.model.get("lora_rank", 0))
-  ref_graphdef = lora.base_graphdef(graphdef, params) if use_lora else graphdef
-  # With LoRA the reference is the base inside `params`; otherwise a copy of the parameters.
-  ref_params = None if g.beta <= 0 or use_lora else offloader.park(copy(params))
-  ref_logprobs = jax.jit(make_logprob_fn(ref_graphdef, temperature=s.temperature,
-                                         chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
-                                         prompt_repeats=config_lib.prompt_repeats(config)))
-  sampler = distributed.GlobalSampler(make_samplers(graphdef, config, tokenizer)[0], 0)
-  settings = RolloutSettings.from_config(config, build_reward_fns(config))
-  jax.block_until_ready((params, opt_state, ref_params))
+  rig = StepRig(cfg, config, step, graphdef, optimizer, log=log)
+  B, C = shapes(config)[0], config.sampling.max_new_tokens
   rows = [{"phase": "weights, AdamW, reference", "peak": peak_in_use(), "s": 0.0}]
   log(f"[memory_fit] state on the device: peak {_gib(rows[-1]['peak'])} GiB")
   for i in range(1, num_steps + 1):
-    t0 = time.time()
-    columns = task.train_rows((i - 1) * g.prompts_per_step, g.prompts_per_step)
-    rollout = collect_rollout(sampler, params, tokenizer, columns, settings, jax.random.key(i))
-    t1 = time.time()
-    rows.append({"phase": f"step {i}: sample {B} x {s.max_new_tokens} tokens", "peak": peak_in_use(), "s": t1 - t0})
-    batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))
-    if g.beta > 0:
-      reference = lora.split_adapters(params)[1] if use_lora else offloader.fetch(ref_params)
-      batch = batch._replace(ref_logp_BxC=ref_logprobs(reference, batch))
-      jax.block_until_ready(batch.ref_logp_BxC)
-    t2 = time.time()
-    rows.append({"phase": f"step {i}: reference log-probs", "peak": peak_in_use(), "s": t2 - t1})
-    params, opt_state, metrics = step(params, opt_state, batch)
-    jax.block_until_ready((params, opt_state))
-    rows.append({"phase": f"step {i}: update (completions {batch.completion_BxC.shape[1]} wide)",
-                 "peak": peak_in_use(), "s": time.time() - t2})
-    log(f"[memory_fit] step {i}: loss {float(metrics['loss']):.4g}, {time.time() - t0:.1f} s, peak "
-        f"{_gib(rows[-1]['peak'])} GiB")
+    r = rig.run_step(i)
+    rows += [{"phase": f"step {i}: sample {B} x {C} tokens", "peak": r["sample_peak"], "s": r["sample_s"]},
+             {"phase": f"step {i}: reference log-probs", "peak": r["reference_peak"], "s": r["reference_s"]},
+             {"phase": f"step {i}: update (completions {r['completion_width']} wide)", "peak": r["update_peak"],
+              "s": r["update_s"]}]
+    log(f"[memory_fit] step {i}: loss {r['loss']:.4g}, {r['step_s']:.1f} s, peak {_gib(r['update_peak'])} GiB")
   return rows
 
 

@@ -135,6 +135,12 @@ def grpo_jax_logits(config, prompt: str) -> dict:
 
 
 def run_trl(args) -> dict:
+  return trl_step_records(bench_config(args), args.steps, args.out, args.dtype, args.seed)
+
+
+def trl_step_records(config, steps: int, out: str, dtype: str, seed: int, device: str = "cpu") -> dict:
+  """TRL's GRPOTrainer for `steps` steps of `config` (model.hf_path, the task's first training prompts): each
+  step's seconds (a callback's on_step_begin to on_step_end), completion length and reward."""
   import torch
   from datasets import Dataset
   from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -144,17 +150,16 @@ def run_trl(args) -> dict:
   from grpo_jax.train.timing import seconds_since_launch
   from trl_learning import logs_by_step, trl_arguments
 
-  config = bench_config(args)
-  rows = train_rows(config, config.grpo.prompts_per_step * (args.steps + 1))
+  rows = train_rows(config, config.grpo.prompts_per_step * (steps + 1))
   dataset = Dataset.from_dict(rows)
   accuracy = get_reward(config.eval.accuracy_reward)
 
   def gsm8k_accuracy(prompts, completions, answer, **_):
     return [float(x) for x in accuracy(list(prompts), list(completions), answer=list(answer))]
 
-  torch.manual_seed(args.seed)
-  dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
-  model = AutoModelForCausalLM.from_pretrained(config.model.hf_path, dtype=dtype)
+  torch.manual_seed(seed)
+  torch_dtype = torch.float32 if dtype == "float32" else torch.bfloat16
+  model = AutoModelForCausalLM.from_pretrained(config.model.hf_path, dtype=torch_dtype)
   records, first_step = [], {}
 
   class Clock(TrainerCallback):
@@ -162,11 +167,13 @@ def run_trl(args) -> dict:
       self.t0 = time.perf_counter()
 
     def on_step_end(self, a, state, control, **kw):
+      if device != "cpu":
+        torch.cuda.synchronize()
       records.append({"step": state.global_step, "seconds": time.perf_counter() - self.t0})
       first_step.setdefault("launch", seconds_since_launch())
 
-  trl_args = trl_arguments(config, os.path.join(args.out, "trl"), args.steps)
-  trl_args["bf16"] = args.dtype == "bfloat16"
+  trl_args = trl_arguments(config, os.path.join(out, "trl"), steps)
+  trl_args.update(bf16=dtype == "bfloat16", use_cpu=device == "cpu")
   trainer = GRPOTrainer(model=model, reward_funcs=[gsm8k_accuracy], train_dataset=dataset,
                         processing_class=AutoTokenizer.from_pretrained(config.model.hf_path),
                         callbacks=[Clock()], args=GRPOConfig(**trl_args))

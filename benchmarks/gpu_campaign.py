@@ -1,0 +1,456 @@
+#!/usr/bin/env python
+"""The accelerator campaign (issue 45): what one short GPU call measures, prepared and checked on a CPU.
+
+  bash benchmarks/gpu_campaign.sh                                  # on the GPU machine (see that file)
+  python benchmarks/gpu_campaign.py --smoke --out /tmp/campaign    # every part at tiny shapes on a CPU: a check
+
+A GPU is lent now and then, for minutes, so everything it should tell us runs in one call of at most
+`--budget` seconds (default 470). The parts run in order of value, each in its own process with its own time
+budget; a part is skipped when less than its minimum is left, and a part that outlives its budget is killed
+with what it had written kept. After every part the campaign rewrites `campaign.json` (every part's status,
+seconds and result, the device and the versions) and `campaign.md` (one table), so a call cut short still
+returns what finished.
+
+Parts (shapes of experiments/gsm8k.py: 16 prompts x G 16 = 256 rows, prompts padded to 256, 512 new tokens, bf16
+compute over float32 parameters, remat, beta 0.04 with the reference, micro-batches of 16; random weights of
+the named shape, which never stop early, so every row decodes all 512 tokens: the worst case):
+  step_qwen2.5-0.5b  steps with a fresh compilation cache: each phase's seconds and peak device memory, the
+                     XLA memory analysis of the update, compile seconds and launch to the first step (cold);
+                     then the sampler alone (tokens/s at 256 x 512) and a profile of one sampler call: kernels
+                     launched per decode step, the GPU's busy fraction, the kernels that take the time
+  compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
+  decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
+  trl_qwen2.5-0.5b   TRL's GRPOTrainer (benchmarks/step_bench.py's TRL side) at the same settings, same shape
+  tests              the GPU test subset (model, algo, sampling, the update, precision)
+  step_gemma3-1b     Gemma 3 1B's shape, same recipe, same measurements as the first part minus the profile
+
+benchmarks/roofline.py --measured campaign.json puts the step parts against the floor of the device.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as scripts/train.py sets it
+
+RECIPE = "experiments/gsm8k.py"
+# XLA's command buffers (CUDA graphs) also around while loops and conditionals: the decode loop's body could then
+# launch as one graph per token step instead of one kernel at a time.
+COMMAND_BUFFER_FLAGS = ("--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,"
+                        "WHILE,CONDITIONAL")
+TESTS = ["tests/model", "tests/algo", "tests/sampling", "tests/train/test_step.py", "tests/test_precision.py"]
+
+
+def parts(smoke: bool) -> list[dict]:
+  """The campaign's parts in order of value: name, the child's arguments, budget and minimum seconds."""
+  tests = ["tests/algo/test_advantages.py"] if smoke else TESTS
+  return [
+      dict(name="step_qwen2.5-0.5b", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "3", "--profile"],
+           budget=200, minimum=80),
+      dict(name="compile_cached", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "1"], budget=60, minimum=30),
+      dict(name="decode_flags", argv=["sampler", "--model", "qwen2.5-0.5b"], budget=60, minimum=40,
+           env={"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + COMMAND_BUFFER_FLAGS).strip()}),
+      dict(name="trl_qwen2.5-0.5b", argv=["trl", "--model", "qwen2.5-0.5b", "--steps", "3"], budget=120,
+           minimum=60),
+      dict(name="tests", argv=["tests", *tests], budget=100, minimum=40),
+      dict(name="step_gemma3-1b", argv=["step", "--model", "gemma3-1b", "--steps", "2"], budget=90, minimum=60),
+  ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The parent: runs the parts, keeps the JSON and the table.
+
+def versions() -> dict:
+  from importlib import metadata
+  out = {"python": platform.python_version()}
+  for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "torch", "transformers", "trl"):
+    try:
+      out[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+      out[name] = None
+  return out
+
+
+def device_name() -> str:
+  """The GPU's name from nvidia-smi (no JAX in the parent: it would hold the device), else the CPU."""
+  try:
+    names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=20).stdout.strip()
+    if names:
+      return names.splitlines()[0]
+  except (OSError, subprocess.SubprocessError):
+    pass
+  return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def run_part(part: dict, seconds: float, out: str, scratch: str, smoke: bool, log) -> dict:
+  """One part in a child process, killed after `seconds`; its status, seconds and whatever result it wrote."""
+  result_path = os.path.join(scratch, f"{part['name']}.json")
+  if os.path.exists(result_path):
+    os.remove(result_path)
+  cmd = [sys.executable, "-u", os.path.abspath(__file__), "--child", "--result", result_path, "--out", out,
+         "--scratch", scratch,
+         *(["--smoke"] if smoke else []), *part["argv"]]
+  env = dict(os.environ, **part.get("env", {}))
+  t0 = time.time()
+  with open(os.path.join(out, "campaign.log"), "a") as logfile:
+    logfile.write(f"\n===== {part['name']}: {' '.join(part['argv'])} (budget {seconds:.0f} s)\n")
+    logfile.flush()
+    child = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                             start_new_session=True)
+    try:
+      rc = child.wait(timeout=seconds)
+      status = "ok" if rc == 0 else f"failed (exit {rc})"
+    except subprocess.TimeoutExpired:
+      os.killpg(child.pid, 9)
+      child.wait()
+      status = "timeout"
+  entry = {"status": status, "seconds": round(time.time() - t0, 1), "budget_s": round(seconds)}
+  if os.path.exists(result_path):
+    with open(result_path) as f:
+      entry["result"] = json.load(f)
+  if status != "ok":
+    entry["log_tail"] = tail(os.path.join(out, "campaign.log"), 15)
+  log(f"[campaign] {part['name']}: {status} in {entry['seconds']} s")
+  return entry
+
+
+def tail(path: str, lines: int) -> str:
+  with open(path, errors="replace") as f:
+    return "".join(f.readlines()[-lines:])
+
+
+def table(campaign: dict) -> str:
+  """campaign.md: one row per part, its headline figures."""
+  lines = [f"# GPU campaign {campaign['date']}: {campaign['device']}", "",
+           "versions: " + ", ".join(f"{k} {v}" for k, v in campaign["versions"].items() if v), "",
+           "| part | status | seconds | figures |", "|---|---|---|---|"]
+  for name, entry in campaign["parts"].items():
+    lines.append(f"| {name} | {entry['status']} | {entry.get('seconds', '')} | {headline(entry.get('result', {}))} |")
+  return "\n".join(lines) + "\n"
+
+
+def headline(r: dict) -> str:
+  """The few figures of a part's result that matter, as text."""
+  bits = []
+  if "median" in r:
+    m = r["median"]
+    bits.append("step {step_s:.2f} s (sample {sample_s:.2f}, reference {reference_s:.2f}, update {update_s:.2f})"
+                .format(**m))
+  for key, fmt in (("sampler_tokens_per_s", "sampler {:,.0f} tokens/s"), ("peak_bytes", "peak {:.2f} GiB"),
+                   ("launch_to_first_step_s", "launch to first step {:.1f} s"), ("compile_s", "compile {:.1f} s"),
+                   ("cache_loads", "{} programs from the cache"), ("kernels_per_decode_step", "{:.0f} kernels/token"),
+                   ("gpu_busy_fraction", "GPU busy {:.0%} of the sampler call"),
+                   ("median_step_s", "TRL step {:.2f} s"), ("summary", "{}")):
+    if r.get(key) is not None:
+      value = r[key] / 1024 ** 3 if key == "peak_bytes" else r[key]
+      bits.append(fmt.format(value))
+  return "; ".join(bits)
+
+
+def main_parent(args) -> int:
+  os.makedirs(args.out, exist_ok=True)
+  shutil.rmtree(args.scratch, ignore_errors=True)  # the first part compiles cold
+  os.makedirs(args.scratch)
+  start = time.time()
+  campaign = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "device": device_name(), "versions": versions(), "budget_s": args.budget, "smoke": args.smoke,
+              "parts": {}}
+  only = set(args.only.split(",")) if args.only else None
+  for part in parts(args.smoke):
+    if only and part["name"] not in only:
+      continue
+    left = args.budget - (time.time() - start)
+    if left < part["minimum"]:
+      campaign["parts"][part["name"]] = {"status": "skipped", "seconds": 0,
+                                         "reason": f"{left:.0f} s left < its minimum {part['minimum']} s"}
+    else:
+      campaign["parts"][part["name"]] = run_part(part, min(part["budget"], left), args.out, args.scratch,
+                                                 args.smoke, print)
+    campaign["elapsed_s"] = round(time.time() - start, 1)
+    with open(os.path.join(args.out, "campaign.json"), "w") as f:
+      json.dump(campaign, f, indent=1)
+    with open(os.path.join(args.out, "campaign.md"), "w") as f:
+      f.write(table(campaign))
+  print(table(campaign))
+  return 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The children: each writes its result as it goes (`Result.update`), so a part killed at its budget keeps it.
+
+class Result(dict):
+  def __init__(self, path: str):
+    super().__init__()
+    self.path = path
+
+  def update(self, *a, **kw):
+    super().update(*a, **kw)
+    with open(self.path + ".tmp", "w") as f:
+      json.dump(self, f, indent=1, default=float)
+    os.replace(self.path + ".tmp", self.path)
+
+
+def recipe_at(model: str, smoke: bool):
+  """(ModelConfig of the named shape, the recipe's config with benchmark settings) — tiny shapes with --smoke."""
+  import memory_fit
+  config = memory_fit.recipe_config(RECIPE)
+  config.optim.warmup_steps = 0  # as TRL's mapping needs; no effect on a step's time
+  if smoke:
+    config.grpo.prompts_per_step, config.grpo.group_size, config.grpo.micro_batch_size = 2, 4, 4
+    config.sampling.max_new_tokens = 16
+  cfg = memory_fit.model_config(model, config)
+  if smoke:
+    cut = {"layer_types": cfg.layer_types[:2]} if cfg.layer_types else {}
+    cfg = cfg.replace(num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2, head_dim=16,
+                      vocab_size=1024, **cut)
+  return cfg, config
+
+
+class CompileClock:
+  """Seconds XLA spent compiling and programs loaded from the persistent cache (jax.monitoring events)."""
+
+  def __init__(self):
+    from jax import monitoring
+    self.compile_s, self.compiles, self.cache_loads = 0.0, 0, 0
+    monitoring.register_event_duration_secs_listener(self._listen)
+
+  def _listen(self, event, duration, **_):
+    if event == "/jax/core/compile/backend_compile_duration":
+      self.compile_s += duration
+      self.compiles += 1
+    elif event == "/jax/compilation_cache/cache_retrieval_time_sec":
+      self.cache_loads += 1
+
+
+def enable_cache(scratch: str) -> str:
+  import jax
+  path = os.path.join(scratch, "compile_cache")
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  return path
+
+
+def median(values):
+  values = sorted(values)
+  n = len(values)
+  return None if not n else (values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2]))
+
+
+def sampler_prompts(rig, step_record: dict) -> list[list[int]]:
+  """The step's prompts as token lists of its mean prompt length (ids inside the tokenizer's vocabulary)."""
+  import numpy as np
+  g = rig.config.grpo
+  length = max(1, step_record["prompt_tokens"] // (g.prompts_per_step * g.group_size))
+  rng = np.random.default_rng(0)
+  return [list(rng.integers(10, 200, size=length)) for _ in range(g.prompts_per_step)]
+
+
+def time_sampler(rig, prompts, calls: int) -> dict:
+  """tokens/s of `calls` sampler calls after a first (compiling) one: rows x decode steps per second."""
+  import jax
+  G = rig.config.grpo.group_size
+  rig.sampler.generate(rig.params, prompts, jax.random.key(0), repeats=G)
+  seconds = []
+  for i in range(calls):
+    t0 = time.time()
+    rig.sampler.generate(rig.params, prompts, jax.random.key(i + 1), repeats=G)
+    seconds.append(time.time() - t0)
+  steps = rig.sampler.sampler.last_num_steps
+  s = median(seconds)
+  return {"sampler_s": s, "sampler_calls_s": seconds, "decode_steps": steps,
+          "sampler_tokens_per_s": len(prompts) * G * steps / s}
+
+
+def profile_sampler(rig, prompts, out: str, scratch: str) -> dict:
+  """One sampler call under jax.profiler: the device's kernels, per decode step, and where their time goes."""
+  import glob
+  import gzip
+
+  import jax
+  trace_dir = os.path.join(scratch, "profile")
+  G = rig.config.grpo.group_size
+  t0 = time.time()
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    rig.sampler.generate(rig.params, prompts, jax.random.key(7), repeats=G)
+  wall = time.time() - t0
+  found = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
+  if not found:
+    return {"profile": "no perfetto trace written"}
+  with gzip.open(found[-1], "rt") as f:
+    events = json.load(f)
+  events = events["traceEvents"] if isinstance(events, dict) else events
+  summary = kernel_summary(events, rig.sampler.sampler.last_num_steps, wall)
+  size = os.path.getsize(found[-1])
+  if size < 15 * 1024 ** 2:  # small enough to come back with the results
+    shutil.copy(found[-1], os.path.join(out, "decode_profile.json.gz"))
+  return dict(summary, profile_bytes=size)
+
+
+def kernel_summary(events: list[dict], decode_steps: int, wall_s: float) -> dict:
+  """From a Chrome/Perfetto trace: the device stream threads' events (kernels and copies), their count per decode
+  step, their summed time against the call's wall time, and the 15 names with the most time."""
+  pids, tids = {}, {}
+  for e in events:
+    if e.get("ph") == "M" and e.get("name") == "process_name":
+      pids[e["pid"]] = e["args"]["name"]
+    elif e.get("ph") == "M" and e.get("name") == "thread_name":
+      tids[e["pid"], e["tid"]] = e["args"]["name"]
+  device = {p for p, n in pids.items() if "GPU" in n or "TPU" in n}
+  on_stream = [e for e in events if e.get("ph") == "X" and e.get("pid") in device
+               and "stream" in tids.get((e["pid"], e.get("tid")), "").lower()]
+  by_name: dict[str, list] = {}
+  for e in on_stream:
+    entry = by_name.setdefault(e["name"][:120], [0, 0.0])
+    entry[0] += 1
+    entry[1] += e.get("dur", 0) / 1e6
+  busy = sum(t for _, t in by_name.values())
+  top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:15]
+  threads: dict[str, int] = {}  # every device thread's event count, should its lines be named otherwise
+  for e in events:
+    if e.get("ph") == "X" and e.get("pid") in device:
+      name = tids.get((e["pid"], e.get("tid")), "?")
+      threads[name] = threads.get(name, 0) + 1
+  return {"device_thread_events": threads,
+          "kernels": len(on_stream), "kernels_per_decode_step": len(on_stream) / max(decode_steps, 1),
+          "kernel_s": busy, "profiled_call_s": wall_s, "gpu_busy_fraction": busy / wall_s if wall_s else None,
+          "top_kernels": [{"name": n, "count": c, "seconds": round(t, 5)} for n, (c, t) in top]}
+
+
+def child_step(args, result: Result) -> None:
+  import jax
+
+  import memory_fit
+  from grpo_jax.train.timing import seconds_since_launch
+  cache = enable_cache(args.scratch)
+  clock = CompileClock()
+  cfg, config = recipe_at(args.model, args.smoke)
+  B, P, C, _, micro = memory_fit.shapes(config)
+  result.update(model=args.model, recipe=RECIPE, device=jax.devices()[0].device_kind, rows=B, prompt_len=P,
+                new_tokens=C, micro_batch=micro, beta=config.grpo.beta, remat=bool(cfg.remat), dtype=str(cfg.dtype),
+                param_dtype=str(cfg.param_dtype), cache_entries_before=len(os.listdir(cache))
+                if os.path.isdir(cache) else 0)
+  step, abstract_params, abstract_opt, graphdef, optimizer = memory_fit.build_update(cfg, config)
+  rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=lambda *_: None)
+  result.update(state_peak_bytes=memory_fit.peak_in_use())
+  steps = []
+  for i in range(1, args.steps + 1):
+    steps.append(rig.run_step(i, data_step=1))  # the same prompts: the same widths, no recompilation
+    if i == 1:
+      result.update(launch_to_first_step_s=seconds_since_launch(), first_step_s=steps[0]["step_s"],
+                    compile_s=clock.compile_s, compiles=clock.compiles, cache_loads=clock.cache_loads)
+    later = steps[1:] or steps
+    result.update(steps=steps, update_prompt_width=steps[-1]["prompt_width"],
+                  update_completion_width=steps[-1]["completion_width"],
+                  median={k: median([s[k] for s in later]) for k in ("sample_s", "reference_s", "update_s", "step_s")},
+                  peak_bytes=max((s["update_peak"] or 0) for s in steps) or None)
+  if args.steps > 1:
+    xla = memory_fit.compiled_update_bytes(step, abstract_params, abstract_opt, config)
+    result.update(xla_update_bytes=xla)
+    prompts = sampler_prompts(rig, steps[-1])
+    result.update(time_sampler(rig, prompts, calls=2))
+    if args.profile:
+      result.update(profile_sampler(rig, prompts, args.out, args.scratch))
+
+
+def child_sampler(args, result: Result) -> None:
+  """The sampler alone at the recipe's shapes (no update is compiled): tokens/s under this process's XLA_FLAGS."""
+  import jax
+
+  import memory_fit
+  cfg, config = recipe_at(args.model, args.smoke)
+  step, _, _, graphdef, optimizer = memory_fit.build_update(cfg, config)  # traced lazily: nothing compiles
+  rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=lambda *_: None)
+  G = config.grpo.group_size
+  prompts = sampler_prompts(rig, {"prompt_tokens": 150 * config.grpo.prompts_per_step * G})
+  result.update(model=args.model, xla_flags=os.environ.get("XLA_FLAGS", ""), device=jax.devices()[0].device_kind)
+  result.update(time_sampler(rig, prompts, calls=3))
+
+
+def child_trl(args, result: Result) -> None:
+  """TRL's GRPOTrainer on a random checkpoint of the named shape, the recipe's settings and prompts."""
+  import torch
+  import transformers
+
+  import memory_fit  # first: it puts scripts/ on the path
+  import memory_estimate
+  from grpo_jax.data import fixtures
+  from step_bench import trl_step_records
+  _, config = recipe_at(args.model, args.smoke)
+  shape = memory_estimate.PRESETS[args.model]
+  if args.smoke:
+    shape = dict(shape, num_layers=2, hidden_size=64, intermediate_size=128, num_heads=4, num_kv_heads=2,
+                 vocab_size=1024)
+  hf = transformers.Qwen2Config(vocab_size=shape["vocab_size"], hidden_size=shape["hidden_size"],
+                                intermediate_size=shape["intermediate_size"],
+                                num_hidden_layers=shape["num_layers"], num_attention_heads=shape["num_heads"],
+                                num_key_value_heads=shape["num_kv_heads"], tie_word_embeddings=True,
+                                max_position_embeddings=32768, rope_theta=1e6)
+  paths = fixtures.ensure_fixtures()
+  model_dir = os.path.join(args.scratch, "trl_model")
+  shutil.rmtree(model_dir, ignore_errors=True)
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  with torch.device(device):
+    model = transformers.Qwen2ForCausalLM(hf)
+  model.save_pretrained(model_dir)
+  del model
+  for name in os.listdir(paths["checkpoint"]):  # the fixture's tokenizer (every row decodes all tokens anyway)
+    if "token" in name or name.endswith(".jinja"):
+      shutil.copy(os.path.join(paths["checkpoint"], name), model_dir)
+  config.model.hf_path = model_dir
+  config.task.train_path, config.task.heldout_path = paths["gsm8k"], ""
+  B, P, C, _, micro = memory_fit.shapes(config)
+  result.update(model=args.model, rows=B, prompt_len=P, new_tokens=C, micro_batch=micro, device=device,
+                trl=__import__("trl").__version__)
+  records = trl_step_records(config, args.steps, args.scratch, "bfloat16", 0, device=device)
+  later = [r["seconds"] for r in records["steps"] if r["step"] >= 2] or [r["seconds"] for r in records["steps"]]
+  result.update(records, median_step_s=median(later))
+
+
+def child_tests(args, result: Result) -> None:
+  env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+  workers = "1" if args.smoke else "8"
+  proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", workers, "--dist", "loadfile", "-p",
+                         "no:cacheprovider", *args.paths], cwd=ROOT, env=env, capture_output=True, text=True)
+  lines = proc.stdout.strip().splitlines()
+  result.update(rc=proc.returncode, summary=lines[-1] if lines else proc.stderr[-300:],
+                failures=[l for l in lines if l.startswith(("FAILED", "ERROR"))][:40])
+  if proc.returncode not in (0, 1):
+    raise SystemExit(proc.returncode)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--out", default=os.environ.get("OUT") or "/tmp/gpu_campaign",
+                 help="where the results go: campaign.json, campaign.md, campaign.log, decode_profile.json.gz")
+  p.add_argument("--scratch", default="/tmp/gpu_campaign_scratch",
+                 help="the compilation cache, the profile, TRL's checkpoint, each part's own JSON")
+  p.add_argument("--budget", type=float, default=470.0, help="seconds for all parts together")
+  p.add_argument("--smoke", action="store_true", help="tiny shapes: a check of the whole campaign on a CPU")
+  p.add_argument("--only", default="", help="comma-separated part names (default: all)")
+  p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--result", help=argparse.SUPPRESS)
+  p.add_argument("kind", nargs="?", choices=("step", "sampler", "trl", "tests"), help=argparse.SUPPRESS)
+  p.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
+  p.add_argument("--model", default="qwen2.5-0.5b", help=argparse.SUPPRESS)
+  p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
+  p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+  args = p.parse_args(argv)
+  if not args.child:
+    return main_parent(args)
+  result = Result(args.result)
+  {"step": child_step, "sampler": child_sampler, "trl": child_trl, "tests": child_tests}[args.kind](args, result)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
