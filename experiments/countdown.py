@@ -1,15 +1,16 @@
 # python scripts/train.py --config experiments/countdown.py --workdir runs/countdown \
 #     --config.model.hf_path=$HOME/models/Qwen2.5-3B \
-#     --config.task.train_path=data/countdown/data/train-00000-of-00001.parquet
+#     --config.task.train_path=$HOME/data/countdown/data/train-00000-of-00001.parquet
 #   (presets: experiments/countdown.py:0.5b for Qwen2.5-0.5B; experiments/countdown.py:test for the CI run)
 # Tiny test preset (random checkpoint + fixture data, built on first use under $GRPO_JAX_FIXTURES or
 # /tmp/grpo_jax_fixtures): python scripts/train.py --config experiments/countdown.py:test --workdir /tmp/cd_test
 """TinyZero-style GRPO on Countdown with a base model (Qwen2.5-3B suggested; 0.5B preset).
 
 Countdown: given numbers and a target, write an arithmetic expression (+ - * / and parentheses, each number
-used at most once) equal to the target. Inputs are local; with network access, e.g.
-  huggingface-cli download Qwen/Qwen2.5-3B --local-dir $HOME/models/Qwen2.5-3B
-  huggingface-cli download Jiayi-Pan/Countdown-Tasks-3to4 --repo-type dataset --local-dir data/countdown
+used at most once) equal to the target. Inputs are local; where the hub is reachable, fetch them once with `hf`
+(huggingface_hub's command):
+  hf download Qwen/Qwen2.5-3B --local-dir $HOME/models/Qwen2.5-3B
+  hf download Jiayi-Pan/Countdown-Tasks-3to4 --repo-type dataset --local-dir $HOME/data/countdown
 Any file with columns `nums` (or `numbers`) and `target` works (JSONL, Parquet, save_to_disk).
 
 Prompts: the R1-Zero plain-text template (a base model has no chat template) ending in "<think>", so the

@@ -3,7 +3,7 @@
 # Tiny test preset: python scripts/train.py --config experiments/default.py:test --workdir /tmp/grpo_test
 """The default experiment: 2-digit addition ("37+45=" -> "82" + stop), character tokens, a 2-layer d=64
 transformer. A supervised warm start stops at the first held-out greedy accuracy >= 30%; GRPO (G=8 x 32
-prompts, exact-match reward, beta=0, Adam lr 3e-4) then raises it. Runs in a few minutes on 2 CPU cores."""
+prompts, exact-match reward, beta=0, Adam lr 3e-4) then raises it. Runs in 82 s on 2 CPU cores (docs/results.md)."""
 from grpo_jax import config as base
 
 

@@ -1,4 +1,4 @@
-# huggingface-cli download google/gemma-3-1b-it --local-dir models/gemma-3-1b-it   # once, where the hub is reachable
+# hf download google/gemma-3-1b-it --local-dir models/gemma-3-1b-it   # once, where the hub is reachable
 # python scripts/train.py --config experiments/gemma3_gsm8k.py --workdir runs/gemma3_gsm8k
 #   (preset experiments/gemma3_gsm8k.py:test for the CI run on the tiny random Gemma 3 fixture)
 """Gemma 3 1B-it on GSM8K with LoRA, at the settings of Google Tunix's GRPO demo (issue 31, item 7).

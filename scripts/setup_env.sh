@@ -17,7 +17,13 @@ have="$(cat "$stamp" 2>/dev/null || true)"
 if [ "$have" != "$want $extra" ] && [ "$have" != "$want test" ]; then
   echo "[setup] installing grpo_jax${extra:+ [$extra]} and its dependencies into $venv (first run takes a few minutes)" >&2
   "$venv/bin/python" -m pip install -q --upgrade pip >&2
-  # torch==2.13.0 (CPU build, pinned in the test extra) is only used by tests as a reference implementation.
+  # torch (the test extra: the tests' reference implementation) in its CPU build: PyPI's Linux wheel of torch
+  # 2.13.0 is the CUDA 13 build (several GB of nvidia-* wheels); PyTorch's CPU index has 2.13.0+cpu, the version
+  # constraints.txt pins. From that index torch alone (--no-deps): its dependencies come from PyPI below.
+  if [[ ",$extra," == *",test,"* ]]; then
+    "$venv/bin/python" -m pip install -q --no-deps -c "$root/constraints.txt" \
+      --index-url https://download.pytorch.org/whl/cpu torch >&2
+  fi
   # constraints.txt: the exact versions this repository was tested with (setup.cfg declares ranges).
   "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root${extra:+[$extra]}" >&2
   echo "$want $extra" > "$stamp"

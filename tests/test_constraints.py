@@ -17,7 +17,7 @@ _spec.loader.exec_module(runtime_env)
 
 # Each set and the extras its nodes install (the CPU set is the tests' environment: every extra but the
 # accelerators').
-SETS = {"constraints.txt": ["ray", "test", "math", "wandb", "gym"],
+SETS = {"constraints.txt": ["ray", "test", "math", "wandb", "gym", "tensorboard"],
         "constraints/gpu-py312.txt": ["ray", "cuda12"],
         "constraints/tpu-py312.txt": ["ray", "tpu"]}
 
