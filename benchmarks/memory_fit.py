@@ -33,17 +33,14 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as scripts/train.py sets it
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as grpo-train sets it
 
 GIB = 1024 ** 3
 
 
 def recipe_config(spec: str):
   """get_config(preset) of `experiments/<recipe>.py[:preset]`."""
-  from grpo_jax.ablation.spec import load_module
+  from grpo_jax.sweep.spec import load_module
   preset = spec.partition(":")[2]
   return load_module(spec).get_config(preset or None)
 
@@ -65,7 +62,7 @@ def shapes(config):
 
 
 def model_config(name: str, config):
-  import memory_estimate as me
+  from grpo_jax.commands import memory_estimate as me
   m = config.model
   cfg = me.model_config(name, m.param_dtype, m.dtype)
   return cfg.replace(remat=m.remat, max_position_embeddings=max(cfg.max_position_embeddings,
@@ -89,7 +86,7 @@ def trainable(params, config):
 
 
 def the_estimate(cfg, config) -> dict:
-  import memory_estimate as me
+  from grpo_jax.commands import memory_estimate as me
   from grpo_jax import config as config_lib
   B, P, C, _, micro = shapes(config)
   w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
@@ -167,7 +164,7 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   import jax.numpy as jnp
   from flax import nnx
 
-  from grpo_jax.data import fixtures
+  from grpo_jax import testing
   from grpo_jax.model import lora
   from grpo_jax.model import sharding as sharding_lib
   from grpo_jax.train import distributed
@@ -177,7 +174,7 @@ def run_steps(cfg, config, num_steps: int, step, graphdef, optimizer, log=print)
   from grpo_jax.train.state import init_opt_state
   from grpo_jax import config as config_lib
   from grpo_jax.train.step import make_logprob_fn
-  paths = fixtures.ensure_fixtures()
+  paths = testing.ensure_fixtures()
   config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
   config.task.train_path = paths["countdown" if config.task.template == "r1_zero" else "gsm8k"]
   config.task.heldout_path = ""
