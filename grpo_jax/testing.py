@@ -24,7 +24,10 @@ import tempfile
 import numpy as np
 
 from grpo_jax.data.datasets import COUNTDOWN_QUESTION
-from grpo_jax.data.templates import R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
+from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE, R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
+from grpo_jax.model import hf_io
+from grpo_jax.model.config import FULL, SLIDING, ModelConfig
+from grpo_jax.model.transformer import Transformer
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
@@ -106,9 +109,6 @@ def build_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int =
   """A random tiny Qwen2 (GQA, q/k/v biases, tied embeddings) with the fixture tokenizer, in `path`."""
   from flax import nnx
 
-  from grpo_jax.model import hf_io
-  from grpo_jax.model.config import ModelConfig
-  from grpo_jax.model.transformer import Transformer
   tokenizer = build_tokenizer()
   cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                     num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
@@ -125,7 +125,6 @@ def build_gemma3_tokenizer(vocab_size: int = 512):
   from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
   from transformers import PreTrainedTokenizerFast
 
-  from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE
   core = Tokenizer(models.BPE())
   core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   core.decoder = decoders.ByteLevel()
@@ -147,9 +146,6 @@ def build_gemma3_checkpoint(path: str, *, seed: int = 0, max_position_embeddings
   shorter than the prompts, so the sliding layer's masking and ring-buffer cache are exercised."""
   from flax import nnx
 
-  from grpo_jax.model import hf_io
-  from grpo_jax.model.config import FULL, SLIDING, ModelConfig
-  from grpo_jax.model.transformer import Transformer
   tokenizer = build_gemma3_tokenizer()
   cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                     num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,

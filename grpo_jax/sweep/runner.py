@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import spec as spec_lib
+from grpo_jax.train.lease import LEASE_FILE, wait_until_free
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
 
@@ -309,7 +310,6 @@ def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
   """Waits while the trainer of an earlier attempt still holds the workdir's lock (WORKDIR/.lock, taken by
   grpo-train): after a lost Ray worker, that trainer is still saving and exiting when the retry starts."""
   if storage.is_url(workdir):
-    from grpo_jax.train.lease import LEASE_FILE, wait_until_free
     wait_until_free(storage.join(workdir, LEASE_FILE), timeout_s)
     return
   import fcntl
