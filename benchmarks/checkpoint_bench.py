@@ -17,13 +17,9 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 
 def main(argv=None):
@@ -37,7 +33,7 @@ def main(argv=None):
   import optax
   from flax import nnx
 
-  import memory_estimate as me
+  from grpo_jax.commands import memory_estimate as me
   from grpo_jax.model import Transformer
   from grpo_jax.train.checkpoint import Checkpointer, state_checksum, state_fingerprint
 

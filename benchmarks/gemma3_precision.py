@@ -2,8 +2,8 @@
 """Gemma 3 on this machine's accelerator: logits and greedy decoding against transformers' PyTorch model, in
 float32 and in bfloat16, on random weights with the widths of Gemma 3 1B and 4B (2 layers: sliding, global).
 
-  python benchmarks/gemma3_precision.py                     # on a GPU: both sides on the GPU
-  python benchmarks/gemma3_precision.py --shapes tiny       # a quick run on a CPU
+  python -m benchmarks.gemma3_precision                     # on a GPU: both sides on the GPU
+  python -m benchmarks.gemma3_precision --shapes tiny       # a quick run on a CPU
 
 For each shape it prints, on left-padded prompts of 40, 23 and 9 tokens (sliding window 16):
   float32   max |logit difference| ours vs transformers (matmuls at full float32 precision on both sides:
@@ -19,21 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 
 import jax
 import numpy as np
+from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from flax import nnx  # noqa: E402
-
-from grpo_jax.model import hf_io  # noqa: E402
-from grpo_jax.model.logprobs import completion_logprobs  # noqa: E402
-from grpo_jax.sampling import Sampler, SamplingConfig  # noqa: E402
-from tests.model.test_gemma3 import (F_, S_, build_torch_gemma, jax_logits, left_padded,  # noqa: E402
+from grpo_jax.model import hf_io
+from grpo_jax.model.logprobs import completion_logprobs
+from grpo_jax.sampling import Sampler, SamplingConfig
+from tests.model.test_gemma3 import (F_, S_, build_torch_gemma, jax_logits, left_padded,
                                      torch_greedy, torch_logits)
 
 LENGTHS, TOTAL, NEW = (40, 23, 9), 40, 64

@@ -37,8 +37,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as scripts/train.py sets it
 
 RECIPE = "experiments/gsm8k.py"
@@ -381,9 +379,9 @@ def child_trl(args, result: Result) -> None:
   import torch
   import transformers
 
-  import memory_fit  # first: it puts scripts/ on the path
-  import memory_estimate
-  from grpo_jax.data import fixtures
+  import memory_fit
+  from grpo_jax import testing
+  from grpo_jax.commands import memory_estimate
   from step_bench import trl_step_records
   _, config = recipe_at(args.model, args.smoke)
   shape = memory_estimate.PRESETS[args.model]
@@ -395,7 +393,7 @@ def child_trl(args, result: Result) -> None:
                                 num_hidden_layers=shape["num_layers"], num_attention_heads=shape["num_heads"],
                                 num_key_value_heads=shape["num_kv_heads"], tie_word_embeddings=True,
                                 max_position_embeddings=32768, rope_theta=1e6)
-  paths = fixtures.ensure_fixtures()
+  paths = testing.ensure_fixtures()
   model_dir = os.path.join(args.scratch, "trl_model")
   shutil.rmtree(model_dir, ignore_errors=True)
   device = "cuda" if torch.cuda.is_available() else "cpu"

@@ -26,6 +26,8 @@ if compgen -G ".whl/*.whl" > /dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
+# grpo_jax from this checkout, installed or not (the image has its dependencies, .whl/ the rest).
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_campaign}
 mkdir -p "$OUT"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import jax
@@ -25,11 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_jax.model.config import ModelConfig  # noqa: E402
-from grpo_jax.model.logprobs import causal_attention_mask, positions_from_mask  # noqa: E402
-from grpo_jax.model.transformer import FULL, Transformer  # noqa: E402
+from grpo_jax.model.config import ModelConfig
+from grpo_jax.model.logprobs import causal_attention_mask, positions_from_mask
+from grpo_jax.model.transformer import FULL, Transformer
 
 
 def loss_fn(scan: bool):

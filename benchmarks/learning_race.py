@@ -29,8 +29,6 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 SIDES = ("grpo_jax", "trl", "tunix")
 LABELS = {"grpo_jax": "grpo_jax", "trl": "TRL GRPOTrainer 1.16", "tunix": "Tunix GRPOLearner 0.1.7"}
 
@@ -60,7 +58,7 @@ def run_tunix(args, out: str) -> None:
   with open(os.path.join(out, "spec.json"), "w") as f:
     json.dump(spec, f)
   records = os.path.join(out, "records.json")
-  subprocess.run([TUNIX_PYTHON, os.path.join(ROOT, "benchmarks", "tunix_grpo.py"), "--spec",
+  subprocess.run([TUNIX_PYTHON, "-m", "benchmarks.tunix_grpo", "--spec",
                   os.path.join(out, "spec.json"), "--out", records], cwd=ROOT, check=True)
   with open(records) as f:
     steps = json.load(f)["steps"]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Does a recipe fit one accelerator? scripts/memory_estimate.py's figures against XLA's own accounting.
+"""Does a recipe fit one accelerator? grpo_jax/commands/memory_estimate.py's figures against XLA's own accounting.
 
   python benchmarks/memory_fit.py --recipe experiments/gsm8k.py --model qwen2.5-0.5b
   python benchmarks/memory_fit.py --recipe experiments/countdown.py --model qwen2.5-3b --steps 2   # on a GPU
@@ -7,7 +7,7 @@
 
 The recipe is taken as written (dtypes, remat, the reference model with beta > 0, micro- and mini-batches,
 prompt and completion lengths, G x prompts per step); only the model is swapped for random weights of the
-named shape (scripts/memory_estimate.py's presets, from the public config.json files), so no checkpoint is
+named shape (grpo_jax/commands/memory_estimate.py's presets, from the public config.json files), so no checkpoint is
 needed. Printed, in GiB on one device:
 
 1. The estimate (`memory_estimate.estimate`) of the update: parameters, gradients, AdamW, activations of one
@@ -33,17 +33,14 @@ import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as scripts/train.py sets it
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")  # as grpo-train sets it
 
 GIB = 1024 ** 3
 
 
 def recipe_config(spec: str):
   """get_config(preset) of `experiments/<recipe>.py[:preset]`."""
-  from grpo_jax.ablation.spec import load_module
+  from grpo_jax.sweep.spec import load_module
   preset = spec.partition(":")[2]
   return load_module(spec).get_config(preset or None)
 
@@ -65,7 +62,7 @@ def shapes(config):
 
 
 def model_config(name: str, config):
-  import memory_estimate as me
+  from grpo_jax.commands import memory_estimate as me
   m = config.model
   cfg = me.model_config(name, m.param_dtype, m.dtype)
   return cfg.replace(remat=m.remat, max_position_embeddings=max(cfg.max_position_embeddings,
@@ -89,7 +86,7 @@ def trainable(params, config):
 
 
 def the_estimate(cfg, config) -> dict:
-  import memory_estimate as me
+  from grpo_jax.commands import memory_estimate as me
   from grpo_jax import config as config_lib
   B, P, C, _, micro = shapes(config)
   w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
@@ -171,7 +168,7 @@ class StepRig:
     from flax import nnx
 
     from grpo_jax import config as config_lib
-    from grpo_jax.data import fixtures
+    from grpo_jax import testing
     from grpo_jax.model import lora
     from grpo_jax.model import sharding as sharding_lib
     from grpo_jax.train import distributed
@@ -180,7 +177,7 @@ class StepRig:
     from grpo_jax.train.rollout import RolloutSettings
     from grpo_jax.train.state import init_opt_state
     from grpo_jax.train.step import make_logprob_fn
-    paths = fixtures.ensure_fixtures()
+    paths = testing.ensure_fixtures()
     config.model.hf_path = paths["checkpoint"]  # its tokenizer; the weights below are the real shape's
     config.task.train_path = paths["countdown" if config.task.template == "r1_zero" else "gsm8k"]
     config.task.heldout_path = ""
@@ -261,7 +258,7 @@ def _gib(n) -> str:
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--recipe", required=True, help="experiments/<recipe>.py[:preset], taken as written")
-  p.add_argument("--model", required=True, help="a preset of scripts/memory_estimate.py (qwen2.5-0.5b, ...)")
+  p.add_argument("--model", required=True, help="a preset of grpo_jax/commands/memory_estimate.py (qwen2.5-0.5b, ...)")
   p.add_argument("--steps", type=int, default=0, help="also run this many GRPO steps and read peak memory")
   p.add_argument("--lora-rank", type=int, default=0, help="train LoRA adapters of this rank (model.lora_rank)")
   p.add_argument("--lora-targets", default="all", help="model.lora_targets (default all)")

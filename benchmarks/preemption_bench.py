@@ -24,7 +24,6 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from grpo_jax.errors import EXIT_PREEMPTED  # noqa: E402
 

@@ -22,9 +22,8 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
-from grpo_jax.ablation import spec, study  # noqa: E402
+from grpo_jax.sweep import spec, study  # noqa: E402
 
 FAKE_TRAIN = [sys.executable, os.path.join(REPO, "tests", "sweep", "fake_train.py")]
 TINY = "experiments/default.py:test"

@@ -2,13 +2,13 @@
 """The floor of a GRPO step on an accelerator: each phase's FLOPs and HBM bytes from the shapes, read on a CPU.
 
   python benchmarks/roofline.py                                   # GSM8K recipe at the Qwen2.5 0.5B and 1.5B shapes
-  python benchmarks/roofline.py --model gemma3-1b                 # any scripts/memory_estimate.py preset
+  python benchmarks/roofline.py --model gemma3-1b                 # any grpo_jax/commands/memory_estimate.py preset
   python benchmarks/roofline.py --update-widths 192,384 --decode-steps 400   # a measured run's trimmed widths
   python benchmarks/roofline.py --measured campaign.json          # fraction of the floor a GPU run reached
 
 The recipe (default experiments/gsm8k.py) is taken as written: prompts x G rows, prompt width P, C new tokens,
 compute and parameter dtypes, remat, beta (the reference pass), micro-batch and its shared prompt forward
-(`config.prompt_repeats`), log-prob chunk; only the model's shape is named (scripts/memory_estimate.py's PRESETS,
+(`config.prompt_repeats`), log-prob chunk; only the model's shape is named (grpo_jax/commands/memory_estimate.py's PRESETS,
 parameters counted exactly there). Shapes: L layers, D hidden, F MLP, N query / K kv heads of H, V vocabulary.
 
 FLOPs count the matmuls (2 per multiply-add) as the code runs them: per token 2 x the layers' matmul weights
@@ -47,10 +47,12 @@ import os
 import sys
 from typing import NamedTuple
 
+if __package__:  # imported as benchmarks.roofline (the tests) or run with python -m
+  from benchmarks import memory_fit
+else:  # python benchmarks/roofline.py: this folder is sys.path[0]
+  import memory_fit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 # Dense bf16 matmul peak (FLOP/s) and HBM bandwidth (bytes/s), from the vendors' public pages:
 # - H100 SXM: NVIDIA H100 Tensor Core GPU datasheet, "BF16 Tensor Core 1,979 teraFLOPS" (with sparsity; half dense),
@@ -256,19 +258,18 @@ def step_totals(ps: dict) -> dict[str, dict]:
 # ---- the model and the recipe ----
 
 def model_config(name: str, w: Workload):
-  import memory_estimate as me
+  from grpo_jax.commands import memory_estimate as me
   return me.model_config(name, w.param_dtype, w.dtype)
 
 
 def num_params(cfg) -> int:
-  """Exact parameter count (scripts/memory_estimate.py counts the model's abstract parameters)."""
-  import memory_estimate as me
+  """Exact parameter count (grpo_jax/commands/memory_estimate.py counts the model's abstract parameters)."""
+  from grpo_jax.commands import memory_estimate as me
   return me.param_elements(cfg, me.Mesh(1, 1, 1))[0]
 
 
 def recipe_workload(spec: str) -> Workload:
   """The Workload of `experiments/<recipe>.py[:preset]` as written."""
-  import memory_fit
   from grpo_jax import config as config_lib
   c = memory_fit.recipe_config(spec)
   B, P, C, mini, micro = memory_fit.shapes(c)
@@ -405,7 +406,7 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--recipe", default=os.path.join(ROOT, "experiments", "gsm8k.py"),
                  help="experiments/<recipe>.py[:preset], taken as written (default: the GSM8K recipe)")
-  p.add_argument("--model", action="append", help="a scripts/memory_estimate.py preset (repeatable; default "
+  p.add_argument("--model", action="append", help="a grpo_jax/commands/memory_estimate.py preset (repeatable; default "
                  "qwen2.5-0.5b and qwen2.5-1.5b)")
   p.add_argument("--prompt-width", type=int, help="the sampler's prompt width P (default: the recipe's)")
   p.add_argument("--update-widths", help="PROMPT,COMPLETION widths of the update and reference (a measured run's "

@@ -41,8 +41,6 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # (experiment file, preset) per --task and --model, and the sizes a flag left unset takes.
 EXPERIMENTS = {("gsm8k", "tiny"): ("gsm8k.py", "test"), ("gsm8k", "smollm2"): ("gsm8k.py", "smollm2"),
@@ -108,15 +106,15 @@ def run_tunix(args) -> dict:
   spec_path, out = os.path.join(args.out, "tunix_spec.json"), os.path.join(args.out, "tunix_records.json")
   with open(spec_path, "w") as f:
     json.dump(spec, f)
-  subprocess.run([TUNIX_PYTHON, os.path.join(ROOT, "benchmarks", "tunix_grpo.py"), "--spec", spec_path,
-                  "--out", out], check=True)
+  subprocess.run([TUNIX_PYTHON, "-m", "benchmarks.tunix_grpo", "--spec", spec_path,
+                  "--out", out], cwd=ROOT, check=True)
   with open(out) as f:
     record = json.load(f)
   # After the timed run: both models must compute the same function of the first prompt.
   reference, checked = os.path.join(args.out, "grpo_jax_logits.npz"), os.path.join(args.out, "tunix_parity.json")
   np.savez(reference, **grpo_jax_logits(config, spec["rows"]["prompt"][0]))
-  subprocess.run([TUNIX_PYTHON, os.path.join(ROOT, "benchmarks", "tunix_grpo.py"), "--spec", spec_path,
-                  "--out", checked, "--parity", reference], check=True)
+  subprocess.run([TUNIX_PYTHON, "-m", "benchmarks.tunix_grpo", "--spec", spec_path,
+                  "--out", checked, "--parity", reference], cwd=ROOT, check=True)
   with open(checked) as f:
     record["parity"] = json.load(f)
   return record

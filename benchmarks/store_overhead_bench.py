@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Seconds per GRPO step with the workdir on local disk, on S3 (moto's server) and on GCS (fake-gcs-server).
 
-  python benchmarks/store_overhead_bench.py                 # 20 steps of experiments/default.py:test, 3 rounds
-  python benchmarks/store_overhead_bench.py --steps 40 --every 5 --rounds 3
+  python -m benchmarks.store_overhead_bench                 # 20 steps of experiments/default.py:test, 3 rounds
+  python -m benchmarks.store_overhead_bench --steps 40 --every 5 --rounds 3
 
 Each launch is a fresh `scripts/train.py` process (the default experiment's test preset, a checkpoint every
 `--every` steps, metrics every step) with a shared, warmed compilation cache, so the difference is the
@@ -25,7 +25,6 @@ import time
 import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from grpo_jax import storage  # noqa: E402
 from grpo_jax.train.metrics import read_jsonl  # noqa: E402

@@ -32,11 +32,9 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def load_experiment(path: str, preset: str | None = None):

@@ -2,7 +2,7 @@
 """The Tunix side of the benchmarks: google-tunix 0.1.7's GRPOLearner on a grpo_jax experiment's settings.
 
   bash benchmarks/setup_tunix.sh                                  # once: ./.venv-tunix (Tunix's own pins)
-  .venv-tunix/bin/python benchmarks/tunix_grpo.py --spec SPEC.json --out RECORDS.json
+  .venv-tunix/bin/python -m benchmarks.tunix_grpo --spec SPEC.json --out RECORDS.json
 
 benchmarks/step_bench.py writes SPEC.json from a grpo_jax config (`make_spec`, run in grpo_jax's environment)
 and reads RECORDS.json back; nothing here is imported from Tunix until `run` (in Tunix's environment).
@@ -40,10 +40,8 @@ import dataclasses
 import functools
 import json
 import os
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KL_MODES = {"k1": "kl", "k2": "mse_kl", "k3": "low_var_kl"}
 
 
@@ -178,7 +176,6 @@ def run(spec: dict, out: str) -> None:
   from tunix.rl.grpo import grpo_learner
   from tunix.rl.rollout import base_rollout
 
-  sys.path.insert(0, ROOT)
   from grpo_jax.rewards.registry import get_reward
   from grpo_jax.train.timing import seconds_since_launch
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import jax
@@ -25,13 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_jax.algo.objective import LossConfig  # noqa: E402
-from grpo_jax.model.config import ModelConfig  # noqa: E402
-from grpo_jax.model.transformer import Transformer  # noqa: E402
-from grpo_jax.train import step as step_lib  # noqa: E402
-from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer  # noqa: E402
+from grpo_jax.algo.objective import LossConfig
+from grpo_jax.model.config import ModelConfig
+from grpo_jax.model.transformer import Transformer
+from grpo_jax.train import step as step_lib
+from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
 
 
 def keep_if_per_leaf(flag, new, old):

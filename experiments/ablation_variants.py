@@ -25,10 +25,10 @@ second is off-policy and the clip ranges matter.
 
 Shared warm start: the warm start depends only on the seed and on settings no member changes, so every member
 with β = 0 starts from the warm start of `grpo_smtm` with the same seed (`warmstart.init_checkpoint`: exactly
-the state it would have computed itself; see grpo_jax/ablation/runner.py:init_overrides). The β > 0 members
+the state it would have computed itself; see grpo_jax/sweep/runner.py:init_overrides). The β > 0 members
 keep their own warm start (as when the study was first run). Members run seed-major: seed 0 of every group first.
 """
-from grpo_jax.ablation import spec
+from grpo_jax.sweep import spec
 
 SEEDS = (0, 1, 2, 3)
 NUM_STEPS = 100

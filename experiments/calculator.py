@@ -12,7 +12,7 @@ stops at 10% held-out greedy accuracy: the policy then calls the tool on about a
 mostly guesses the rest. GRPO (G = 8 x 32 prompts, beta = 0, Adam lr 3e-4) should raise both the share of
 episodes that call the tool (episodes/turns -> 2) and the accuracy.
 """
-from grpo_jax.ablation.spec import sibling_experiment
+from grpo_jax.sweep.spec import sibling_experiment
 
 
 def get_config(preset: str | None = None):

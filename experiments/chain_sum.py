@@ -25,7 +25,7 @@ Predictions, written before the runs (docs/ablations.md has the outcome):
   2. DAPO's clip-higher (Yu et al. 2025, arXiv:2503.14476): a wider upper clip lets unlikely tokens gain
      probability, so the policy's entropy falls more slowly under `clip_higher` than under `grpo`.
 """
-from grpo_jax.ablation import spec
+from grpo_jax.sweep import spec
 
 SEEDS = (0, 1, 2, 3, 4, 5, 6, 7)
 

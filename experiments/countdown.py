@@ -78,8 +78,8 @@ def get_config(preset: str | None = None):
     # Qwen2.5-0.5B: fits smaller accelerators; TinyZero reports that models this small rarely learn to search.
     c.grpo.micro_batch_size = 32
   elif preset == "test":
-    from grpo_jax.data import fixtures
-    fixtures.apply_test_preset(c, "countdown")
+    from grpo_jax import testing
+    testing.apply_test_preset(c, "countdown")
     c.grpo.mini_batch_size = 4    # two updates per rollout, as in the recipe (the second off-policy) ...
     c.grpo.micro_batch_size = 2   # ... each accumulated over micro-batches, as in the recipe
   elif preset not in (None, ""):

@@ -27,7 +27,7 @@ measured runs); with it, every update sees 8 groups with a signal (up to 4 sampl
 """
 import os
 
-from grpo_jax.ablation import spec
+from grpo_jax.sweep import spec
 
 MODEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "models", "gemma-3-270m")
 
@@ -49,8 +49,8 @@ def get_config(preset: str | None = None):
   c.checkpoint.every = 10
 
   if preset == "test":
-    from grpo_jax.data import fixtures
-    fixtures.apply_test_preset(c, None, checkpoint="gemma3_checkpoint")
+    from grpo_jax import testing
+    testing.apply_test_preset(c, None, checkpoint="gemma3_checkpoint")
     c.grpo.micro_batch_size = 2   # micro-batches, as in the full run
   elif preset not in (None, ""):
     raise ValueError(f"experiments/gemma3_arithmetic.py: unknown preset {preset!r} (known: test)")

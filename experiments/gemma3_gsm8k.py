@@ -139,8 +139,8 @@ def get_config(preset: str | None = None):
   c.log.samples_every = 50
 
   if preset == "test":
-    from grpo_jax.data import fixtures
-    fixtures.apply_test_preset(c, "gsm8k", checkpoint="gemma3_checkpoint")
+    from grpo_jax import testing
+    testing.apply_test_preset(c, "gsm8k", checkpoint="gemma3_checkpoint")
     c.grpo.micro_batch_size = 0   # one forward/backward per update, as in the full run
   elif preset not in (None, ""):
     raise ValueError(f"experiments/gemma3_gsm8k.py: unknown preset {preset!r} (known: test)")

@@ -99,8 +99,8 @@ def get_config(preset: str | None = None):
     # Qwen2.5-1.5B-Instruct: the same recipe with smaller micro-batches.
     c.grpo.micro_batch_size = 8
   elif preset == "test":
-    from grpo_jax.data import fixtures
-    fixtures.apply_test_preset(c, "gsm8k")
+    from grpo_jax import testing
+    testing.apply_test_preset(c, "gsm8k")
   elif preset not in (None, ""):
     raise ValueError(f"experiments/gsm8k.py: unknown preset {preset!r} (known: 1.5b, smollm2, test)")
   return c

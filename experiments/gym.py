@@ -23,7 +23,7 @@ the task, its reward, 24 new tokens (an answer, not a worked solution), 100 step
 (`grpo.dynamic_sampling`: the model starts low, so most groups' rewards are all equal; only the others are
 trained on, up to 4 sampler calls a step) set below.
 """
-from grpo_jax.ablation import spec
+from grpo_jax.sweep import spec
 from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
 
 # preset -> (task name, dataset options): the sweep's tasks, three families.
@@ -91,8 +91,8 @@ def get_config(preset: str | None = None):
   c.log.samples_every = 25
 
   if preset == "test":
-    from grpo_jax.data import fixtures
-    fixtures.apply_test_preset(c, None)
+    from grpo_jax import testing
+    testing.apply_test_preset(c, None)
     c.task.train_size, c.task.heldout_size = 64, 16
     c.grpo.micro_batch_size = 2
   elif preset not in (None, "") and preset not in presets:

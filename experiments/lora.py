@@ -13,7 +13,7 @@ The sweep (`get_sweep`), 3 seeds each, every member starting from the `full` mem
   lora_r8   adapters of rank 8, lr 1e-3
   lora_r1   adapters of rank 1, lr 1e-3 (Schulman et al. 2025, "LoRA Without Regret": RL needs very little rank)
 """
-from grpo_jax.ablation import spec
+from grpo_jax.sweep import spec
 
 SEEDS = (0, 1, 2)
 

@@ -69,8 +69,8 @@ def get_config(preset: str | None = None):
   c.log.num_samples = 4
 
   if preset == "test":
-    from grpo_jax.data import fixtures
-    fixtures.apply_test_preset(c, None)
+    from grpo_jax import testing
+    testing.apply_test_preset(c, None)
     c.grpo.micro_batch_size = 2   # micro-batches, as in the full run
   elif preset not in (None, ""):
     raise ValueError(f"experiments/smollm2_arithmetic.py: unknown preset {preset!r} (known: test)")

@@ -240,7 +240,7 @@ def get_config() -> ml_collections.ConfigDict:
   k.every = 100                   # steps; a checkpoint is also written at the end.
   k.keep = 2                      # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
   k.export_hf = False             # at the end, also write the policy as a Hugging Face model in WORKDIR/hf_model
-                                  # (grpo_jax/train/export.py; scripts/export.py does it for any checkpoint).
+                                  # (grpo_jax/train/export.py; grpo-export does it for any checkpoint).
   k.verify = True                 # store a fingerprint of the saved state and check it on restore.
   k.async_save = True             # write checkpoints in a background thread while training goes on.
   k.preemption_deadline_s = 25.0  # on SIGTERM/SIGINT: save the last completed step and exit (code 75) within

@@ -1,5 +1,5 @@
 """Errors that are the user's to fix: a bad config value, a workdir that holds another run or is in use, a
-missing file or optional extra. The launchers (scripts/train.py, scripts/sweep.py) print such an error as one
+missing file or optional extra. The launchers (grpo-train, grpo-sweep) print such an error as one
 line and exit with `EXIT_USER_ERROR`; `--debug` shows the traceback. Anything else is a bug and raises.
 
 The sweep runners read that exit code too: retrying a member cannot fix a user error, so it fails once.

@@ -60,4 +60,4 @@ def apply(config, log=print) -> None:
     return
   raise ValueError(f"config.precision.deterministic: the {jax.default_backend()} backend started before the flag "
                    f"could be set; run with XLA_FLAGS={DETERMINISTIC_FLAG} in the environment, or through "
-                   "scripts/train.py")
+                   "grpo-train")

@@ -14,7 +14,6 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 OUT = os.path.join(ROOT, "docs", "config.md")
 
 # `c.model = m = ...` binds an alias; `m.hf_path = ""  # comment` sets a key of the section it names.

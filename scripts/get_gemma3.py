@@ -27,7 +27,6 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE  # noqa: E402
 from grpo_jax.model import from_gguf  # noqa: E402

@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 from grpo_jax.model import from_gguf  # noqa: E402
 

@@ -1,34 +1,5 @@
-#!/usr/bin/env python
-"""Plots reward, held-out accuracy, KL, entropy and completion length of one or more runs on one figure.
-
-  python scripts/plot.py runs/default                       # -> runs/default/curves.png
-  python scripts/plot.py runs/a runs/b --out compare.png    # several runs, one line each
-"""
-import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from grpo_jax.train.plotting import plot_runs  # noqa: E402
-
-
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("workdirs", nargs="+", help="training workdirs (each holds a metrics.jsonl)")
-  parser.add_argument("--out", default=None, help="PNG path (default: WORKDIR/curves.png for one run, "
-                      "curves.png in the current directory for several)")
-  parser.add_argument("--labels", nargs="*", default=None, help="legend labels, one per workdir")
-  parser.add_argument("--metrics", default="", help="comma-separated metric names, one panel each (default: "
-                      "reward, held-out accuracy, KL, entropy, completion length, and messages per episode "
-                      "when logged)")
-  args = parser.parse_args(argv)
-  out = args.out or (os.path.join(args.workdirs[0], "curves.png") if len(args.workdirs) == 1 else "curves.png")
-  if args.labels and len(args.labels) != len(args.workdirs):
-    parser.error(f"--labels has {len(args.labels)} entries for {len(args.workdirs)} workdirs")
-  metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] or None
-  print(plot_runs(args.workdirs, out, args.labels, metrics))
-
+"""`grpo-plot`, for a checkout without console commands (a Ray job's working directory)."""
+from grpo_jax.commands.plot import main
 
 if __name__ == "__main__":
   main()

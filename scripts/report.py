@@ -1,48 +1,5 @@
-#!/usr/bin/env python
-"""Summarizes a sweep directory: per-group table (Markdown + CSV), per-member CSV, curves with seed bands (PNG).
-
-  python scripts/report.py runs/ablation_variants                      # -> runs/ablation_variants/report/
-  python scripts/report.py runs/av --group_by '^(.*)_seed\\d+$' --out docs/ablations --smooth 10
-  python scripts/report.py runs/av --groups '^(grpo_smtm|dapo|gspo)' --out runs/av/report_headline
-
-Groups default to each member's `group` from the sweep file (its name without `_seed<N>`); --group_by REGEX
-regroups by the regex's named group `group`, else its group 1, else the whole match in the member name.
-The definitions of every number are in grpo_jax/ablation/report.py.
-"""
-from __future__ import annotations
-
-import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from grpo_jax.ablation import report  # noqa: E402
-
-
-def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("sweep_dir")
-  parser.add_argument("--group_by", default=None, help="regex on member names that yields the group")
-  parser.add_argument("--out", default=None, help="output directory (default SWEEP_DIR/report)")
-  parser.add_argument("--smooth", type=int, default=10, help="moving-average window for reward and KL curves")
-  parser.add_argument("--title", default=None)
-  parser.add_argument("--groups", default=None, help="regex (re.search) on group names: report only those")
-  parser.add_argument("--baseline", default=None, help="a group to compare the others with, paired by seed")
-  parser.add_argument("--mean_of", default="", help="comma-separated metric names: add a column with the mean "
-                      "over steps of each (e.g. clip_ratio/region,entropy)")
-  parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
-                      "per group, mean ± std over seeds (e.g. entropy,completions/mean_length)")
-  args = parser.parse_args(argv)
-  group_fn = report.regex_grouper(args.group_by) if args.group_by else None
-  paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
-                              args.baseline, [k for k in args.mean_of.split(",") if k],
-                              [k for k in args.curves.split(",") if k])
-  with open(paths["summary.md"]) as f:
-    print(f.read())
-  print("wrote " + ", ".join(paths.values()))
-  return 0
-
+"""`grpo-report`, for a checkout without console commands (a Ray job's working directory)."""
+from grpo_jax.commands.report import main
 
 if __name__ == "__main__":
-  sys.exit(main())
+  main()

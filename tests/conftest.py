@@ -9,6 +9,10 @@ CPUs ignore the flag. `float32_matmuls` pins matmuls to full float32 (on NVIDIA 
 Ray writes each local instance's logs and uploaded working directories under $RAY_TMPDIR/ray (default /tmp/ray)
 and never deletes them: repeated suite runs filled a CI disk. `_ray_temp_dir` gives each pytest worker its own
 directory and removes it at the end.
+
+The commands, scripts, notebooks and workers that tests start as processes import grpo_jax from this checkout
+(PYTHONPATH), whatever another one a Python environment has installed, with the hash seed that the commands'
+launch would otherwise set by re-executing themselves (grpo_jax/hash_seed.py; tests/test_hash_seed.py unsets it).
 """
 from __future__ import annotations
 
@@ -19,6 +23,10 @@ import jax
 import pytest
 
 from grpo_jax.precision import DETERMINISTIC_FLAG
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+os.environ.setdefault("PYTHONHASHSEED", "0")
 
 if DETERMINISTIC_FLAG not in os.environ.get("XLA_FLAGS", "").split():
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + DETERMINISTIC_FLAG).strip()

@@ -22,7 +22,7 @@ import sys
 import pytest
 import yaml
 
-from grpo_jax.ablation.ray_backend import MemberResources
+from grpo_jax.sweep.ray_backend import MemberResources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTERS = sorted(glob.glob(os.path.join(ROOT, "clusters", "*.yaml")))

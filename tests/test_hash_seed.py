@@ -8,11 +8,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PRINT_HASH = """
 import sys
-sys.path.insert(0, {root!r})
 if {pin}:
   from grpo_jax import hash_seed
   hash_seed.pin()
@@ -22,7 +20,7 @@ print(hash("grpo_jax"), sys.argv[1:])
 
 def _run(tmp_path, *, pin: bool, hash_seed: str | None, code: str = PRINT_HASH) -> str:
   script = tmp_path / "print_hash.py"
-  script.write_text(code.format(root=ROOT, pin=pin))
+  script.write_text(code.format(pin=pin))
   env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
   if hash_seed is not None:
     env["PYTHONHASHSEED"] = hash_seed

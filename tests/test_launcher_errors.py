@@ -22,7 +22,7 @@ def _train(workdir, *flags, env=None):
 def _one_line(proc, *words):
   assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   line = proc.stderr.strip().splitlines()[-1]
-  assert line.startswith("train.py: error: ") and all(w in line for w in words), line
+  assert line.startswith("grpo-train: error: ") and all(w in line for w in words), line
   return line
 
 
@@ -75,5 +75,5 @@ def test_a_renamed_key_is_one_line_naming_the_new_key(tmp_path):
   proc = _train(tmp_path, "--config.task.holdout_fraction=0.2", "--config.num_steps=0")
   _one_line(proc, "config.num_steps=0: must be >= 1")
   warnings = [line for line in proc.stderr.splitlines() if "holdout_fraction" in line]
-  assert warnings == ["train.py: warning: --config.task.holdout_fraction was renamed --config.task.heldout_fraction;"
+  assert warnings == ["grpo-train: warning: --config.task.holdout_fraction was renamed --config.task.heldout_fraction;"
                       " its value is used for that"], proc.stderr

@@ -2,20 +2,17 @@
 0.5B figures, and the --measured table from a hand-made campaign JSON."""
 import json
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import roofline as rl  # noqa: E402
-
-from grpo_jax.model import Transformer  # noqa: E402
-from grpo_jax.model.config import FULL, SLIDING, ModelConfig  # noqa: E402
-from grpo_jax.model.logprobs import positions_from_mask  # noqa: E402
-from grpo_jax.model.transformer import init_cache  # noqa: E402
+from benchmarks import roofline as rl
+from grpo_jax.model import Transformer
+from grpo_jax.model.config import FULL, SLIDING, ModelConfig
+from grpo_jax.model.logprobs import positions_from_mask
+from grpo_jax.model.transformer import init_cache
 
 # float32 compute: with bfloat16, XLA:CPU converts every dot's operands to float32 and counts each converted
 # element as a FLOP (a CPU artifact; a GPU multiplies bfloat16 directly).

@@ -1,14 +1,10 @@
 """benchmarks/tunix_grpo.py's mapping of a grpo_jax config to Tunix's settings (runs without Tunix)."""
-import os
-import sys
 import types
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-import tunix_grpo  # noqa: E402
-
-from tests.train.conftest import load_experiment  # noqa: E402
+from benchmarks import tunix_grpo
+from tests.train.conftest import load_experiment
 
 
 def _config():

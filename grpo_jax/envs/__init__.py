@@ -1,4 +1,5 @@
 """Environments of multi-turn episodes (base.py: the interface; calculator.py: a calculator tool)."""
+from grpo_jax.config_checks import Section
 from grpo_jax.envs.base import ENVIRONMENTS, Environment, StepResult, env_factory, register_env, stop_token_ids
 from grpo_jax.envs import calculator  # noqa: F401  (registers "calculator")
 
@@ -9,7 +10,6 @@ __all__ = ["ENVIRONMENTS", "Environment", "StepResult", "env_factory", "register
 def validate_config(env) -> None:
   """Checks `config.env` (nothing when env.name is "", single-turn); raises ConfigError naming key and value.
   That an episode holds one message of sampling.max_new_tokens is the config's cross-section check."""
-  from grpo_jax.config_checks import Section
   s = Section(env, "env")
   if not s["name"]:
     return

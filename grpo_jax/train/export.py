@@ -1,4 +1,4 @@
-"""A run's policy as a Hugging Face model directory (scripts/export.py, and `checkpoint.export_hf` at the end of a
+"""A run's policy as a Hugging Face model directory (grpo-export, and `checkpoint.export_hf` at the end of a
 run).
 
 The directory holds config.json and safetensors (in the parameter dtype), the tokenizer files and chat template

@@ -8,7 +8,7 @@
                     eval_dataset=None,                         # None: task.heldout_fraction of train_dataset
                     callbacks=[stop_at_accuracy])              # fn(step, metrics) -> True to stop after it
 
-The launcher (scripts/train.py) runs the same `train` without them. Reward callables add to the config's
+The launcher (grpo-train) runs the same `train` without them. Reward callables add to the config's
 `rewards` / `reward_funcs`, under their `__name__`. A dataset needs `task.name = "dataset"` (its rows are read
 like a file's rows: grpo_jax/data/datasets.py) and replaces `task.train_path` / `task.heldout_path`. A callback
 sees each step's metrics after they are logged; returning True ends the run after that step, with a

@@ -3,7 +3,7 @@
 `train(config, workdir)` checks the config, builds the run's parts (grpo_jax/train/run.py), restores the latest
 checkpoint in `workdir/checkpoints` if there is one (otherwise starts from a saved or fresh warm start, or from
 the initial model, and evaluates it), then runs GRPO steps up to `config.num_steps`. The launcher
-(scripts/train.py) and notebooks both call `train`.
+(grpo-train) and notebooks both call `train`.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Figures of training curves, for one run or many: the one drawing routine of the repository.
 
 `plot_runs` draws runs (their metrics.jsonl) as lines: reward, held-out accuracy, KL, entropy and completion
-length against the step (the run's curves.png, scripts/plot.py). `draw_panels` draws any panels of curves with
-optional bands (mean ± std); the ablation report (grpo_jax/ablation/report.py) uses it for its group figures.
+length against the step (the run's curves.png, grpo-plot). `draw_panels` draws any panels of curves with
+optional bands (mean ± std); the ablation report (grpo_jax/sweep/report.py) uses it for its group figures.
 """
 from __future__ import annotations
 

@@ -36,12 +36,12 @@ CONVERSATIONS = [
 @pytest.mark.parametrize("fmt", WRITERS)
 def test_conversational_prompts_in_every_format(tmp_path, fmt):
   """TRL's conversational datasets: a list of chat messages as the prompt, rendered by the chat template."""
-  from grpo_jax.data import fixtures
+  from grpo_jax import testing
   from grpo_jax.data.templates import tokenize_prompts
   write, name = WRITERS[fmt]
   rows = load_rows(write(tmp_path / name, CONVERSATIONS))
   assert [r["prompt"] for r in rows] == [r["prompt"] for r in CONVERSATIONS]
-  tokenizer = fixtures.build_tokenizer()
+  tokenizer = testing.build_tokenizer()
   kept, dropped = tokenize_prompts(rows, tokenizer, 512, template="chat", system_prompt="Be brief.")
   assert dropped == 0
   # The row's own system message stands; a conversation without one gets the configured system prompt.

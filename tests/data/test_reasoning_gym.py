@@ -184,9 +184,9 @@ def test_answer_only_rows_score_the_line_the_model_writes_after_the_prefilled_ta
 
 
 def test_answer_only_prompts_end_in_the_prefill_and_sampling_stops_at_the_closing_tag():
-  from grpo_jax.data import fixtures
+  from grpo_jax import testing
   from grpo_jax.data.templates import tokenize_prompts
-  tokenizer = fixtures.build_tokenizer()
+  tokenizer = testing.build_tokenizer()
   kept, _ = tokenize_prompts([{"prompt": "2 + 3 ="}], tokenizer, 192, template="chat", system_prompt="s",
                              prefill=gym.ANSWER_PREFILL)
   assert kept[0]["prompt_text"].endswith("assistant\n<answer>")

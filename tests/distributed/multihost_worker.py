@@ -18,8 +18,6 @@ workdir, pid, nproc, port, local_devices = sys.argv[1], int(sys.argv[2]), int(sy
     int(sys.argv[5])
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
 os.environ["JAX_PLATFORMS"] = "cpu"
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,18 +1,15 @@
-"""scripts/memory_estimate.py against a hand-worked example and the published Qwen2.5 parameter counts."""
+"""The memory estimate (grpo_jax/commands/memory_estimate.py) against a hand-worked example and the published Qwen2.5 parameter counts."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
 
+from benchmarks import memory_fit as mf
+from grpo_jax.commands import memory_estimate as me
 from grpo_jax.model import ModelConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("memory_estimate", os.path.join(ROOT, "scripts",
-                                                                               "memory_estimate.py"))
-me = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(me)
 
 # V=64, D=32, F=48, 2 layers, 4 heads, 2 kv heads, H=8; fp32 parameters, bf16 compute.
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -88,22 +85,14 @@ def test_cli_prints_every_category(capsys, tmp_path):
     me.main(["--model", "qwen2.5-7b", "--mesh", "2,x"])
 
 
-def _load_memory_fit():
-  spec = importlib.util.spec_from_file_location("memory_fit", os.path.join(ROOT, "benchmarks", "memory_fit.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_memory_fit_counts_the_update_state_and_runs_the_recipe_as_written():
   """benchmarks/memory_fit.py on the Countdown recipe's :test preset: XLA's arguments are exactly the parameters,
   AdamW state and batch, the donated parameters and AdamW state are updated in place, and a step runs."""
   import jax
 
-  from grpo_jax.data import fixtures
-  mf = _load_memory_fit()
+  from grpo_jax import testing
   config = mf.recipe_config(os.path.join(ROOT, "experiments", "countdown.py:test"))
-  cfg = mf.model_config(fixtures.ensure_fixtures()["checkpoint"], config)
+  cfg = mf.model_config(testing.ensure_fixtures()["checkpoint"], config)
   assert cfg.remat and cfg.dtype == "bfloat16" and config.model.offload_ref_params  # the recipe's structure
   step, params, opt_state, graphdef, optimizer = mf.build_update(cfg, config)
   xla = mf.compiled_update_bytes(step, params, opt_state, config)
@@ -120,11 +109,10 @@ def test_memory_fit_with_lora_holds_adapter_state_only_and_runs_a_step():
   the batch; the estimate counts the same parameters; a step runs with the base as the reference."""
   import jax
 
-  from grpo_jax.data import fixtures
+  from grpo_jax import testing
   from grpo_jax.model import lora
-  mf = _load_memory_fit()
   config = mf.with_lora(mf.recipe_config(os.path.join(ROOT, "experiments", "countdown.py:test")), 4)
-  cfg = mf.model_config(fixtures.ensure_fixtures()["checkpoint"], config)
+  cfg = mf.model_config(testing.ensure_fixtures()["checkpoint"], config)
   step, params, opt_state, graphdef, optimizer = mf.build_update(cfg, config)
   nbytes = lambda tree: sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
   adapters = lora.split_adapters(params)[0]

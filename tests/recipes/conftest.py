@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_jax.data import fixtures
+from grpo_jax import testing
 from grpo_jax.rewards import register_reward
 from tests.train.conftest import compile_cache, load_experiment  # noqa: F401  (re-exported fixtures/helpers)
 
@@ -21,4 +21,4 @@ def fixture_paths(tmp_path_factory):
   directory = str(tmp_path_factory.mktemp("fixtures") / "built")
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("GRPO_JAX_FIXTURES", directory)
-    yield fixtures.ensure_fixtures()
+    yield testing.ensure_fixtures()

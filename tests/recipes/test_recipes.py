@@ -9,7 +9,7 @@ import pytest
 
 from grpo_jax import config as config_lib
 from grpo_jax.data.datasets import DatasetError
-from grpo_jax.data.fixtures import gsm8k_records, write_jsonl
+from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.train import loop
 from grpo_jax.train.metrics import read_jsonl
 from tests.recipes.conftest import load_experiment
@@ -126,11 +126,11 @@ def test_malformed_row_stops_the_run_naming_file_and_row(fixture_paths, tmp_path
 
 
 def test_fixtures_built_from_the_command_line_are_found_by_the_presets(tmp_path):
-  # docs/guide.md's route: python -m grpo_jax.data.fixtures DIR, then GRPO_JAX_FIXTURES=DIR for the presets.
+  # docs/guide.md's route: python -m grpo_jax.testing DIR, then GRPO_JAX_FIXTURES=DIR for the presets.
   import subprocess
   import sys
   directory = str(tmp_path / "fixtures")
-  subprocess.run([sys.executable, "-m", "grpo_jax.data.fixtures", directory], check=True, capture_output=True,
+  subprocess.run([sys.executable, "-m", "grpo_jax.testing", directory], check=True, capture_output=True,
                  timeout=300)
   with pytest.MonkeyPatch.context() as mp:
     mp.setenv("GRPO_JAX_FIXTURES", directory)

@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from grpo_jax import config as config_lib
 from grpo_jax.data.char_tokenizer import CharTokenizer
-from grpo_jax.data.fixtures import gsm8k_records, write_jsonl
+from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.data.tasks import DatasetTask, load_hf_tokenizer, make_task, stop_ids
 from grpo_jax.train.loop import build_reward_fns
 from tests.recipes.conftest import load_experiment

@@ -46,9 +46,9 @@ def test_a_second_process_loads_the_program_the_first_compiled_into_a_cache_on_a
 
 
 def test_a_model_directory_on_a_store_is_mirrored_once_and_loads_like_the_local_one(s3, tmp_path, monkeypatch):
-  from grpo_jax.data import fixtures
+  from grpo_jax import testing
   from grpo_jax.model import hf_io
-  local = fixtures.build_checkpoint(str(tmp_path / "model"))  # a tiny random Llama with its tokenizer
+  local = testing.build_checkpoint(str(tmp_path / "model"))  # a tiny random Llama with its tokenizer
   url = s3.url("model")
   for name in os.listdir(local):
     storage.copy(os.path.join(local, name), storage.join(url, name))

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from grpo_jax import storage
-from grpo_jax.ablation import progress, runner, spec
+from grpo_jax.sweep import progress, runner, spec
 from grpo_jax.train.metrics import read_jsonl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,10 +26,10 @@ def test_a_sweep_on_a_store_records_its_members_and_resumes_a_crashed_one(scheme
                 train_cmd=[sys.executable, os.path.join(HERE, "store_fake_train.py")],
                 env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
                                                                   os.environ.get("PYTHONPATH", "")])))
-  assert runner.run_sweep(members, **kwargs) == {"ok_seed0": "done", "crash_seed0": "failed"}
+  assert runner.run_members(members, **kwargs) == {"ok_seed0": "done", "crash_seed0": "failed"}
   crashed = storage.join(sweep_dir, "crash_seed0")
   assert "RuntimeError: simulated crash" in runner.read_json(storage.join(crashed, runner.FAILED))["error"]
-  assert runner.run_sweep(members, **kwargs) == {"ok_seed0": "skipped-done", "crash_seed0": "done"}
+  assert runner.run_members(members, **kwargs) == {"ok_seed0": "skipped-done", "crash_seed0": "done"}
 
   assert [m["name"] for m in json.loads(storage.read_text(storage.join(sweep_dir, runner.SWEEP_JSON)))["members"]] \
       == ["ok_seed0", "crash_seed0"]

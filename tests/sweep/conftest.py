@@ -19,7 +19,7 @@ def experiment_file(tmp_path):
   """An experiment file whose sweep has two passing groups × 2 seeds and one member that fails."""
   path = tmp_path / "exp.py"
   path.write_text(textwrap.dedent("""
-      from grpo_jax.ablation import spec
+      from grpo_jax.sweep import spec
 
       def get_config(preset=None):
         # Only read by the sweep runner's key check; the (fake) trainer builds its own.

@@ -45,7 +45,7 @@ def main(argv):
     f.write(json.dumps(argv) + "\n")
   print(f"fake_train starting in {workdir}")
   if args["config_error"] == "true":
-    print("train.py: error: config.fake: a user error for the test", file=sys.stderr)
+    print("grpo-train: error: config.fake: a user error for the test", file=sys.stderr)
     return 2
   if args["handles_sigterm"] == "true":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(75))

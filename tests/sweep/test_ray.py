@@ -12,7 +12,7 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from grpo_jax.ablation import progress, ray_backend, runner, spec  # noqa: E402
+from grpo_jax.sweep import progress, ray_backend, runner, spec  # noqa: E402
 from grpo_jax.errors import UserError  # noqa: E402
 from tests.sweep.conftest import REPO  # noqa: E402
 
@@ -27,7 +27,7 @@ def _rows(workdir, name="metrics.jsonl"):
 def _run(members, sweep_dir, train_cmd, **kwargs):
   kwargs.setdefault("resources", CPU1)
   kwargs.setdefault("init_kwargs", {"num_cpus": 2})
-  return ray_backend.run_sweep(members, config_spec="exp.py", sweep_dir=str(sweep_dir), train_cmd=train_cmd,
+  return ray_backend.run_members(members, config_spec="exp.py", sweep_dir=str(sweep_dir), train_cmd=train_cmd,
                                poll_s=0.2, echo=lambda *_: None, **kwargs)
 
 
@@ -39,7 +39,7 @@ def test_same_files_as_the_local_backend_retries_crashes_and_fails_user_errors_o
       {"name": "broken", "overrides": {"fail": True}},
       {"name": "bad_key", "overrides": {"config_error": True}}])
   outcomes = _run(members, tmp_path / "ray", fake_train_cmd, max_attempts=3)
-  local = runner.run_sweep(members, config_spec="exp.py", sweep_dir=str(tmp_path / "local"),
+  local = runner.run_members(members, config_spec="exp.py", sweep_dir=str(tmp_path / "local"),
                            train_cmd=fake_train_cmd, max_attempts=3, echo=lambda *_: None)
   assert outcomes == local == {"a_seed0": "done", "b_seed0": "done", "crash_seed0": "done", "broken": "failed",
                                "bad_key": "failed"}
@@ -225,11 +225,11 @@ def test_missing_extra_is_one_line(tmp_path, experiment_file):
   fake = tmp_path / "noray" / "ray"
   fake.mkdir(parents=True)
   (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
-  env = {**os.environ, "PYTHONPATH": str(tmp_path / "noray")}
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "noray"), os.environ["PYTHONPATH"]])}
   driver = _cli("--config", experiment_file, "--sweep_dir", str(tmp_path / "s"), "--backend=ray", env=env)
   out = driver.communicate(timeout=60)[0]
   assert driver.returncode == 2
-  assert out.strip() == "sweep.py: error: --backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
+  assert out.strip() == "grpo-sweep: error: --backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
   assert not (tmp_path / "s").exists()
 
 
@@ -254,7 +254,7 @@ def test_preempted_members_are_resubmitted_apart_from_max_attempts_and_capped(tm
                            {"name": "always", "overrides": {"always_preempted": True}},
                            {"name": "crash", "overrides": {"crash_at": 2}}])
   lines = []
-  outcomes = ray_backend.run_sweep(members, config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
+  outcomes = ray_backend.run_members(members, config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
                                    resources=CPU1, init_kwargs={"num_cpus": 2}, poll_s=0.2, echo=lines.append,
                                    max_attempts=1, max_preemptions=1)
   assert outcomes == {"once": "done", "always": "failed", "crash": "failed"}

@@ -22,7 +22,7 @@ import yaml
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
-from grpo_jax.ablation import progress, ray_backend, report, runner, spec, study  # noqa: E402
+from grpo_jax.sweep import progress, ray_backend, report, run_sweep, runner, spec  # noqa: E402
 from tests.sweep.conftest import REPO  # noqa: E402
 
 CONFIG = "experiments/default.py:test"
@@ -99,7 +99,7 @@ def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_report
   watcher.start()
   # The eight runs share one persistent compilation cache (the same programs: the later ones load them).
   common = {**COMMON, "compile_cache_dir": str(tmp_path / "xla")}
-  outcomes = study.run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=common,
+  outcomes = run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=common,
                              member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2}, echo=lambda *_: None)
   watcher.join(timeout=1)
   assert killed and outcomes == dict.fromkeys(names, "done")
@@ -108,7 +108,7 @@ def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_report
   with open(os.path.join(victim, "train.log")) as f:  # the second attempt resumed from a GRPO checkpoint
     assert re.search(r"\[resume\] restored step [24] ", f.read())
   local_dir = str(tmp_path / "local")
-  assert study.run_sweep(CONFIG, local_dir, members=members, common=common, echo=lambda *_: None) == outcomes
+  assert run_sweep(CONFIG, local_dir, members=members, common=common, echo=lambda *_: None) == outcomes
   assert _metrics(victim) == _metrics(os.path.join(local_dir, names[0]))  # CPU: exactly
   assert _report_numbers(sweep_dir) == _report_numbers(local_dir)
   assert _overlaps(local_dir, names) == 1
@@ -150,7 +150,7 @@ def _check_default_resources(address, tmp_path):
     monitor.wait()
   assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
   assert out.stderr.strip().splitlines()[-1] == (
-      "sweep.py: error: the cluster has an autoscaler whose node types this driver cannot read, and no node with "
+      "grpo-sweep: error: the cluster has an autoscaler whose node types this driver cannot read, and no node with "
       f"a GPU or TPU is up yet; {ray_backend.MEMBER_RESOURCES_HINT}")
 
 
@@ -166,7 +166,7 @@ def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_
   try:
     cluster.add_node(num_cpus=1)
     members = spec.validate([{"name": "two", "overrides": {"mesh.data": 2, "mesh.fsdp": 2}}])
-    outcomes = ray_backend.run_sweep(
+    outcomes = ray_backend.run_members(
         members, config_spec=CONFIG, sweep_dir=str(tmp_path), train_cmd=None, common=MULTIHOST,
         resources=ray_backend.MemberResources.parse({"CPU": 1, "hosts": 2}), address=cluster.address,
         init_kwargs={"runtime_env": {"env_vars": two_devices}}, echo=lambda *_: None)
@@ -323,7 +323,7 @@ def test_a_member_whose_node_dies_is_resubmitted_as_a_preemption(tmp_path, fake_
 
     watcher = threading.Thread(target=kill_the_node_of_the_member_after_step_2, daemon=True)
     watcher.start()
-    outcomes = ray_backend.run_sweep([member], config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
+    outcomes = ray_backend.run_members([member], config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
                                      resources=ray_backend.MemberResources.parse({"CPU": 1}), address=cluster.address,
                                      max_attempts=1, poll_s=0.2, echo=lambda *_: None)
     watcher.join(timeout=1)

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from grpo_jax.ablation import report
+from grpo_jax.sweep import report
 from tests.sweep.conftest import REPO
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from grpo_jax.ablation import runner, spec
+from grpo_jax.sweep import runner, spec
 from tests.sweep.conftest import REPO
 
 
@@ -24,7 +24,7 @@ def test_run_marks_done_and_failed_and_skips_finished(tmp_path, fake_train_cmd, 
   members = spec.load_sweep(experiment_file)
   kwargs = dict(config_spec=experiment_file, sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
                 common={"num_steps": 3}, echo=lambda *_: None)
-  outcomes = runner.run_sweep(members, **kwargs)
+  outcomes = runner.run_members(members, **kwargs)
   assert outcomes == {"grpo_seed0": "done", "grpo_seed1": "done", "rloo_seed0": "done", "rloo_seed1": "done",
                       "broken": "failed"}
   done_dir = os.path.join(sweep_dir, "rloo_seed1")
@@ -38,13 +38,13 @@ def test_run_marks_done_and_failed_and_skips_finished(tmp_path, fake_train_cmd, 
   assert runner.status(os.path.join(sweep_dir, "broken")) == "failed"
 
   # Started again: finished members are not run again, the failed one is retried (and fails again).
-  again = runner.run_sweep(members, **kwargs)
+  again = runner.run_members(members, **kwargs)
   assert again["grpo_seed0"] == "skipped-done" and again["broken"] == "failed"
   assert len(_invocations(done_dir)) == 1
   assert len(_invocations(os.path.join(sweep_dir, "broken"))) == 2
   with open(os.path.join(sweep_dir, "broken", "attempts.jsonl")) as f:
     assert [json.loads(line).get("rc") for line in f] == [None, 3, None, 3]  # start and end of each attempt
-  assert runner.run_sweep(members[-1:], skip_failed=True, **kwargs) == {"broken": "skipped-failed"}
+  assert runner.run_members(members[-1:], skip_failed=True, **kwargs) == {"broken": "skipped-failed"}
 
 
 def test_crashed_member_resumes_and_then_counts_as_done(tmp_path, fake_train_cmd):
@@ -135,7 +135,7 @@ def test_members_start_from_their_donors_warm_start(tmp_path, fake_train_cmd):
   # Without its donor having run, a member falls back to its own warm start.
   assert runner.run_member(members[3], **kwargs) == "done"
   assert _starts(os.path.join(sweep_dir, "b_seed1")) == ["warm start"]
-  assert runner.run_sweep(members, **kwargs)["b_seed0"] == "done"
+  assert runner.run_members(members, **kwargs)["b_seed0"] == "done"
   donor, member = os.path.join(sweep_dir, "a_seed0"), os.path.join(sweep_dir, "b_seed0")
   assert _starts(donor) == ["warm start"] and _starts(member) == [f"from {os.path.abspath(donor)}"]
   command = runner.read_json(os.path.join(member, "member.json"))["command"]
@@ -151,7 +151,7 @@ def test_members_start_from_their_donors_warm_start(tmp_path, fake_train_cmd):
 def test_cli_rejects_an_unknown_key_before_running_anything(tmp_path, experiment_file):
   result = _cli("--config", experiment_file, "--sweep_dir", str(tmp_path / "s"), "--set", "num_step=2")
   assert result.returncode == 2 and not os.path.exists(tmp_path / "s")
-  assert result.stderr.strip() == "sweep.py: error: --set: override 'num_step': the config has no field 'num_step'"
+  assert result.stderr.strip() == "grpo-sweep: error: --set: override 'num_step': the config has no field 'num_step'"
 
 
 @pytest.mark.parametrize("handles_sigterm", [False, True])
@@ -199,11 +199,11 @@ def _ends(workdir):
 def test_a_preempted_attempt_is_retried_apart_from_max_attempts_and_capped(tmp_path, fake_train_cmd):
   """Exit code 75 (EXIT_PREEMPTED) is recorded as preempted, writes no FAILED and is retried even with
   max_attempts=1; a member preempted more than max_preemptions times is marked FAILED, saying why."""
-  from grpo_jax.ablation import progress
+  from grpo_jax.sweep import progress
   sweep_dir = str(tmp_path / "sweep")
   members = spec.validate([{"name": "once", "overrides": {"num_steps": 4, "preempt_at": 2}},
                            {"name": "always", "overrides": {"always_preempted": True}}])
-  outcomes = runner.run_sweep(members, config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
+  outcomes = runner.run_members(members, config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
                               max_attempts=1, max_preemptions=2, echo=lambda *_: None)
   assert outcomes == {"once": "done", "always": "failed"}
   once, always = (os.path.join(sweep_dir, n) for n in ("once", "always"))

@@ -1,6 +1,6 @@
 import pytest
 
-from grpo_jax.ablation import spec
+from grpo_jax.sweep import spec
 
 
 def test_grid_is_a_cartesian_product_times_seeds():

@@ -12,7 +12,7 @@ import pytest
 import torch
 from flax import nnx
 
-from grpo_jax.data import fixtures
+from grpo_jax import testing
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.sampling import Sampler, SamplingConfig
@@ -73,7 +73,7 @@ def test_transformers_greedy_completions_equal_grpo_jax_on_the_export(exported_r
   graphdef, state = nnx.split(model)
   sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=NEW_TOKENS, greedy=True, stop_ids=stop_ids(tokenizer),
                                              pad_id=tokenizer.pad_token_id))
-  questions = [r["question"] for r in fixtures.gsm8k_records()[:4]]
+  questions = [r["question"] for r in testing.gsm8k_records()[:4]]
   for question in questions:
     ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
                                         tokenize=True, return_dict=False)

@@ -11,12 +11,14 @@ import shutil
 
 import pytest
 
+from grpo_jax.commands import evaluate as evaluate_command
+from grpo_jax.commands import plot as plot_command
 from grpo_jax.rewards import register_reward
 from grpo_jax.train import build, loop
 from grpo_jax.train import run as run_lib
 from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
-from tests.train.conftest import ROOT, load_experiment
+from tests.train.conftest import load_experiment
 
 TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 
@@ -185,9 +187,9 @@ def test_killed_and_resumed_run_ends_identical(reference_run, tmp_path):
 
 @pytest.fixture(scope="module")
 def gemma3_checkpoint(tmp_path_factory):
-  """grpo_jax.data.fixtures' tiny random Gemma 3: a sliding layer (window 4, shorter than prompt + completion,
+  """grpo_jax.testing' tiny random Gemma 3: a sliding layer (window 4, shorter than prompt + completion,
   so its ring-buffer cache wraps) and a global layer, with a Gemma-like tokenizer."""
-  from grpo_jax.data.fixtures import build_gemma3_checkpoint
+  from grpo_jax.testing import build_gemma3_checkpoint
   return build_gemma3_checkpoint(str(tmp_path_factory.mktemp("fixtures") / "tiny_gemma3"))
 
 
@@ -263,19 +265,15 @@ def test_no_readable_checkpoint_refuses_instead_of_overwriting_the_history(refer
 
 
 def test_plot_script_draws_several_runs(reference_run, tmp_path):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("plot_script", os.path.join(ROOT, "scripts", "plot.py"))
-  plot_script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(plot_script)
   other = tmp_path / "other"
   other.mkdir()
   shutil.copy(os.path.join(reference_run[0], "metrics.jsonl"), other)
   out = str(tmp_path / "both.png")
-  plot_script.main([reference_run[0], str(other), "--out", out])
+  plot_command.main([reference_run[0], str(other), "--out", out])
   with open(out, "rb") as f:
     assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   with pytest.raises(FileNotFoundError, match="metrics.jsonl"):
-    plot_script.main([str(tmp_path / "missing"), "--out", out])
+    plot_command.main([str(tmp_path / "missing"), "--out", out])
 
 
 @pytest.mark.parametrize("main", [True, False])
@@ -351,7 +349,6 @@ def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_ru
   completion) equals the greedy accuracy; at temperature 1 it is another number, printed. The tiny random model
   gets no sum right, so the accuracy reward is swapped for one it meets about half the time (an even-length
   completion text), and the equality is not 0 == 0."""
-  import importlib.util
   import re
   from grpo_jax.train import loop
   build = loop.build_reward_fns
@@ -363,36 +360,28 @@ def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_ru
     return [(name, even_length if name == config.eval.accuracy_reward else fn, w) for name, fn, w in
             build(config, *args)]
   monkeypatch.setattr(loop, "build_reward_fns", with_even_length)
-  spec = importlib.util.spec_from_file_location("evaluate_script", os.path.join(ROOT, "scripts", "evaluate.py"))
-  evaluate_script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(evaluate_script)
-  evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-6"])
+  evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-6"])
   greedy, full, pass_k = re.search(r"accuracy (\S+), full credit (\S+), .*, pass@4 (\S+) at temperature 1e-06",
                                    capsys.readouterr().out).groups()
   assert pass_k == greedy == full and 0 < float(greedy) < 1   # a 0/1 reward: full credit is the accuracy
-  evaluate_script.main([reference_run[0], "--examples", "0", "--pass_k", "4"])
+  evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4"])
   assert re.search(r"pass@4 \S+ at temperature 1\b", capsys.readouterr().out)
   # Half credit for an odd length: accuracy = 0.5 + 0.5 x (the share with full credit, the even ones).
   monkeypatch.setattr(loop, "build_reward_fns", lambda config, *args: [
       (name, (lambda p, c, **u: [1.0 if len(x) % 2 == 0 else 0.5 for x in c]) if name == config.eval.accuracy_reward
        else fn, w) for name, fn, w in build(config, *args)])
-  evaluate_script.main([reference_run[0], "--examples", "0"])
+  evaluate_command.run([reference_run[0], "--examples", "0"])
   partial, full_share = map(float, re.search(r"accuracy (\S+), full credit (\S+),", capsys.readouterr().out).groups())
   assert full_share == float(full) and partial == pytest.approx(0.5 + 0.5 * full_share, abs=1e-3)
 
 
 def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_policy(reference_run, tmp_path, capsys):
-  import importlib.util
-
   import jax
   import numpy as np
   from grpo_jax.model import hf_io
-  spec = importlib.util.spec_from_file_location("evaluate_script", os.path.join(ROOT, "scripts", "evaluate.py"))
-  evaluate_script = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(evaluate_script)
   workdir = reference_run[0]
   out = str(tmp_path / "policy")
-  evaluate_script.main([workdir, "--examples", "2", "--export", out])
+  evaluate_command.run([workdir, "--examples", "2", "--export", out])
   printed = capsys.readouterr().out
   final = read_jsonl(os.path.join(workdir, "metrics.jsonl"))[-1]["eval/accuracy"]
   assert f"(checkpoint {NUM_STEPS}), heldout, " in printed and f"accuracy {final:.3f}, full credit " in printed

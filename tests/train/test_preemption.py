@@ -173,7 +173,7 @@ def test_the_reward_worker_finishes_its_call_through_sigterm_and_sigint():
 
 
 def test_the_preempted_row_leaves_curves_and_reports_as_they_were(tmp_path):
-  from grpo_jax.ablation import report
+  from grpo_jax.sweep import report
   from grpo_jax.train.metrics import MetricsWriter
   from grpo_jax.train.plotting import plot_runs
   writer = MetricsWriter(str(tmp_path), tensorboard=False)

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from grpo_jax.data import fixtures
+from grpo_jax import testing
 from grpo_jax.train import loop
 from grpo_jax.train.inputs import INPUTS_FILE
 from grpo_jax.train.metrics import read_jsonl
@@ -32,7 +32,7 @@ def _config():
 
 
 def test_reward_callables_datasets_in_memory_and_a_callback_that_stops(tmp_path):
-  rows = fixtures.gsm8k_records()  # question / answer: the GSM8K layout, read like a file's rows
+  rows = testing.gsm8k_records()  # question / answer: the GSM8K layout, read like a file's rows
   train_rows, eval_rows = rows[:12], rows[12:]
   seen = []
 

@@ -1,5 +1,5 @@
 """Runs a sweep member's trainer in its own workdir and records how each attempt ended; the local backend runs
-the members one after another (grpo_jax/ablation/ray_backend.py runs the same attempts as Ray tasks).
+the members one after another (grpo_jax/sweep/ray_backend.py runs the same attempts as Ray tasks).
 
 Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
   member.json     the member (name, group, overrides) and the exact trainer command,
@@ -11,14 +11,14 @@ Files in a member's workdir (SWEEP_DIR/<name>/) besides what the trainer writes:
                   sweep stopped it: Ctrl-C, SIGTERM to the driver, a failed peer process),
   DONE            written after the trainer exited with code 0: the member is finished and is skipped from then on,
   FAILED          written after a non-zero exit (but 75): exit code and the tail of that attempt's log. A failed
-                  member is re-run by the next `scripts/sweep.py` (the trainer resumes from its latest checkpoint)
+                  member is re-run by the next `grpo-sweep` (the trainer resumes from its latest checkpoint)
                   unless --skip_failed is given; the new attempt removes FAILED when it starts. A failure other
                   than a user error (exit code 2, grpo_jax/errors.py) is retried at once up to --max_attempts times.
 A preempted attempt writes no marker and is retried at once without counting against --max_attempts, up to
 --max_preemptions (MAX_PREEMPTIONS) times per member and sweep run, so a member on machines that keep going away
 cannot loop forever; past that it is marked FAILED.
 A member with neither marker is unfinished (never started, still running, or killed) and is (re)run.
-The trainer's own completion marker, `summary.json` (written by scripts/train.py after its last step), also
+The trainer's own completion marker, `summary.json` (written by grpo-train after its last step), also
 counts as finished, so runs launched with the bare trainer commands (`--print_format=train`) are reported too.
 
 A sweep directory may be on an object store (gs://, s3://; grpo_jax/storage.py): its files are then written
@@ -36,7 +36,8 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax import storage
-from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.sweep import spec as spec_lib
+from grpo_jax.train.lease import LEASE_FILE, wait_until_free
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
 
@@ -121,7 +122,7 @@ def member_wall_s(workdir: str) -> float:
   return max(previous_wall_s(workdir), trainer_s)
 
 
-# Where scripts/train.py keeps a run's starting point (grpo_jax/train/loop.py): warmstart/ (the parameters after
+# Where grpo-train keeps a run's starting point (grpo_jax/train/loop.py): warmstart/ (the parameters after
 # the warm start, never rotated out) and, in older workdirs, only the step-0 checkpoint.
 TRAINER_STARTING_POINTS = ("warmstart/0", "checkpoints/0")
 TRAINER_CHECKPOINTS = "checkpoints"
@@ -307,9 +308,8 @@ class _AttemptLog:
 
 def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
   """Waits while the trainer of an earlier attempt still holds the workdir's lock (WORKDIR/.lock, taken by
-  scripts/train.py): after a lost Ray worker, that trainer is still saving and exiting when the retry starts."""
+  grpo-train): after a lost Ray worker, that trainer is still saving and exiting when the retry starts."""
   if storage.is_url(workdir):
-    from grpo_jax.train.lease import LEASE_FILE, wait_until_free
     wait_until_free(storage.join(workdir, LEASE_FILE), timeout_s)
     return
   import fcntl
@@ -422,6 +422,6 @@ def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, tra
     echo(f"[sweep] {member.name}: attempt {failures + 1} of {max_attempts}, resuming from its last checkpoint")
 
 
-def run_sweep(members: Sequence[spec_lib.Member], **kwargs) -> dict[str, str]:
+def run_members(members: Sequence[spec_lib.Member], **kwargs) -> dict[str, str]:
   """Runs the members one after another (a failure does not stop the others); returns name -> outcome."""
   return {m.name: run_member(m, **kwargs) for m in members}

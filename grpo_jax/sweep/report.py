@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from grpo_jax.ablation import runner
-from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.sweep import runner
+from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.data.reasoning_gym import CONSTANT_ANSWER_METRIC
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.plotting import draw_panels

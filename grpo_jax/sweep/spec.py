@@ -25,6 +25,7 @@ import itertools
 import os
 import re
 import shlex
+import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
@@ -196,7 +197,7 @@ def load_sweep(config_spec: str, check_keys: bool = False) -> list[Member]:
   path, _, preset = config_spec.partition(":")
   module = load_module(config_spec)
   if not hasattr(module, "get_sweep"):
-    raise AttributeError(f"{path} defines no get_sweep(); see grpo_jax/ablation/spec.py for the format")
+    raise AttributeError(f"{path} defines no get_sweep(); see grpo_jax/sweep/spec.py for the format")
   members = validate(module.get_sweep())
   if check_keys:
     config = module.get_config(preset) if preset else module.get_config()
@@ -257,6 +258,12 @@ def format_value(value: Any) -> str:
   if isinstance(value, float):
     return repr(value)
   return str(value)
+
+
+def default_train_cmd() -> list[str]:
+  """The trainer of every member unless told otherwise: this Python running `grpo-train` by module, so the
+  package it imports is the one this Python sees (on a Ray node, the job's working directory)."""
+  return [sys.executable, "-m", "grpo_jax.commands.train"]
 
 
 def train_command(train_cmd: Sequence[str], config_spec: str, workdir: str,

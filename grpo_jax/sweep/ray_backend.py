@@ -35,8 +35,8 @@ import uuid
 from typing import Any, Mapping, Sequence
 
 from grpo_jax import storage
-from grpo_jax.ablation import progress, runner
-from grpo_jax.ablation import spec as spec_lib
+from grpo_jax.sweep import progress, runner
+from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.errors import EXIT_PREEMPTED, UserError
 
 EXTRA_HINT = "--backend=ray needs Ray, an optional extra: pip install -e '.[ray]'"
@@ -198,14 +198,14 @@ def visible_devices_env(env: Mapping[str, str], accelerator_ids: Mapping[str, Se
 
 
 def _repo_root() -> str:
-  import grpo_jax
-  return os.path.dirname(os.path.dirname(os.path.abspath(grpo_jax.__file__)))
+  """The directory that holds this copy of grpo_jax/ (a checkout, or a Ray job's working directory)."""
+  return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _train_cmd(train_cmd: Sequence[str] | None) -> list[str]:
-  """The trainer command on this node: scripts/train.py of this node's copy of the code (a `ray job submit
-  --working-dir` unpacks it on every node) under this node's Python."""
-  return list(train_cmd) if train_cmd else [sys.executable, os.path.join(_repo_root(), "scripts", "train.py")]
+  """The trainer command on this node: this node's Python running `grpo_jax.commands.train` from this node's
+  copy of the code (a `ray job submit --working-dir` unpacks it on every node; the trainer runs there)."""
+  return list(train_cmd) if train_cmd else spec_lib.default_train_cmd()
 
 
 def portable_path(config_spec: str) -> str:
@@ -339,11 +339,11 @@ def verify_probes(sweep_dir: str, nodes: Mapping[str, str], token: str, errors: 
       pass
 
 
-def run_sweep(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir: str,
-              train_cmd: Sequence[str] | None, common: Mapping[str, Any] | None = None, skip_failed: bool = False,
-              max_attempts: int = 3, max_preemptions: int = runner.MAX_PREEMPTIONS,
-              resources: MemberResources | None = None, address: str | None = None, poll_s: float = 2.0,
-              echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
+def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir: str,
+                train_cmd: Sequence[str] | None, common: Mapping[str, Any] | None = None, skip_failed: bool = False,
+                max_attempts: int = 3, max_preemptions: int = runner.MAX_PREEMPTIONS,
+                resources: MemberResources | None = None, address: str | None = None, poll_s: float = 2.0,
+                echo=print, init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
   """Runs the members as Ray tasks on the cluster at `address` (None: a local Ray instance); returns
   name -> outcome as the local runner does. Shows a live status line and, at the end, a summary table."""
   ray = import_ray()

@@ -1,6 +1,6 @@
 """A study's progress read from its sweep directory: the live line while members run and the summary at the end.
 
-Everything comes from the files a member's attempts write (grpo_jax/ablation/runner.py), so the same view works
+Everything comes from the files a member's attempts write (grpo_jax/sweep/runner.py), so the same view works
 whichever backend runs the members and from any machine that mounts the sweep directory.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import time
 from typing import Iterable, Sequence
 
 from grpo_jax import storage
-from grpo_jax.ablation import runner
+from grpo_jax.sweep import runner
 from grpo_jax.train.metrics import read_jsonl
 
 

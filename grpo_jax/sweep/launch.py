@@ -1,30 +1,22 @@
-"""A study from Python: `run_sweep(config_spec, sweep_dir, backend="local" | "ray")`, what scripts/sweep.py runs.
+"""A sweep from Python: `run_sweep(config_spec, sweep_dir, backend="local" | "ray")`, what `grpo-sweep` runs.
 
-    from grpo_jax.ablation.study import run_sweep
+    from grpo_jax.sweep import run_sweep
     outcomes = run_sweep("experiments/ablation_variants.py", "runs/av", backend="ray",
                          member_resources={"CPU": 1}, common={"num_steps": 50})
 
-Both backends write the same files per member (grpo_jax/ablation/runner.py), so reports and resumes do not
-care which one ran a study.
+Both backends write the same files per member (grpo_jax/sweep/runner.py), so reports and resumes do not
+care which one ran a sweep.
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 from typing import Any, Mapping, Sequence
 
 from grpo_jax import storage
-from grpo_jax.ablation import progress, runner, spec
+from grpo_jax.sweep import progress, ray_backend, runner, spec
 from grpo_jax.errors import UserError
 
 BACKENDS = ("local", "ray")
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def default_train_cmd() -> list[str]:
-  """This Python running this checkout's scripts/train.py."""
-  return [sys.executable, os.path.join(REPO, "scripts", "train.py")]
 
 
 def load_members(config_spec: str, *, only: str | None = None, common: Mapping[str, Any] | None = None,
@@ -48,7 +40,7 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
               max_preemptions: int = runner.MAX_PREEMPTIONS, member_resources: str | Mapping[str, Any] | None = None,
               ray_address: str | None = None,
               check_keys: bool = True, echo=print, ray_init_kwargs: Mapping[str, Any] | None = None) -> dict[str, str]:
-  """Runs the study's members (all of `get_sweep()`, or `members`) on `backend`; returns name -> outcome
+  """Runs the sweep's members (all of `get_sweep()`, or `members`) on `backend`; returns name -> outcome
   ('done', 'failed', 'skipped-done', ...). Finished members are skipped, unfinished ones resume.
 
   Ray: `ray_address` picks the cluster (None: a local instance), `member_resources` what one member needs per
@@ -63,7 +55,6 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
   if members is None:
     members = load_members(config_spec, only=only, common=common, check_keys=check_keys)
   if backend == "ray":
-    from grpo_jax.ablation import ray_backend
     ray_backend.import_ray()  # a missing extra is reported before anything is written
   if only is None:  # a job-array task (only=...) must not overwrite the full plan with its one member
     runner.write_plan(sweep_dir, config_spec, members, common)
@@ -71,16 +62,16 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
     runner.write_plan(sweep_dir, config_spec, spec.load_sweep(config_spec), common)
   if backend == "ray":
     resources = member_resources or getattr(spec.load_module(config_spec), "get_member_resources", lambda: None)()
-    return ray_backend.run_sweep(
+    return ray_backend.run_members(
         members, config_spec=config_spec, sweep_dir=sweep_dir, common=common, skip_failed=skip_failed,
         train_cmd=train_cmd, max_attempts=max_attempts, max_preemptions=max_preemptions, address=ray_address,
         echo=echo, init_kwargs=ray_init_kwargs,
         resources=resources and ray_backend.MemberResources.parse(resources))
   started = time.time()
-  outcomes = runner.run_sweep(members, config_spec=config_spec, sweep_dir=sweep_dir,
-                              train_cmd=list(train_cmd or default_train_cmd()), common=common,
-                              skip_failed=skip_failed, max_attempts=max_attempts,
-                              max_preemptions=max_preemptions, echo=echo)
+  outcomes = runner.run_members(members, config_spec=config_spec, sweep_dir=sweep_dir,
+                                train_cmd=list(train_cmd or spec.default_train_cmd()), common=common,
+                                skip_failed=skip_failed, max_attempts=max_attempts,
+                                max_preemptions=max_preemptions, echo=echo)
   echo(progress.summary_table([progress.read_member(sweep_dir, m.name, outcomes[m.name]) for m in members],
                               time.time() - started))
   return outcomes

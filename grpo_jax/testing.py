@@ -1,6 +1,7 @@
-"""Tiny stand-ins for a real recipe's inputs, built locally: a random Qwen2 checkpoint with its tokenizer, and
-small GSM8K- and Countdown-layout datasets. The recipes' `:test` presets and the tests run the full path
-(load, template, sample, reward, update, checkpoint) on them in seconds; nothing is downloaded.
+"""Test fixtures (the one module of them in the library): tiny stand-ins for a real recipe's inputs, built
+locally: a random Qwen2 checkpoint with its tokenizer, and small GSM8K- and Countdown-layout datasets. The
+recipes' `:test` presets and the tests run the full path (load, template, sample, reward, update, checkpoint)
+on them in seconds; nothing is downloaded.
 
 The tokenizer is a byte-level BPE trained (with the `tokenizers` library) on the fixture texts and the prompt
 templates, so every string encodes (no unknown tokens) and prompts stay short. It has Qwen's special tokens
@@ -10,7 +11,7 @@ The checkpoint is a randomly initialized `Transformer` saved with our own `save_
 A tiny random Gemma 3 (`tiny_gemma3/`: one sliding-window layer and one global layer, Gemma's special tokens,
 a BOS added by the tokenizer, Gemma 3's chat template) stands in for a Gemma checkpoint the same way.
 
-    python -m grpo_jax.data.fixtures /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, gsm8k.jsonl, countdown.parquet
+    python -m grpo_jax.testing /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, gsm8k.jsonl, countdown.parquet
 """
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ import tempfile
 import numpy as np
 
 from grpo_jax.data.datasets import COUNTDOWN_QUESTION
-from grpo_jax.data.templates import R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
+from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE, R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
+from grpo_jax.model import hf_io
+from grpo_jax.model.config import FULL, SLIDING, ModelConfig
+from grpo_jax.model.transformer import Transformer
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 CHAT_TEMPLATE = (
@@ -105,9 +109,6 @@ def build_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int =
   """A random tiny Qwen2 (GQA, q/k/v biases, tied embeddings) with the fixture tokenizer, in `path`."""
   from flax import nnx
 
-  from grpo_jax.model import hf_io
-  from grpo_jax.model.config import ModelConfig
-  from grpo_jax.model.transformer import Transformer
   tokenizer = build_tokenizer()
   cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                     num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
@@ -124,7 +125,6 @@ def build_gemma3_tokenizer(vocab_size: int = 512):
   from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
   from transformers import PreTrainedTokenizerFast
 
-  from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE
   core = Tokenizer(models.BPE())
   core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   core.decoder = decoders.ByteLevel()
@@ -146,9 +146,6 @@ def build_gemma3_checkpoint(path: str, *, seed: int = 0, max_position_embeddings
   shorter than the prompts, so the sliding layer's masking and ring-buffer cache are exercised."""
   from flax import nnx
 
-  from grpo_jax.model import hf_io
-  from grpo_jax.model.config import FULL, SLIDING, ModelConfig
-  from grpo_jax.model.transformer import Transformer
   tokenizer = build_gemma3_tokenizer()
   cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                     num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
@@ -232,11 +229,6 @@ def _build_into(path: str, build) -> None:
     shutil.rmtree(staging, ignore_errors=True)
 
 
-if __name__ == "__main__":
-  # ensure_fixtures, not build_all: the directory gets its completion marker, so GRPO_JAX_FIXTURES=DIR finds it.
-  print(json.dumps(ensure_fixtures(sys.argv[1] if len(sys.argv) > 1 else None), indent=2))
-
-
 def apply_test_preset(c, dataset: str | None, checkpoint: str = "checkpoint"):
   """The recipes' `:test` preset: 2 GRPO steps of the full path (load, template, sample, reward, update,
   checkpoint) on the tiny random Qwen2 (`checkpoint="gemma3_checkpoint"`: the tiny random Gemma 3) and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None for
@@ -264,3 +256,8 @@ def apply_test_preset(c, dataset: str | None, checkpoint: str = "checkpoint"):
   c.log.progress_bar = False
   c.log.tensorboard = False
   c.log.plot = False
+
+
+if __name__ == "__main__":
+  # ensure_fixtures, not build_all: the directory gets its completion marker, so GRPO_JAX_FIXTURES=DIR finds it.
+  print(json.dumps(ensure_fixtures(sys.argv[1] if len(sys.argv) > 1 else None), indent=2))

@@ -1,0 +1,105 @@
+"""`grpo-evaluate`: evaluates a run's checkpoint (or its starting model) greedily on its held-out or transfer
+prompts, and can write the checkpoint out as a Hugging Face model.
+
+  grpo-evaluate runs/smollm2_s0                    # the latest checkpoint, held-out prompts
+  grpo-evaluate runs/smollm2_s0 --base             # the model the run started from (hf_path)
+  grpo-evaluate runs/smollm2_s0 --set three_digit  # a transfer set of the run's task
+  grpo-evaluate runs/smollm2_s0 --export out/policy   # and write it out (as grpo-export)
+  grpo-evaluate --config experiments/gym.py:syllogism --size 50   # an experiment's starting model
+
+Besides accuracy it splits the completions into: finished (a stop token within max_new_tokens) or cut off, and
+correct or not, so a gain can be read as format / brevity (fewer cut off) or arithmetic (more finished ones
+right). `--pass_k K` adds pass@K, K samples per prompt at `--temperature`: the share of prompts on which a group
+of K completions has at least one right answer, so that its rewards differ and GRPO gets a gradient from it (the
+headroom a short run can sharpen greedy accuracy towards). The run's own config (WORKDIR/config.json) gives the
+task, model, prompts and lengths.
+"""
+from __future__ import annotations
+
+import argparse
+
+import jax
+
+from grpo_jax import config as config_lib
+from grpo_jax import hash_seed
+from grpo_jax.data import reasoning_gym as gym_data
+from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.sweep.spec import load_module
+from grpo_jax.train import loop
+from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
+from grpo_jax.train.rollout import scoring_of
+
+
+def run(argv=None) -> None:
+  """Evaluates as the command line `argv` says (what `grpo-evaluate` runs, after pinning the hash seed)."""
+  parser = argparse.ArgumentParser(prog="grpo-evaluate", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("workdir", nargs="?", default=None, help="a run's directory (or give --config)")
+  parser.add_argument("--config", default=None,
+                      help="FILE.py[:PRESET]: evaluate that experiment's starting model, without a run (implies --base)")
+  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+  parser.add_argument("--base", action="store_true", help="evaluate the starting model (model.hf_path)")
+  parser.add_argument("--set", default="heldout", help="'heldout' or a transfer set of the task")
+  parser.add_argument("--size", type=int, default=None, help="prompts (default: the run's eval.size)")
+  parser.add_argument("--examples", type=int, default=4, help="completions to print")
+  parser.add_argument("--pass_k", type=int, default=0, help="also pass@K: K samples per prompt at --temperature")
+  parser.add_argument("--temperature", type=float, default=None,
+                      help="pass@K's sampling temperature (default: the run's sampling.temperature)")
+  parser.add_argument("--export", default=None, help="write the parameters as a Hugging Face model here")
+  args = parser.parse_args(argv)
+  if (args.workdir is None) == (args.config is None):
+    parser.error("give a run's workdir or --config FILE.py[:PRESET], not both")
+  if args.config:
+    preset = args.config.partition(":")[2]
+    config = load_module(args.config).get_config(preset or None)
+    config_lib.validate(config)
+    args.base, args.workdir = True, args.config
+  else:
+    config = load_run_config(args.workdir)
+  size = args.size or config.eval.size
+  config.eval.pass_k = args.pass_k
+  config.eval.pass_k_temperature = config.sampling.temperature if args.temperature is None else args.temperature
+  tokenizer, task = loop.build_tokenizer_and_task(config)
+  mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+  graphdef, params = loop.build_model(config, tokenizer, mesh)
+  source = "base model"
+  if not args.base:
+    params, step = restore_run_params(args.workdir, params, args.step)
+    source = f"checkpoint {step}"
+  columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
+  _, greedy, pass_k_sampler = loop.make_samplers(graphdef, config, tokenizer)
+  metrics, details = evaluate(
+      greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
+      accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size, len(columns["prompt"])),
+      max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
+      pass_k=args.pass_k, pass_k_sampler=pass_k_sampler)
+  constant = gym_data.constant_answer(columns,
+                                      full_credit=config.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
+  completions = details["completions"]
+  correct, finished = details["accuracy"] >= 1.0, details["finished"]
+  n = len(completions)
+  print(f"{args.workdir} ({source}), {args.set}, {n} prompts: accuracy {metrics['eval/accuracy']:.3f}, full "
+        f"credit {metrics['eval/full_credit']:.3f}, "
+        f"mean length {metrics['eval/mean_length']:.1f} tokens"
+        + (f", pass@{args.pass_k} {metrics[f'eval/pass@{args.pass_k}']:.3f} at temperature "
+           f"{config.eval.pass_k_temperature:g}" if args.pass_k else "")
+        + (f"; the one constant answer {constant[0]!r} would score {constant[1]:.3f}" if constant else ""))
+  print(f"  finished {finished.mean():.3f} (correct among them {correct[finished].mean() if finished.any() else 0:.3f})"
+        f", cut off at max_new_tokens {1 - finished.mean():.3f} (correct among them "
+        f"{correct[~finished].mean() if (~finished).any() else 0:.3f})")
+  for i in range(min(args.examples, n)):
+    question = columns.get("prompt")[i]
+    print(f"  [{'right' if correct[i] else 'wrong'}] ...{question[-40:]!r} -> {completions[i]!r}")
+  if args.export:
+    write_hf_model(graphdef, params, config, tokenizer, args.export)
+
+
+def main() -> None:
+  """The `grpo-evaluate` command."""
+  hash_seed.pin()  # the same held-out items as the run (grpo_jax/hash_seed.py)
+  run()
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,38 @@
+"""`grpo-export`: writes a run's policy as a Hugging Face model directory that transformers loads.
+
+  grpo-export runs/gsm8k out/gsm8k_policy            # the latest checkpoint
+  grpo-export runs/gsm8k out/gsm8k_step100 --step 100
+
+The directory: config.json, safetensors (the run's parameter dtype), the tokenizer and chat template of the
+run's `model.hf_path`, and generation_config.json whose eos_token_id lists the tokens the run's sampler stopped
+at (grpo_jax/train/export.py). `--config.checkpoint.export_hf=True` does the same at the end of a run, into
+WORKDIR/hf_model.
+"""
+from __future__ import annotations
+
+import argparse
+
+from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.train import loop
+from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
+
+
+def main(argv=None) -> None:
+  """The `grpo-export` command."""
+  parser = argparse.ArgumentParser(prog="grpo-export", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("workdir", help="a training run's workdir")
+  parser.add_argument("out", help="the directory to write")
+  parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+  args = parser.parse_args(argv)
+  config = load_run_config(args.workdir)
+  tokenizer, _ = loop.build_tokenizer_and_task(config)
+  mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+  graphdef, params = loop.build_model(config, tokenizer, mesh)
+  params, step = restore_run_params(args.workdir, params, args.step)
+  write_hf_model(graphdef, params, config, tokenizer, args.out)
+  print(f"{args.workdir}: checkpoint {step} -> {args.out}")
+
+
+if __name__ == "__main__":
+  main()

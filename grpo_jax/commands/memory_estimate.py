@@ -1,0 +1,298 @@
+"""Per-device memory of a GRPO run: parameters, gradients, AdamW state, reference copy, sampler KV cache and
+training activations, for a model config on a ('data', 'fsdp', 'tensor') mesh (`python scripts/memory_estimate.py`
+is the same command).
+
+  python -m grpo_jax.commands.memory_estimate --model qwen2.5-7b --mesh 1,8,1
+  python -m grpo_jax.commands.memory_estimate --hf-config path/to/config.json --mesh 2,4,1 --param-dtype bfloat16
+  python -m grpo_jax.commands.memory_estimate --table     # the docs/scaling.md table
+  python -m grpo_jax.commands.memory_estimate --table gemma3   # the docs/models.md table (Gemma 3 1B-27B)
+
+Parameters are counted exactly, shard by shard, with the trainer's own sharding rules (`LOGICAL_RULES` applied
+to the model's logical axis names; a dimension its mesh axes do not divide is replicated). Gradients are held
+in the parameter dtype (the update accumulates them like the parameters) and sharded like them; AdamW keeps two
+moments in the parameter dtype (optax's default: with float32 parameters, 2 x fp32). The reference copy is one
+more set of parameters (none with beta = 0, none on the device with `offload_ref_params`).
+
+Estimates (not measured; XLA's buffer reuse and fusion change them):
+- KV cache of the sampler: layers x 2 (k, v) x batch x (prompt + new tokens) x kv_heads x head_dim in the compute
+  dtype, the batch split over data x fsdp and the kv heads over tensor (when they divide). A sliding-window
+  layer (Gemma 3) holds min(window, prompt + new tokens) slots instead.
+- Activations kept for the backward pass of one micro-batch (rows split over data x fsdp), per token and layer:
+  4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
+  output) + 3 F (gate, up, their product) in the compute dtype, the head and MLP terms split over tensor, plus
+  the attention scores N x T in float32 and the probabilities in the compute dtype. With remat only each
+  layer's input (D per token) is kept, plus one layer's activations while it is recomputed. Both add the
+  log-prob chunk: micro-batch rows x chunk x V float32 logits, twice (softmax and its gradient). The
+  attention scores are counted over all T keys in sliding-window layers too (the full-sequence forward masks
+  the window; it does not skip the keys outside it).
+- With a shared prompt forward (`prompt_repeats` s > 1, `model.share_prompt_forward`), a micro-batch of b rows
+  runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
+  instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
+  (2 K H per row and slot, in the remat count too, where they are the layer's second input).
+- With LoRA (`--lora-rank` r > 0, `model.lora_rank`): the base parameters are stored as before but take no
+  gradients and no optimizer state; the adapters (r (D_in + D_out) per adapted projection and layer, replicated)
+  take both; there is no reference copy (the reference is the base model, adapters off). Each adapted projection
+  keeps x A (r) and the update's output (D_out) per token and layer for the backward pass.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import NamedTuple
+
+from flax import nnx
+
+from grpo_jax.model import Transformer
+from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig, from_hf_config
+from grpo_jax.model.lora import parse_targets, projection_sizes
+from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
+from grpo_jax.model.transformer import cache_slots  # a sliding-window layer caches its window only
+
+# Shapes from the public Hugging Face config.json files of the Qwen2.5 base models.
+PRESETS = {
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
+                         num_kv_heads=2, head_dim=64, tie_word_embeddings=True, attention_bias=True,
+                         family="qwen2"),
+    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
+                         num_kv_heads=2, head_dim=128, tie_word_embeddings=True, attention_bias=True,
+                         family="qwen2"),
+    "qwen2.5-3b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36, num_heads=16,
+                       num_kv_heads=2, head_dim=128, tie_word_embeddings=True, attention_bias=True,
+                       family="qwen2"),
+    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
+                       num_kv_heads=4, head_dim=128, tie_word_embeddings=False, attention_bias=True,
+                       family="qwen2"),
+    "qwen2.5-32b": dict(vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_layers=64,
+                        num_heads=40, num_kv_heads=8, head_dim=128, tie_word_embeddings=False,
+                        attention_bias=True, family="qwen2"),
+}
+
+
+def _gemma3(vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim=256,
+            sliding_window=1024, query_pre_attn_scalar=256, linear_rope_factor=None) -> dict:
+  """A Gemma 3 preset: every 6th layer global, the others sliding (window `sliding_window`)."""
+  return dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+              num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+              tie_word_embeddings=True, qk_norm=True, family="gemma3_text", rope_theta=1_000_000.0,
+              local_rope_theta=10_000.0, sliding_window=sliding_window, query_pre_attn_scalar=query_pre_attn_scalar,
+              layer_types=tuple(SLIDING if (i + 1) % 6 else FULL for i in range(num_layers)),
+              rope_scaling=None if linear_rope_factor is None else LinearRopeScaling(linear_rope_factor))
+
+
+# Gemma 3 from the public config.json files of google/gemma-3-{270m,1b}-pt and the text_config of
+# google/gemma-3-{4b,12b,27b}-pt (their language models; the vision tower is not counted).
+PRESETS.update({
+    "gemma3-270m": _gemma3(262144, 640, 2048, 18, 4, 1, sliding_window=512),
+    "gemma3-1b": _gemma3(262144, 1152, 6912, 26, 4, 1, sliding_window=512),
+    "gemma3-4b": _gemma3(262208, 2560, 10240, 34, 8, 4, linear_rope_factor=8.0),
+    "gemma3-12b": _gemma3(262208, 3840, 15360, 48, 16, 8, linear_rope_factor=8.0),
+    "gemma3-27b": _gemma3(262208, 5376, 21504, 62, 32, 16, head_dim=128, query_pre_attn_scalar=168,
+                          linear_rope_factor=8.0),
+})
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+GIB = 1024 ** 3
+
+
+class Workload(NamedTuple):
+  sampler_batch: int = 512      # completions per sampler call (prompts_per_step x group_size)
+  prompt_len: int = 512
+  new_tokens: int = 1024
+  micro_batch: int = 0          # completions per forward/backward, global; 0: one row per data x fsdp device
+  logprob_chunk: int = 128
+  use_ref: bool = True          # beta > 0
+  offload_ref: bool = False     # config.model.offload_ref_params
+  prompt_repeats: int = 1       # rows per prompt forward in the update (config.prompt_repeats)
+  lora_rank: int = 0            # config.model.lora_rank (0: full fine-tuning)
+  lora_targets: str = "all"     # config.model.lora_targets
+
+
+class Mesh(NamedTuple):
+  data: int
+  fsdp: int
+  tensor: int
+
+  @property
+  def shape(self) -> dict:
+    return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+
+  @property
+  def batch_ways(self) -> int:
+    return self.data * self.fsdp
+
+
+def model_config(name_or_path: str, param_dtype: str, dtype: str):
+  if name_or_path in PRESETS:
+    return ModelConfig(**PRESETS[name_or_path], param_dtype=param_dtype, dtype=dtype)
+  path = os.path.join(name_or_path, "config.json") if os.path.isdir(name_or_path) else name_or_path
+  with open(path) as f:
+    return from_hf_config(json.load(f)).replace(param_dtype=param_dtype, dtype=dtype)
+
+
+def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
+  """(total parameters, parameters per device) with the trainer's sharding rules."""
+
+  abstract = nnx.state(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+  total = per_device = 0
+  for _, v in nnx.to_flat_state(abstract):
+    shape = v.get_value().shape
+    names = v.get_metadata().get("out_sharding") or (None,) * len(shape)
+    spec = logical_to_spec(names, mesh, LOGICAL_RULES, shape)
+    local = 1
+    for size, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+      axes = () if entry is None else (entry,) if isinstance(entry, str) else entry
+      local *= size // math.prod(mesh.shape[a] for a in axes)
+    total += math.prod(shape)
+    per_device += local
+  return total, per_device
+
+
+def lora_sizes(cfg, rank: int, targets: str) -> tuple[int, int]:
+  """(adapter parameters, per token and layer the elements the adapted projections keep for the backward
+  pass: r + D_out each), for LoRA of rank `rank` on `targets` (0, 0 without LoRA)."""
+  if rank == 0:
+    return 0, 0
+  sizes = projection_sizes(cfg)
+  chosen = [sizes[t] for t in parse_targets(targets)]
+  return cfg.num_layers * rank * sum(i + o for i, o in chosen), sum(rank + o for _, o in chosen)
+
+
+def _split(n: int, ways: int) -> int:
+  """n spread over `ways` devices when it divides, else replicated."""
+  return n // ways if n % ways == 0 else n
+
+
+def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
+  """Bytes per device by category (see the module docstring for what each counts)."""
+  pb, ab = DTYPE_BYTES[cfg.param_dtype], DTYPE_BYTES[cfg.dtype]
+  total, local = param_elements(cfg, mesh)
+  D, F, N, K, H, V, L = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                         cfg.vocab_size, cfg.num_layers)
+  T = w.prompt_len + w.new_tokens
+  tp = mesh.tensor
+  if w.lora_rank:  # only the (replicated) adapters train; the reference is the base itself
+    adapters, lora_per_token = lora_sizes(cfg, w.lora_rank, w.lora_targets)
+    out = {"num_params": total, "trainable": adapters, "params": (local + adapters) * pb, "grads": adapters * pb,
+           "optimizer": 2 * adapters * pb, "ref_params": 0}
+  else:
+    lora_per_token = 0
+    out = {"num_params": total, "trainable": total, "params": local * pb, "grads": local * pb,
+           "optimizer": 2 * local * pb, "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
+  kv_heads = _split(K, tp)
+  slots = sum(cache_slots(cfg, i, T) for i in range(L))
+  out["kv_cache"] = slots * 2 * _split(w.sampler_batch, mesh.batch_ways) * kv_heads * H * ab
+  rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
+  heads, kv, mlp = _split(N, tp), kv_heads, _split(F, tp)
+  per_token_layer = ((4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp + lora_per_token) * ab
+                     + heads * T * (4 + ab))
+  if w.prompt_repeats > 1:
+    tokens = -(-rows // w.prompt_repeats) * w.prompt_len + rows * w.new_tokens
+    shared_kv = rows * T * 2 * kv * H * ab  # the prompt's keys/values copied to each row, per layer
+  else:
+    tokens, shared_kv = rows * T, 0
+  one_layer = tokens * per_token_layer + shared_kv
+  logits = 2 * rows * min(w.logprob_chunk, T) * _split(V, tp) * 4
+  out["activations"] = L * one_layer + logits
+  out["activations_remat"] = L * (tokens * D * ab + shared_kv) + one_layer + logits
+  out["total"] = sum(out[k] for k in ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations"))
+  out["total_remat"] = out["total"] - out["activations"] + out["activations_remat"]
+  return out
+
+
+COLUMNS = ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations", "activations_remat",
+           "total", "total_remat")
+
+
+def format_row(label: str, est: dict) -> str:
+  return f"| {label} | " + " | ".join(f"{est[c] / GIB:.2f}" for c in COLUMNS) + " |"
+
+
+def header() -> str:
+  names = ["params", "grads", "AdamW", "ref", "KV cache", "act.", "act. remat", "total", "total remat"]
+  return "| model, mesh (data,fsdp,tensor), dtype | " + " | ".join(names) + " |\n|" + "---|" * (len(names) + 1)
+
+
+# The configurations of docs/scaling.md: (model, mesh, param dtype, workload).
+TABLE = [
+    ("qwen2.5-0.5b", Mesh(1, 1, 1), "float32", Workload(sampler_batch=256)),
+    ("qwen2.5-0.5b", Mesh(8, 1, 1), "float32", Workload()),
+    ("qwen2.5-7b", Mesh(1, 8, 1), "float32", Workload()),
+    ("qwen2.5-7b", Mesh(1, 8, 1), "bfloat16", Workload()),
+    ("qwen2.5-7b", Mesh(2, 8, 1), "bfloat16", Workload(offload_ref=True)),
+    ("qwen2.5-32b", Mesh(1, 8, 1), "bfloat16", Workload()),
+    ("qwen2.5-32b", Mesh(1, 16, 2), "float32", Workload()),
+    ("qwen2.5-32b", Mesh(2, 8, 4), "bfloat16", Workload(offload_ref=True)),
+]
+
+
+# The Gemma 3 configurations of docs/models.md: one 80 GB GPU (1,1,1) and a TPU slice of 8 chips (fsdp 8), bf16
+# compute; the sampler batch is 64 x (512 + 1024) tokens here, a GSM8K-sized GRPO step.
+GEMMA3_TABLE = [(name, mesh, pdt, Workload(sampler_batch=64, micro_batch=mesh.batch_ways * 4, lora_rank=lora))
+                for name in ("gemma3-1b", "gemma3-4b", "gemma3-12b", "gemma3-27b")
+                for mesh, pdt, lora in ((Mesh(1, 1, 1), "bfloat16", 0), (Mesh(1, 1, 1), "bfloat16", 16),
+                                        (Mesh(1, 8, 1), "float32", 0), (Mesh(1, 8, 1), "bfloat16", 0))]
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  src = p.add_mutually_exclusive_group()
+  src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
+  src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")
+  src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3"),
+                   help="print the docs/scaling.md table (qwen) or the docs/models.md one (gemma3)")
+  p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor (default 1,1,1)")
+  p.add_argument("--param-dtype", default="float32", choices=sorted(DTYPE_BYTES))
+  p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES), help="compute dtype")
+  p.add_argument("--sampler-batch", type=int, default=Workload._field_defaults['sampler_batch'])
+  p.add_argument("--prompt-len", type=int, default=Workload._field_defaults['prompt_len'])
+  p.add_argument("--new-tokens", type=int, default=Workload._field_defaults['new_tokens'])
+  p.add_argument("--micro-batch", type=int, default=0, help="global rows per forward/backward (0: one per "
+                 "data x fsdp device)")
+  p.add_argument("--logprob-chunk", type=int, default=Workload._field_defaults['logprob_chunk'])
+  p.add_argument("--no-ref", action="store_true", help="beta = 0: no reference parameters")
+  p.add_argument("--offload-ref", action="store_true", help="reference parameters in host memory")
+  p.add_argument("--prompt-repeats", type=int, default=1, help="rows per prompt forward in the update "
+                 "(model.share_prompt_forward: gcd(micro-batch, G); 1: every row runs its own prompt)")
+  p.add_argument("--lora-rank", type=int, default=0, help="LoRA adapters of this rank (model.lora_rank; 0: full "
+                 "fine-tuning)")
+  p.add_argument("--lora-targets", default="all", help="model.lora_targets (default all)")
+  args = p.parse_args(argv)
+  if args.table:
+    print(header())
+    for name, mesh, pdt, w in (GEMMA3_TABLE if args.table == "gemma3" else TABLE):
+      cfg = model_config(name, pdt, "bfloat16")
+      est = estimate(cfg, mesh, w)
+      extra = ", ref offloaded" if w.offload_ref else ""
+      if w.lora_rank:
+        extra += f", LoRA r{w.lora_rank}"
+      if w.sampler_batch != Workload._field_defaults["sampler_batch"] and args.table == "qwen":
+        extra += f" (sampler batch {w.sampler_batch})"
+      print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)}, {pdt}{extra}", est))
+    return
+  if not (args.model or args.hf_config):
+    p.error("give --model, --hf-config or --table")
+  try:
+    mesh = Mesh(*[int(x) for x in args.mesh.split(",")])
+  except (TypeError, ValueError):
+    p.error(f"--mesh {args.mesh!r}: expected three integers data,fsdp,tensor")
+  cfg = model_config(args.model or args.hf_config, args.param_dtype, args.dtype)
+  w = Workload(sampler_batch=args.sampler_batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
+               micro_batch=args.micro_batch, logprob_chunk=args.logprob_chunk, use_ref=not args.no_ref,
+               offload_ref=args.offload_ref, prompt_repeats=args.prompt_repeats, lora_rank=args.lora_rank,
+               lora_targets=args.lora_targets)
+  est = estimate(cfg, mesh, w)
+  print(f"{args.model or args.hf_config}: {est['num_params'] / 1e9:.3f}B parameters; mesh data,fsdp,tensor = "
+        f"{tuple(mesh)} ({math.prod(mesh)} devices); params {args.param_dtype}, compute {args.dtype}")
+  print(f"workload: sampler batch {w.sampler_batch} x ({w.prompt_len} + {w.new_tokens}) tokens, micro-batch "
+        f"{w.micro_batch or mesh.batch_ways} rows, log-prob chunk {w.logprob_chunk}, prompt repeats "
+        f"{w.prompt_repeats}")
+  if w.lora_rank:
+    print(f"LoRA rank {w.lora_rank} on {w.lora_targets}: {est['trainable'] / 1e6:.2f}M trainable parameters "
+          f"({100 * est['trainable'] / est['num_params']:.2f}%)")
+  for k in COLUMNS:
+    print(f"  {k:18s} {est[k] / GIB:9.2f} GiB per device")
+
+
+if __name__ == "__main__":
+  main()

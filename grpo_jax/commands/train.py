@@ -1,0 +1,105 @@
+"""`grpo-train`: trains a GRPO experiment; re-running with the same --workdir resumes from its latest checkpoint.
+
+  grpo-train --config experiments/default.py --workdir runs/default
+  grpo-train --config experiments/default.py:test --config.grpo.beta=0.04 --workdir /tmp/run
+
+`python -m grpo_jax.commands.train` and `python scripts/train.py` are the same command.
+
+`--config FILE.py[:PRESET]` calls FILE's get_config(PRESET); `--config.a.b=value` overrides a field (unknown
+fields and wrong types are errors). The base config with every default: grpo_jax/config.py.
+"""
+import os
+import signal
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from grpo_jax import config as config_lib
+from grpo_jax import hash_seed
+from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, UserError
+from grpo_jax.train.loop import train
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally FILE.py:PRESET.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics, samples and plots.")
+_DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error (bad key or value, busy workdir).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _one_line(message: str) -> None:
+  """A user's mistake: one line naming it (no traceback) and exit code 2 (grpo_jax.errors)."""
+  print(f"grpo-train: error: {' '.join(str(message).split())}", file=sys.stderr)
+  sys.exit(EXIT_USER_ERROR)
+
+
+def _parse_flags(argv):
+  # absl exits with code 1 and a usage hint on a bad flag value; ml_collections raises AttributeError (a bare
+  # key name) for a --config.KEY that the config lacks. Both are the user's to fix.
+  for i, arg in enumerate(argv):  # ml_collections reports a missing config file only when the config is first read
+    path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[len("--config="):] \
+        if arg.startswith("--config=") else None
+    if path is not None and not os.path.isfile(path.partition(":")[0]):
+      _one_line(f"--config {path}: no such file {path.partition(':')[0]!r} (relative to {os.getcwd()})")
+  try:
+    parsed = flags.FLAGS(argv)
+  except flags.Error as e:
+    if "--debug" in argv:
+      raise
+    _one_line(e)
+  except (AttributeError, KeyError):
+    # ml_collections rejects a --config.KEY that the config lacks: one line naming its replacement (a renamed or
+    # removed key) or the closest keys.
+    known = set(config_lib.keys())
+    unknown = [key for key in _config_keys(argv) if key not in known]
+    if "--debug" in argv or not unknown:
+      raise
+    _one_line(config_lib.unknown_key_message(unknown[0]))
+  for key in _config_keys(argv):  # an old name still works (its value moves to the new key): say which
+    if key in config_lib.RENAMED:
+      print(f"grpo-train: warning: --config.{key} was renamed --config.{config_lib.RENAMED[key]}; its value is "
+            "used for that", file=sys.stderr)
+  return parsed
+
+
+def _config_keys(argv) -> list[str]:
+  """The keys of the --config.KEY=VALUE (or --config.KEY VALUE) flags."""
+  return [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
+
+
+def _train(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO level.
+  try:
+    train(_CONFIG.value, _WORKDIR.value)
+  except UserError as e:
+    if _DEBUG.value:
+      raise
+    _one_line(e)
+  except Preempted:  # SIGTERM / SIGINT: the last completed step is saved (train printed which); rerun to resume
+    sys.exit(EXIT_PREEMPTED)
+
+
+def _preempted_while_starting(signum, frame):
+  """SIGTERM / SIGINT before the trainer has started (flags, the hash seed's re-execution): nothing to save; the
+  preempted exit code, so that a sweep retries the member instead of counting a failure. The trainer installs
+  its own handler."""
+  sys.exit(EXIT_PREEMPTED)
+
+
+def main() -> None:
+  """The `grpo-train` command."""
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, _preempted_while_starting)
+  # JAX lets a process use 75% of a GPU's memory unless told otherwise; a training run owns its accelerator, and
+  # the Countdown recipe at Qwen2.5-3B needs 58.6 GiB for its update alone, over 75% of an 80 GB H100 (59.4 GiB;
+  # benchmarks/memory_fit.py). Read when the backend starts (after this); an explicit setting wins.
+  os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
+  hash_seed.pin()  # the same data in every process (grpo_jax/hash_seed.py)
+  app.run(_train, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+  main()
