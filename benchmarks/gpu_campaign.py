@@ -28,6 +28,7 @@ benchmarks/roofline.py --measured campaign.json puts the step parts against the 
 """
 import argparse
 import datetime
+import faulthandler
 import json
 import os
 import platform
@@ -52,14 +53,16 @@ def parts(smoke: bool) -> list[dict]:
   tests = ["tests/algo/test_advantages.py"] if smoke else TESTS
   return [
       dict(name="step_qwen2.5-0.5b", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "3", "--profile"],
-           budget=200, minimum=80),
-      dict(name="compile_cached", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "1"], budget=60, minimum=30),
-      dict(name="decode_flags", argv=["sampler", "--model", "qwen2.5-0.5b"], budget=60, minimum=40,
-           env={"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + COMMAND_BUFFER_FLAGS).strip()}),
-      dict(name="trl_qwen2.5-0.5b", argv=["trl", "--model", "qwen2.5-0.5b", "--steps", "3"], budget=120,
+           budget=240, minimum=120),
+      dict(name="compile_cached", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "1"], budget=50, minimum=30,
+           needs="step_qwen2.5-0.5b"),
+      dict(name="trl_qwen2.5-0.5b", argv=["trl", "--model", "qwen2.5-0.5b", "--steps", "3"], budget=110,
            minimum=60),
-      dict(name="tests", argv=["tests", *tests], budget=100, minimum=40),
-      dict(name="step_gemma3-1b", argv=["step", "--model", "gemma3-1b", "--steps", "2"], budget=90, minimum=60),
+      dict(name="tests", argv=["tests", *tests], budget=90, minimum=40),
+      dict(name="decode_flags", argv=["sampler", "--model", "qwen2.5-0.5b"], budget=60, minimum=40,
+           needs="step_qwen2.5-0.5b",
+           env={"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + COMMAND_BUFFER_FLAGS).strip()}),
+      dict(name="step_gemma3-1b", argv=["step", "--model", "gemma3-1b", "--steps", "2"], budget=120, minimum=80),
   ]
 
 
@@ -95,7 +98,7 @@ def run_part(part: dict, seconds: float, out: str, scratch: str, smoke: bool, lo
   if os.path.exists(result_path):
     os.remove(result_path)
   cmd = [sys.executable, "-u", os.path.abspath(__file__), "--child", "--result", result_path, "--out", out,
-         "--scratch", scratch,
+         "--scratch", scratch, "--deadline", str(round(seconds)),
          *(["--smoke"] if smoke else []), *part["argv"]]
   env = dict(os.environ, **part.get("env", {}))
   t0 = time.time()
@@ -167,7 +170,11 @@ def main_parent(args) -> int:
     if only and part["name"] not in only:
       continue
     left = args.budget - (time.time() - start)
-    if left < part["minimum"]:
+    needed = campaign["parts"].get(part.get("needs"), {"status": "ok"})
+    if needed["status"] != "ok":
+      campaign["parts"][part["name"]] = {"status": "skipped", "seconds": 0,
+                                         "reason": f"needs {part['needs']}, which ended {needed['status']}"}
+    elif left < part["minimum"]:
       campaign["parts"][part["name"]] = {"status": "skipped", "seconds": 0,
                                          "reason": f"{left:.0f} s left < its minimum {part['minimum']} s"}
     else:
@@ -184,6 +191,14 @@ def main_parent(args) -> int:
 
 # ---------------------------------------------------------------------------------------------------------------
 # The children: each writes its result as it goes (`Result.update`), so a part killed at its budget keeps it.
+
+T0 = time.time()
+
+
+def progress(message: str) -> None:
+  """A timestamped line in campaign.log: where a part's time went, even when it is killed."""
+  print(f"[{time.time() - T0:7.1f} s] {message}", flush=True)
+
 
 class Result(dict):
   def __init__(self, path: str):
@@ -338,11 +353,12 @@ def child_step(args, result: Result) -> None:
                 param_dtype=str(cfg.param_dtype), cache_entries_before=len(os.listdir(cache))
                 if os.path.isdir(cache) else 0)
   step, abstract_params, abstract_opt, graphdef, optimizer = memory_fit.build_update(cfg, config)
-  rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=lambda *_: None)
+  rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=progress)
   result.update(state_peak_bytes=memory_fit.peak_in_use())
   steps = []
   for i in range(1, args.steps + 1):
     steps.append(rig.run_step(i, data_step=1))  # the same prompts: the same widths, no recompilation
+    progress(f"step {i}: " + ", ".join(f"{k} {steps[-1][k]:.2f}" for k in ("sample_s", "reference_s", "update_s")))
     if i == 1:
       result.update(launch_to_first_step_s=seconds_since_launch(), first_step_s=steps[0]["step_s"],
                     compile_s=clock.compile_s, compiles=clock.compiles, cache_loads=clock.cache_loads)
@@ -352,12 +368,13 @@ def child_step(args, result: Result) -> None:
                   median={k: median([s[k] for s in later]) for k in ("sample_s", "reference_s", "update_s", "step_s")},
                   peak_bytes=max((s["update_peak"] or 0) for s in steps) or None)
   if args.steps > 1:
-    xla = memory_fit.compiled_update_bytes(step, abstract_params, abstract_opt, config)
-    result.update(xla_update_bytes=xla)
     prompts = sampler_prompts(rig, steps[-1])
     result.update(time_sampler(rig, prompts, calls=2))
+    progress(f"sampler alone: {result['sampler_tokens_per_s']:,.0f} tokens/s")
     if args.profile:
       result.update(profile_sampler(rig, prompts, args.out, args.scratch))
+      progress(f"profile: {result.get('kernels_per_decode_step')} kernels per decode step")
+    result.update(xla_update_bytes=memory_fit.compiled_update_bytes(step, abstract_params, abstract_opt, config))
 
 
 def child_sampler(args, result: Result) -> None:
@@ -367,7 +384,7 @@ def child_sampler(args, result: Result) -> None:
   import memory_fit
   cfg, config = recipe_at(args.model, args.smoke)
   step, _, _, graphdef, optimizer = memory_fit.build_update(cfg, config)  # traced lazily: nothing compiles
-  rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=lambda *_: None)
+  rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=progress)
   G = config.grpo.group_size
   prompts = sampler_prompts(rig, {"prompt_tokens": 150 * config.grpo.prompts_per_step * G})
   result.update(model=args.model, xla_flags=os.environ.get("XLA_FLAGS", ""), device=jax.devices()[0].device_kind)
@@ -442,9 +459,12 @@ def main(argv=None) -> int:
   p.add_argument("--model", default="qwen2.5-0.5b", help=argparse.SUPPRESS)
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
   p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if not args.child:
     return main_parent(args)
+  if args.deadline > 10:  # a part about to be killed at its budget first says where it is
+    faulthandler.dump_traceback_later(args.deadline - 5, exit=False)
   result = Result(args.result)
   {"step": child_step, "sampler": child_sampler, "trl": child_trl, "tests": child_tests}[args.kind](args, result)
   return 0

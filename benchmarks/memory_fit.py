@@ -158,6 +158,19 @@ def peak_in_use() -> int | None:
   return device_memory("peak_bytes_in_use")
 
 
+def random_state(abstract, shardings, key):
+  """Random weights of an abstract state's shapes: vectors (norm scales) 1, the rest N(0, 0.02^2), each drawn by a
+  small program shared by the leaves of one shape, rather than the model's whole initializer compiled as one."""
+  import jax
+  import jax.numpy as jnp
+  leaves, treedef = jax.tree.flatten(abstract)
+  draw = jax.jit(lambda k, shape, dtype: (0.02 * jax.random.normal(k, shape)).astype(dtype), static_argnums=(1, 2))
+  keys = jax.random.split(key, len(leaves))
+  drawn = [jnp.ones(x.shape, x.dtype) if len(x.shape) == 1 else draw(k, x.shape, x.dtype)
+           for k, x in zip(keys, leaves)]
+  return jax.device_put(jax.tree.unflatten(treedef, drawn), shardings)
+
+
 class StepRig:
   """Everything one GRPO step needs on random weights of `cfg`'s shape: the fixture data and tokenizer, the
   parameters, AdamW state and reference on the device, the sampler and the reference's program."""
@@ -189,8 +202,9 @@ class StepRig:
     mesh = sharding_lib.make_mesh(data=1, fsdp=1, tensor=1)
     _, abstract = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
     shardings = sharding_lib.param_shardings(abstract, mesh)
-    init = jax.jit(lambda key: nnx.split(make_model(cfg, config, key))[1], out_shardings=shardings)
-    self.params = init(jax.random.key(config.seed))
+    self.log = log
+    self.params = random_state(abstract, shardings, jax.random.key(config.seed))
+    log(f"[memory_fit] weights drawn: {_gib(peak_in_use())} GiB")
     self.opt_state, _ = init_opt_state(optimizer, trainable(self.params, config), mesh)
     self.offloader = RefOffloader(config.model.offload_ref_params, mesh)  # host memory between uses, if asked
     copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=shardings)
@@ -204,6 +218,7 @@ class StepRig:
     self.sampler = distributed.GlobalSampler(make_samplers(graphdef, config, self.tokenizer)[0], 0)
     self.settings = RolloutSettings.from_config(config, build_reward_fns(config))
     jax.block_until_ready((self.params, self.opt_state, self.ref_params))
+    log(f"[memory_fit] AdamW state and reference placed: {_gib(peak_in_use())} GiB")
 
   def run_step(self, i: int, data_step: int | None = None) -> dict:
     """Step `i` (1-based) on the prompts of step `data_step` (default `i`): seconds and peak device bytes after
@@ -217,6 +232,7 @@ class StepRig:
     columns = self.task.train_rows(((data_step or i) - 1) * g.prompts_per_step, g.prompts_per_step)
     rollout = collect_rollout(self.sampler, self.params, self.tokenizer, columns, self.settings, jax.random.key(i))
     t1 = time.time()
+    self.log(f"[memory_fit] step {i}: sampled in {t1 - t0:.1f} s")
     out = {"step": i, "sample_s": t1 - t0, "sample_peak": peak_in_use()}
     batch = jax.device_put(trim_padding(rollout.batch, g.length_buckets))
     if g.beta > 0:
@@ -224,6 +240,7 @@ class StepRig:
       batch = batch._replace(ref_logp_BxC=self.ref_logprobs(reference, batch))
       jax.block_until_ready(batch.ref_logp_BxC)
     t2 = time.time()
+    self.log(f"[memory_fit] step {i}: reference log-probs in {t2 - t1:.1f} s")
     out.update(reference_s=t2 - t1, reference_peak=peak_in_use())
     self.params, self.opt_state, metrics = self.step(self.params, self.opt_state, batch)
     jax.block_until_ready((self.params, self.opt_state))

@@ -68,6 +68,18 @@ def extend_cache(cfg: ModelConfig, cache: list[LayerCache], extra: int) -> list[
   return out
 
 
+def cast_for_compute(state, cfg: ModelConfig):
+  """`state` with every parameter of two or more dimensions (projections, embeddings, biases, adapters) cast to
+  the compute dtype, which is what the forward casts each of them to at every use; vectors (norm scales, applied
+  in float32) are left as they are. The forward computes the same values from either state. A decode loop given
+  the cast state reads bfloat16 weights at each token step instead of the float32 master weights (half the
+  bytes): XLA does not hoist the casts out of a while loop by itself."""
+  dt, pd = cfg.jnp_dtype, cfg.jnp_param_dtype
+  if dt == pd:
+    return state
+  return jax.tree.map(lambda x: x.astype(dt) if x.ndim >= 2 and x.dtype == pd else x, state)
+
+
 def _normal(stddev: float):
   """N(0, stddev²) initializer. Drawn as a flat vector and reshaped: XLA:CPU compiles the 1-D threefry program
   several times faster than an N-D one, and eager model construction compiles one per parameter shape."""

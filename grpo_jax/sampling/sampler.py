@@ -43,7 +43,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax.model.logprobs import positions_from_mask
 from grpo_jax.model.sharding import logical_to_spec
-from grpo_jax.model.transformer import init_cache
+from grpo_jax.model.transformer import cast_for_compute, init_cache
 from grpo_jax.sampling.buckets import bucket_size, left_pad
 from grpo_jax.sampling.config import SamplingConfig
 from grpo_jax.sampling.select import select_next_token
@@ -191,7 +191,8 @@ class Sampler:
     """Emits tokens 1..C-1 (one per iteration) until every row is done or C tokens exist."""
     self.trace_counts["decode"] += 1
     cfg = self.cfg
-    model = nnx.merge(self.graphdef, state)
+    # Cast once per call, before the loop: each token step then reads the weights in the compute dtype.
+    model = nnx.merge(self.graphdef, cast_for_compute(state, nnx.merge(self.graphdef, state).cfg))
     B, P = prompt_mask_BxP.shape
     C = cfg.max_new_tokens
     S = P + C
