@@ -76,3 +76,25 @@ def test_float32_compute_keeps_the_state_and_a_wrong_cast_would_show():
   want, _ = prefill_and_step(graphdef, state, tokens, mask)
   got, _ = prefill_and_step(graphdef, all_cast, tokens, mask)
   assert not np.array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+
+
+def test_the_sampler_decode_loop_carries_no_float32_matrix():
+  """The sampler casts before its decode loop: the loop's carried values hold the weights in bfloat16, so each
+  token step reads half the bytes (lowered program; the check fails when the cast is left inside the loop)."""
+  from grpo_jax.sampling.config import SamplingConfig
+  from grpo_jax.sampling.sampler import Sampler
+  cfg = CONFIGS["qwen2_bias"]
+  graphdef, state = random_model(cfg, lora=False)
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=8))
+  lowered, decode = [], sampler._decode
+
+  def keep_lowered(*args, **kwargs):
+    lowered.append(decode.lower(*args, **kwargs).as_text())
+    return decode(*args, **kwargs)
+
+  sampler._decode = keep_lowered
+  sampler.generate(state, [[1, 2, 3]], jax.random.key(0), repeats=2)
+  loops = [line for line in lowered[0].splitlines() if "stablehlo.while" in line]
+  mlp = f"{cfg.hidden_size}x{cfg.intermediate_size}"  # the gate/up projections' shape
+  assert loops and any(f"{mlp}xbf16" in line for line in loops)
+  assert not any(f"{mlp}xf32" in line for line in loops)
