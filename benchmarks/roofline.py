@@ -67,12 +67,12 @@ PEAKS = {
     "TPU v5e": (197e12, 819e9),
 }
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# How the decode loop reads the weights. grpo_jax/model/transformer.py casts each float32 weight to the compute
-# dtype inside the forward (`self.q_DxNxH[...].astype(dt)`), which the sampler runs inside its `lax.while_loop`,
-# and XLA:GPU keeps the casts there: the compiled decode's while loop carries the float32 weights (jax 0.11.2 on
-# an H200, bf16 compute; XLA:CPU hoists only the LM head's cast). So each token step reads the weights in the
-# parameter dtype ("stored"); "compute" is the floor once they are cast to bf16 before the loop (--decode-weights).
-DECODE_WEIGHTS = "stored"
+# How the decode loop reads the weights. The forward casts each float32 weight to the compute dtype at its use
+# (`self.q_DxNxH[...].astype(dt)`), and XLA:GPU kept those casts inside the sampler's `lax.while_loop` (jax 0.11.2
+# on an H200, bf16 compute): each token step read the float32 weights ("stored"). Since 2026-11-26 the sampler
+# casts them once before the loop (`cast_for_compute`, grpo_jax/model/transformer.py), so a token step reads them
+# in the compute dtype ("compute"); "stored" is the floor of the code before that.
+DECODE_WEIGHTS = "compute"
 
 
 class Workload(NamedTuple):
