@@ -19,6 +19,7 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
                      then the sampler alone (tokens/s at 256 x 512) and a profile of one sampler call: kernels
                      launched per decode step, the GPU's busy fraction, the kernels that take the time
   compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
+  step_cudnn_attention  the same steps with cuDNN's flash attention in the update and reference
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
   trl_qwen2.5-0.5b   TRL's GRPOTrainer (benchmarks/step_bench.py's TRL side) at the same settings, same shape
   tests              the GPU test subset (model, algo, sampling, the update, precision)
@@ -55,6 +56,10 @@ def parts(smoke: bool) -> list[dict]:
       dict(name="step_qwen2.5-0.5b", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "3", "--profile"],
            budget=240, minimum=120),
       dict(name="compile_cached", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "1"], budget=50, minimum=30,
+           needs="step_qwen2.5-0.5b"),
+      # The update with cuDNN's flash attention (model.attention="cudnn"; XLA's "jax" path in --smoke on a CPU).
+      dict(name="step_cudnn_attention", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--attention",
+                                              "jax" if smoke else "cudnn"], budget=120, minimum=70,
            needs="step_qwen2.5-0.5b"),
       dict(name="trl_qwen2.5-0.5b", argv=["trl", "--model", "qwen2.5-0.5b", "--steps", "3"], budget=110,
            minimum=60),
@@ -212,10 +217,12 @@ class Result(dict):
     os.replace(self.path + ".tmp", self.path)
 
 
-def recipe_at(model: str, smoke: bool):
-  """(ModelConfig of the named shape, the recipe's config with benchmark settings) — tiny shapes with --smoke."""
+def recipe_at(model: str, smoke: bool, **model_settings):
+  """(ModelConfig of the named shape, the recipe's config with benchmark settings and `model_settings` in
+  config.model) — tiny shapes with --smoke."""
   import memory_fit
   config = memory_fit.recipe_config(RECIPE)
+  config.model.update(model_settings)
   config.optim.warmup_steps = 0  # as TRL's mapping needs; no effect on a step's time
   if smoke:
     config.grpo.prompts_per_step, config.grpo.group_size, config.grpo.micro_batch_size = 2, 4, 4
@@ -346,9 +353,10 @@ def child_step(args, result: Result) -> None:
   from grpo_jax.train.timing import seconds_since_launch
   cache = enable_cache(args.scratch)
   clock = CompileClock()
-  cfg, config = recipe_at(args.model, args.smoke)
+  cfg, config = recipe_at(args.model, args.smoke, **({"attention": args.attention} if args.attention else {}))
   B, P, C, _, micro = memory_fit.shapes(config)
-  result.update(model=args.model, recipe=RECIPE, device=jax.devices()[0].device_kind, rows=B, prompt_len=P,
+  result.update(model=args.model, recipe=RECIPE, attention=config.model.attention,
+                device=jax.devices()[0].device_kind, rows=B, prompt_len=P,
                 new_tokens=C, micro_batch=micro, beta=config.grpo.beta, remat=bool(cfg.remat), dtype=str(cfg.dtype),
                 param_dtype=str(cfg.param_dtype), cache_entries_before=len(os.listdir(cache))
                 if os.path.isdir(cache) else 0)
@@ -449,7 +457,8 @@ def main(argv=None) -> int:
                  help="where the results go: campaign.json, campaign.md, campaign.log, decode_profile.json.gz")
   p.add_argument("--scratch", default="/tmp/gpu_campaign_scratch",
                  help="the compilation cache, the profile, TRL's checkpoint, each part's own JSON")
-  p.add_argument("--budget", type=float, default=470.0, help="seconds for all parts together")
+  p.add_argument("--budget", type=float, default=470.0,
+                 help="seconds for all parts together (a call of at most 10 minutes can take 560)")
   p.add_argument("--smoke", action="store_true", help="tiny shapes: a check of the whole campaign on a CPU")
   p.add_argument("--only", default="", help="comma-separated part names (default: all)")
   p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -459,6 +468,7 @@ def main(argv=None) -> int:
   p.add_argument("--model", default="qwen2.5-0.5b", help=argparse.SUPPRESS)
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
   p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--attention", default="", help=argparse.SUPPRESS)
   p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if not args.child:

@@ -65,9 +65,9 @@ def model_config(name: str, config):
   from grpo_jax.commands import memory_estimate as me
   m = config.model
   cfg = me.model_config(name, m.param_dtype, m.dtype)
-  return cfg.replace(remat=m.remat, max_position_embeddings=max(cfg.max_position_embeddings,
-                                                                config.sampling.max_prompt_length
-                                                                + config.sampling.max_new_tokens))
+  context = config.sampling.max_prompt_length + config.sampling.max_new_tokens
+  return cfg.replace(remat=m.remat, attention=m.attention,
+                     max_position_embeddings=max(cfg.max_position_embeddings, context))
 
 
 def make_model(cfg, config, key):
