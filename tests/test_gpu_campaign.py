@@ -1,0 +1,43 @@
+"""benchmarks/gpu_campaign.py's reading of a device profile (only a GPU writes one with kernels, so a hand-made
+Chrome trace stands in) and its table."""
+from benchmarks import gpu_campaign as gc
+
+
+def trace(kernels_per_step: int, steps: int) -> list[dict]:
+  """A Perfetto/Chrome trace as jax.profiler writes it: a host process, a GPU process with a compute stream and
+  XLA's derived "XLA Ops" line (which repeats the kernels and must not be counted twice)."""
+  events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+            {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+            {"ph": "M", "pid": 2, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7(Compute)"}},
+            {"ph": "M", "pid": 2, "tid": 9, "name": "thread_name", "args": {"name": "XLA Ops"}},
+            {"ph": "X", "pid": 1, "tid": 3, "name": "PjitFunction(_decode_fn)", "dur": 5_000_000}]
+  for s in range(steps):
+    for k in range(kernels_per_step):
+      name = "gemm_bf16" if k % 2 else "loop_fusion"
+      for tid in (7, 9):
+        events.append({"ph": "X", "pid": 2, "tid": tid, "name": name, "dur": 100 if k % 2 else 10})
+  return events
+
+
+def test_kernels_per_decode_step_count_the_streams_only():
+  summary = gc.kernel_summary(trace(kernels_per_step=6, steps=4), decode_steps=4, wall_s=0.01)
+  assert summary["kernels"] == 24 and summary["kernels_per_decode_step"] == 6
+  assert summary["device_thread_events"] == {"Stream #7(Compute)": 24, "XLA Ops": 24}
+  assert abs(summary["kernel_s"] - 12 * 110e-6) < 1e-12
+  assert abs(summary["gpu_busy_fraction"] - 12 * 110e-6 / 0.01) < 1e-9
+  assert [k["name"] for k in summary["top_kernels"]] == ["gemm_bf16", "loop_fusion"]
+  assert summary["top_kernels"][0]["count"] == 12
+
+
+def test_a_cpu_trace_has_no_kernels_and_the_table_says_what_ran():
+  assert gc.kernel_summary(trace(3, 2)[:1] + trace(3, 2)[4:5], decode_steps=2, wall_s=1.0)["kernels"] == 0
+  campaign = {"date": "2026-11-26", "device": "NVIDIA H200", "versions": {"jax": "0.11.2", "trl": None},
+              "parts": {"step_qwen2.5-0.5b": {"status": "ok", "seconds": 99.0, "result": {
+                  "median": {"step_s": 2.5, "sample_s": 1.0, "reference_s": 0.3, "update_s": 1.2},
+                  "peak_bytes": 2 * 1024 ** 3, "sampler_tokens_per_s": 150_000.0}},
+                        "tests": {"status": "skipped", "seconds": 0}}}
+  table = gc.table(campaign)
+  assert "versions: jax 0.11.2\n" in table  # a missing package is left out
+  assert "| step_qwen2.5-0.5b | ok | 99.0 | step 2.50 s (sample 1.00, reference 0.30, update 1.20); sampler " \
+         "150,000 tokens/s; peak 2.00 GiB |" in table
+  assert "| tests | skipped | 0 |  |" in table
