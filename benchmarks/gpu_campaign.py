@@ -190,8 +190,19 @@ def main_parent(args) -> int:
       json.dump(campaign, f, indent=1)
     with open(os.path.join(args.out, "campaign.md"), "w") as f:
       f.write(table(campaign))
-  print(table(campaign))
+  with open(os.path.join(args.out, "campaign.md"), "a") as f:
+    f.write("\n" + against_the_floor(campaign))
+  print(table(campaign) + "\n" + against_the_floor(campaign))
   return 0
+
+
+def against_the_floor(campaign: dict) -> str:
+  """roofline.py's table of the step parts: each phase's floor on this device, floor / measured, MFU."""
+  try:
+    import roofline
+    return roofline.measured_table(roofline.measured_rows(campaign)) + "\n"
+  except Exception as e:  # the campaign's figures must come back even if this fails
+    return f"(roofline.py could not read the campaign: {type(e).__name__}: {e})\n"
 
 
 # ---------------------------------------------------------------------------------------------------------------
