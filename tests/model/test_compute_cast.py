@@ -49,8 +49,7 @@ def prefill_and_step(graphdef, state, tokens_BxT, mask_BxT):
   return hidden, model.logits(step_hidden)
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("name, lora", [("qwen2_bias", False), ("gemma3_sliding", True)])
 def test_cast_weights_give_the_forward_the_same_values(name, lora):
   cfg = CONFIGS[name]
   graphdef, state = random_model(cfg, lora)
