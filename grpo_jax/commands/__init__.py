@@ -10,3 +10,32 @@
 memory_estimate.py is run as `python -m grpo_jax.commands.memory_estimate`. `python -m grpo_jax.commands.X` and
 `python scripts/X.py` (what a Ray job's uploaded working directory runs) are the same commands.
 """
+
+import os
+import sys
+from typing import Callable, TypeVar
+
+from grpo_jax.errors import EXIT_USER_ERROR, UserError
+
+T = TypeVar("T")
+# What a command's own inputs raise when the user names something that is not there or not valid: a missing run
+# or sweep directory, an unknown preset of an experiment file, a bad value.
+MISTAKES = (UserError, FileNotFoundError, NotADirectoryError, ValueError)
+
+
+def one_line(prog: str, error) -> str:
+  """`prog: error: <message>` on one line (grpo_jax/errors.py)."""
+  text = error.args[0] if isinstance(error, KeyError) and error.args else error
+  return f"{prog}: error: {' '.join(str(text).split())}"
+
+
+def exit_on_mistake(prog: str, run: Callable[[], T], mistakes: tuple = MISTAKES) -> T:
+  """`run()`; a user's mistake ends in one line and exit code 2, its traceback only with --debug (or
+  GRPO_JAX_DEBUG=1), since anything else is a bug and raises."""
+  try:
+    return run()
+  except mistakes as e:
+    if "--debug" in sys.argv[1:] or os.environ.get("GRPO_JAX_DEBUG"):
+      raise
+    print(one_line(prog, e), file=sys.stderr)
+    sys.exit(EXIT_USER_ERROR)

@@ -22,6 +22,7 @@ import jax
 
 from grpo_jax import config as config_lib
 from grpo_jax import hash_seed
+from grpo_jax.commands import exit_on_mistake
 from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.sweep.spec import load_module
@@ -47,6 +48,7 @@ def run(argv=None) -> None:
   parser.add_argument("--temperature", type=float, default=None,
                       help="pass@K's sampling temperature (default: the run's sampling.temperature)")
   parser.add_argument("--export", default=None, help="write the parameters as a Hugging Face model here")
+  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   args = parser.parse_args(argv)
   if (args.workdir is None) == (args.config is None):
     parser.error("give a run's workdir or --config FILE.py[:PRESET], not both")
@@ -98,7 +100,7 @@ def run(argv=None) -> None:
 def main() -> None:
   """The `grpo-evaluate` command."""
   hash_seed.pin()  # the same held-out items as the run (grpo_jax/hash_seed.py)
-  run()
+  exit_on_mistake("grpo-evaluate", run)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from grpo_jax.commands import exit_on_mistake
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import loop
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
@@ -19,11 +20,16 @@ from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_
 
 def main(argv=None) -> None:
   """The `grpo-export` command."""
+  exit_on_mistake("grpo-export", lambda: run(argv))
+
+
+def run(argv=None) -> None:
   parser = argparse.ArgumentParser(prog="grpo-export", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("workdir", help="a training run's workdir")
   parser.add_argument("out", help="the directory to write")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
+  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   args = parser.parse_args(argv)
   config = load_run_config(args.workdir)
   tokenizer, _ = loop.build_tokenizer_and_task(config)

@@ -7,16 +7,22 @@ figure.
 import argparse
 import os
 
+from grpo_jax.commands import exit_on_mistake
 from grpo_jax.train.plotting import plot_runs
 
 
 def main(argv=None) -> None:
   """The `grpo-plot` command."""
+  exit_on_mistake("grpo-plot", lambda: run(argv))
+
+
+def run(argv=None) -> None:
   parser = argparse.ArgumentParser(prog="grpo-plot", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("workdirs", nargs="+", help="training workdirs (each holds a metrics.jsonl)")
   parser.add_argument("--out", default=None, help="PNG path (default: WORKDIR/curves.png for one run, "
                       "curves.png in the current directory for several)")
+  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   parser.add_argument("--labels", nargs="*", default=None, help="legend labels, one per workdir")
   parser.add_argument("--metrics", default="", help="comma-separated metric names, one panel each (default: "
                       "reward, held-out accuracy, KL, entropy, completion length, and messages per episode "

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from grpo_jax.commands import exit_on_mistake
 from grpo_jax.sweep import report
 
 
@@ -22,6 +23,7 @@ def run(argv=None) -> int:
   parser = argparse.ArgumentParser(prog="grpo-report", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("sweep_dir")
+  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   parser.add_argument("--group_by", default=None, help="regex on member names that yields the group")
   parser.add_argument("--out", default=None, help="output directory (default SWEEP_DIR/report)")
   parser.add_argument("--smooth", type=int, default=10, help="moving-average window for reward and KL curves")
@@ -45,7 +47,7 @@ def run(argv=None) -> int:
 
 def main() -> None:
   """The `grpo-report` command."""
-  sys.exit(run())
+  sys.exit(exit_on_mistake("grpo-report", run))
 
 
 if __name__ == "__main__":

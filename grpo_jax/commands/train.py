@@ -46,7 +46,7 @@ def _parse_flags(argv):
   except flags.Error as e:
     if "--debug" in argv:
       raise
-    _one_line(e)
+    _one_line(_without_traceback(str(e)))
   except (AttributeError, KeyError):
     # ml_collections rejects a --config.KEY that the config lacks: one line naming its replacement (a renamed or
     # removed key) or the closest keys.
@@ -60,6 +60,16 @@ def _parse_flags(argv):
       print(f"grpo-train: warning: --config.{key} was renamed --config.{config_lib.RENAMED[key]}; its value is "
             "used for that", file=sys.stderr)
   return parsed
+
+
+def _without_traceback(message: str) -> str:
+  """ml_collections puts the whole traceback of an error raised by a config file's get_config (an unknown preset,
+  say) into its flag error: keep what precedes it and the exception's own last line."""
+  head, found, trace = message.partition("Traceback (most recent call last):")
+  if not found:
+    return message
+  last = [line for line in trace.strip().splitlines() if line.strip()][-1]
+  return head.rstrip(": \n\t") + ": " + last.strip()
 
 
 def _config_keys(argv) -> list[str]:

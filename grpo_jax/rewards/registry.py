@@ -68,9 +68,7 @@ def validate_config(c, reward_callables=()) -> None:
   weights = configured_rewards(c)
   if not weights and not reward_callables:
     fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
-  if c.eval.accuracy_reward not in list(weights) + list(reward_callables):
-    fail("eval.accuracy_reward", f"not one of the configured rewards {list(weights) + list(reward_callables)}",
-         c.eval.accuracy_reward)
+  # Names first: a misspelt reward is the mistake to report, not the accuracy reward it leaves unmatched.
   for name in weights:
     try:
       get_reward(name)
@@ -78,6 +76,9 @@ def validate_config(c, reward_callables=()) -> None:
       if name in c.reward_funcs:
         fail("reward_funcs", f"unknown reward function {name!r} ({e})")
       fail(f"rewards.{name}", f"unknown reward function ({e})", weights[name])
+  if c.eval.accuracy_reward not in list(weights) + list(reward_callables):
+    fail("eval.accuracy_reward", f"not one of the configured rewards {list(weights) + list(reward_callables)}",
+         c.eval.accuracy_reward)
   for name, format_name in c.reward_gates.items():
     if name not in c.rewards:
       fail(f"reward_gates.{name}", f"gates a reward that is not configured; config.rewards has {list(c.rewards)}",

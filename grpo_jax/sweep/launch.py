@@ -54,19 +54,19 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
   common = dict(common or {})
   if members is None:
     members = load_members(config_spec, only=only, common=common, check_keys=check_keys)
-  if backend == "ray":
-    ray_backend.import_ray()  # a missing extra is reported before anything is written
+  if backend == "ray":  # a missing extra or a bad resource request is reported before anything is written
+    ray_backend.import_ray()
+    resources = member_resources or getattr(spec.load_module(config_spec), "get_member_resources", lambda: None)()
+    resources = resources and ray_backend.MemberResources.parse(resources)
   if only is None:  # a job-array task (only=...) must not overwrite the full plan with its one member
     runner.write_plan(sweep_dir, config_spec, members, common)
   elif not storage.exists(storage.join(sweep_dir, runner.SWEEP_JSON)):
     runner.write_plan(sweep_dir, config_spec, spec.load_sweep(config_spec), common)
   if backend == "ray":
-    resources = member_resources or getattr(spec.load_module(config_spec), "get_member_resources", lambda: None)()
     return ray_backend.run_members(
         members, config_spec=config_spec, sweep_dir=sweep_dir, common=common, skip_failed=skip_failed,
         train_cmd=train_cmd, max_attempts=max_attempts, max_preemptions=max_preemptions, address=ray_address,
-        echo=echo, init_kwargs=ray_init_kwargs,
-        resources=resources and ray_backend.MemberResources.parse(resources))
+        echo=echo, init_kwargs=ray_init_kwargs, resources=resources)
   started = time.time()
   outcomes = runner.run_members(members, config_spec=config_spec, sweep_dir=sweep_dir,
                                 train_cmd=list(train_cmd or spec.default_train_cmd()), common=common,

@@ -1,0 +1,60 @@
+"""Every command's mistakes (issue 44): a missing path, a misspelt preset, a bad value each end in one line naming
+the problem, exit code 2 and no traceback; --debug shows the traceback. Each command runs as a user runs it, in
+its own process (`python -m grpo_jax.commands.X`, what the grpo-X console script and scripts/X.py call)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT = os.path.join(ROOT, "experiments", "default.py")
+VARIANTS = os.path.join(ROOT, "experiments", "ablation_variants.py")  # a sweep file
+
+
+def command(name: str, *args: str, cwd=ROOT):
+  return subprocess.run([sys.executable, "-m", f"grpo_jax.commands.{name}", *args], capture_output=True, text=True,
+                        timeout=300, cwd=cwd)
+
+
+def one_line(proc, prog: str, *words: str) -> str:
+  assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  lines = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+  assert lines and lines[-1].startswith(f"{prog}: error: ") and all(w in lines[-1] for w in words), lines
+  return lines[-1]
+
+
+@pytest.mark.parametrize("name, args", [("evaluate", []), ("export", ["out_dir"]), ("plot", []), ("report", [])])
+def test_a_missing_run_or_sweep_directory(tmp_path, name, args):
+  missing = str(tmp_path / "no_such_run")
+  one_line(command(name, missing, *args), f"grpo-{name}", missing, "does not exist")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+  proc = command("plot", str(tmp_path / "no_such_run"), "--debug")
+  assert proc.returncode != 0 and "Traceback" in proc.stderr and "FileNotFoundError" in proc.stderr
+
+
+@pytest.mark.parametrize("name, args", [("train", ["--workdir", "WORKDIR", "--config", DEFAULT + ":tset"]),
+                                        ("evaluate", ["--config", DEFAULT + ":tset"]),
+                                        ("sweep", ["--config", VARIANTS + ":tset", "--sweep_dir", "WORKDIR",
+                                                   "--print_commands"])])
+def test_a_misspelt_preset_names_the_known_ones(tmp_path, name, args):
+  args = [str(tmp_path / "w") if a == "WORKDIR" else a for a in args]
+  line = one_line(command(name, *args), f"grpo-{name}", "unknown preset 'tset'", "known: test")
+  assert len(line) < 400  # the cause, not a traceback folded into one line
+
+
+def test_a_misspelt_reward_is_the_mistake_named(tmp_path):
+  proc = command("train", "--config", DEFAULT + ":test", "--workdir", str(tmp_path / "w"),
+                 '--config.rewards={"exact_macth": 1.0}')
+  one_line(proc, "grpo-train", "rewards.exact_macth", "unknown reward", "did you mean 'exact_match'")
+
+
+def test_bad_member_resources_are_refused_before_the_sweep_is_written(tmp_path):
+  pytest.importorskip("ray")
+  sweep_dir = tmp_path / "sweep"
+  proc = command("sweep", "--config", VARIANTS, "--sweep_dir", str(sweep_dir), "--backend", "ray",
+                 "--member_resources", '{"GPU": 0}')
+  one_line(proc, "grpo-sweep", "--member_resources", "'GPU' must be a number > 0")
+  assert not sweep_dir.exists()
