@@ -40,7 +40,8 @@ def test_default_experiment_and_presets_validate():
     ({"grpo.kl_estimator": "k4"}, "grpo.kl_estimator", "not one of"),
     ({"grpo.std_ddof": 2}, "grpo.std_ddof", "not one of"),
     ({"grpo.policy_loss": "no_such_loss"}, "grpo.policy_loss", "unknown policy loss"),
-    ({"rewards": {"no_such_reward": 1.0}}, "eval.accuracy_reward", "not one of the configured rewards"),
+    ({"rewards": {"no_such_reward": 1.0}}, "rewards.no_such_reward", "unknown reward"),  # named first
+    ({"rewards": {"format_strict": 1.0}}, "eval.accuracy_reward", "not one of the configured rewards"),
     ({"rewards": {"exact_match": 1.0, "no_such_reward": 0.5}}, "rewards.no_such_reward", "unknown reward"),
     ({"reward_funcs": ("no_such_package.rewards:f",)}, "reward_funcs", "unknown reward function .*cannot import"),
     ({"reward_funcs": ("tests.rewards.isolation_rewards:pid",), "reward_weights": (1.0, 2.0)}, "reward_weights",
