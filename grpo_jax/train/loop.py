@@ -26,6 +26,7 @@ from grpo_jax.train import workdir as workdir_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR, WARMSTART_DIR, Checkpointer, save_initial_state
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.plotting import CurvesRefresher
 from grpo_jax.train.preemption import Preemption
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
@@ -81,6 +82,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
   checkpointer = Checkpointer(storage.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
   writer = bar = None
+  curves = CurvesRefresher(workdir, storage.join(workdir, PLOT_FILE), config.log.plot and main, log=log_console)
   try:
     state = _restore(run, checkpointer, workdir, main, log_console)
     inputs_lib.check_or_record(workdir, inputs, resuming=state is not None, main=main)
@@ -135,6 +137,8 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
           last_eval = run.evaluate(state.params, step)
           metrics.update(last_eval, **_eval_time(run, step))
         _log_step(config, writer, bar, main, step, metrics, rollout)
+        if "eval/accuracy" in metrics:
+          curves.after_eval()
         stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
         if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
           writer.flush()
@@ -152,6 +156,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
       write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, storage.join(workdir, EXPORT_DIR),
                      log=log_console)
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
+    curves.close()
     if bar is not None:
       bar.close()
     if writer is not None:
