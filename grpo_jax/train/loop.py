@@ -109,6 +109,9 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                   + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
                   f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} "
                   "update(s)/step")
+      if state.step < config.num_steps:
+        log_console(f"[step {state.step + 1}] compiling and running the first step (persistent compilation cache: "
+                    f"{jax.config.jax_compilation_cache_dir or 'off'}) ...")
       bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
       bar.accuracy = last_eval["eval/accuracy"]
       nonfinite_steps = 0  # consecutive steps whose every update was skipped

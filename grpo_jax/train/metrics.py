@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from typing import Any
 
@@ -206,12 +207,23 @@ def format_samples(step: int, samples: list[dict]) -> str:
   return "\n".join(lines)
 
 
-class ProgressBar:
-  """tqdm bar over GRPO steps with reward / held-out accuracy / KL in its postfix (and tqdm's ETA)."""
+def _duration(seconds: float) -> str:
+  return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+      f"{seconds / 3600:.1f} h"
 
-  def __init__(self, total: int, initial: int, enabled: bool = True):
+
+class ProgressBar:
+  """Progress over GRPO steps with reward / held-out accuracy / KL: a tqdm bar (with its ETA) on a terminal; where
+  stderr is a file (a sweep member's train.log, a cluster's job log) a line per `every_s` seconds instead, plus
+  the first step's (which compiles) and the last."""
+
+  def __init__(self, total: int, initial: int, enabled: bool = True, every_s: float = 30.0):
     self._bar = None
-    if enabled:
+    self._lines = enabled and not sys.stderr.isatty()
+    self.total, self.done, self.every_s = total, initial, every_s
+    self._start_time = self._started = self._last_line = time.time()
+    self._first = initial
+    if enabled and not self._lines:
       from tqdm.auto import tqdm
       self._bar = tqdm(total=total, initial=initial, desc="GRPO", unit="step", dynamic_ncols=True,
                        file=sys.stderr)
@@ -220,15 +232,28 @@ class ProgressBar:
   def update(self, metrics: dict):
     if "eval/accuracy" in metrics:
       self.accuracy = metrics["eval/accuracy"]
-    if self._bar is None:
-      return
+    self.done += 1
     post = {"reward": f"{metrics.get('reward', float('nan')):.3f}"}
     if self.accuracy is not None:
       post["acc"] = f"{self.accuracy:.3f}"
     if "kl" in metrics:
       post["kl"] = f"{metrics['kl']:.4f}"
-    self._bar.set_postfix(post, refresh=False)
-    self._bar.update(1)
+    if self._bar is not None:
+      self._bar.set_postfix(post, refresh=False)
+      self._bar.update(1)
+    elif self._lines:
+      now, first = time.time(), self.done == self._first + 1
+      if first or self.done == self.total or now - self._last_line >= self.every_s:
+        self._last_line = now
+        if first:  # it compiles: its time says nothing of the others'
+          self._started = now
+          timing = f"; the first step (compiling its programs) took {now - self._start_time:.1f} s"
+        else:
+          per_step = (now - self._started) / (self.done - self._first - 1)
+          left = "" if self.done == self.total else f", ~{_duration(per_step * (self.total - self.done))} left"
+          timing = f"; {per_step:.2f} s/step{left}"
+        print(f"[GRPO] step {self.done}/{self.total}: " + ", ".join(f"{k} {v}" for k, v in post.items()) + timing,
+              file=sys.stderr, flush=True)
 
   def write(self, text: str):
     if self._bar is not None:

@@ -68,7 +68,13 @@ class Run:
     g, s = config.grpo, config.sampling
     self.tokenizer, self.task = build.build_tokenizer_and_task(config, log=log, inputs=inputs)
     self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+    t0 = time.perf_counter()
+    log(f"[model] {'loading ' + config.model.hf_path if config.model.hf_path else 'initializing the model'} ...")
     graphdef, self.initial_params = build.build_model(config, self.tokenizer, self.mesh)
+    n = sum(x.size for x in jax.tree.leaves(self.initial_params))
+    log(f"[model] {f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.0f}k'} parameters "
+        f"({config.model.param_dtype}, compute {config.model.dtype}) in {time.perf_counter() - t0:.1f} s")
+    self.log = log
     # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
     copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
@@ -132,9 +138,15 @@ class Run:
     seconds it took go to `eval_seconds[step]` (the loop logs them as timing/eval_s), not into the metrics,
     which checkpoints and the warm start's log keep."""
     t0 = time.perf_counter()
+    first = not self.eval_seconds and step == 0  # the one evaluation before any progress line: say what it does
+    if first:
+      self.log(f"[eval] step 0: greedy completions of {len(self.eval_columns['prompt'])} held-out prompts (the "
+               "first call compiles the sampler) ...")
     with self.time_split.phase("eval"):
       metrics = self._evaluate(params, step)
     self.eval_seconds[step] = time.perf_counter() - t0
+    if first:
+      self.log(f"[eval] step 0: held-out accuracy {metrics['eval/accuracy']:.3f} in {self.eval_seconds[step]:.1f} s")
     return metrics
 
   def _evaluate(self, params, step: int) -> dict:
