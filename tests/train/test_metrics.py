@@ -63,3 +63,24 @@ def test_optim_config_is_built_once_from_the_config_and_checks_the_schedule():
   assert OptimConfig.from_config(optim) is optim
   with pytest.raises(ValueError, match=r"unknown schedule 'linear' \(known: constant, cosine\)"):
     OptimConfig(schedule="linear")
+
+
+def test_progress_off_a_terminal_is_a_line_per_interval(monkeypatch):
+  """Where stderr is a file (a sweep member's train.log), no tqdm bar: the first step's line, then one per
+  `every_s`, and the last step's."""
+  import io
+
+  from grpo_jax.train.metrics import ProgressBar
+  err = io.StringIO()
+  monkeypatch.setattr("sys.stderr", err)
+  bar = ProgressBar(total=6, initial=1, enabled=True, every_s=3600.0)
+  for step in range(2, 7):
+    bar.update({"reward": step / 10, **({"eval/accuracy": 0.5} if step == 4 else {})})
+  bar.close()
+  lines = err.getvalue().splitlines()
+  assert len(lines) == 2 and lines[0].startswith("[GRPO] step 2/6: reward 0.200;") and "first step" in lines[0]
+  assert lines[1].startswith("[GRPO] step 6/6: reward 0.600, acc 0.500;") and "s/step" in lines[1]
+  bar = ProgressBar(total=6, initial=0, enabled=True, every_s=0.0)  # every step once the interval is 0
+  for step in range(1, 7):
+    bar.update({"reward": 0.0})
+  assert len(err.getvalue().splitlines()) == 2 + 6
