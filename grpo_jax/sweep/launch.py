@@ -68,10 +68,22 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
         train_cmd=train_cmd, max_attempts=max_attempts, max_preemptions=max_preemptions, address=ray_address,
         echo=echo, init_kwargs=ray_init_kwargs, resources=resources)
   started = time.time()
-  outcomes = runner.run_members(members, config_spec=config_spec, sweep_dir=sweep_dir,
-                                train_cmd=list(train_cmd or spec.default_train_cmd()), common=common,
-                                skip_failed=skip_failed, max_attempts=max_attempts,
-                                max_preemptions=max_preemptions, echo=echo)
+  live, shown = progress.LiveLine(echo), [0.0]
+  every_s = 10.0 if storage.is_url(sweep_dir) else 1.0  # it reads each member's files
+
+  def show_progress():
+    if time.time() - shown[0] >= every_s:
+      shown[0] = time.time()
+      states = [progress.read_member(sweep_dir, m.name) for m in members]
+      live.show(progress.status_line(states), key=sorted((m.state, m.preempted) for m in states))
+
+  try:
+    outcomes = runner.run_members(members, config_spec=config_spec, sweep_dir=sweep_dir,
+                                  train_cmd=list(train_cmd or spec.default_train_cmd()), common=common,
+                                  skip_failed=skip_failed, max_attempts=max_attempts,
+                                  max_preemptions=max_preemptions, echo=echo, tick=show_progress)
+  finally:
+    live.end()
   echo(progress.summary_table([progress.read_member(sweep_dir, m.name, outcomes[m.name]) for m in members],
                               time.time() - started))
   return outcomes

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from typing import Iterable, Sequence
 
@@ -125,3 +126,24 @@ def summary_table(members: Iterable[MemberProgress], wall_s: float) -> str:
   lines.append(f"[sweep] {len(members)} members in {_duration(wall_s)}: {failed} failed, {preempted} "
                f"attempt{'s' * (preempted != 1)} preempted (retried apart from --max_attempts)")
   return "\n".join(lines)
+
+
+class LiveLine:
+  """One status line: rewritten in place on a terminal, else printed when it changes (at most every 30 s)."""
+
+  def __init__(self, echo, every_s: float = 30.0):
+    self.echo, self.every_s, self.tty = echo, every_s, sys.stdout.isatty() and echo is print
+    self.last_key, self.last_time = None, 0.0
+
+  def show(self, line: str, key) -> None:
+    """`key` (the members' states): a change of it is printed at once."""
+    if self.tty:
+      sys.stdout.write("\r\033[K" + line)
+      sys.stdout.flush()
+    elif key != self.last_key or time.time() - self.last_time >= self.every_s:
+      self.echo(line)
+      self.last_key, self.last_time = key, time.time()
+
+  def end(self) -> None:
+    if self.tty:
+      sys.stdout.write("\n")

@@ -28,7 +28,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -389,7 +388,7 @@ def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_d
         outcomes[m.name] = "skipped-done"
       else:
         submit(m, skip_failed)
-    live = _LiveLine(echo)
+    live = progress.LiveLine(echo)
     with _sigint_flag() as interrupted:
       while refs and not interrupted.is_set():
         ready, _ = ray.wait(list(refs), num_returns=1, timeout=poll_s)
@@ -477,24 +476,3 @@ def _sigint_flag():
     yield flag
   finally:
     signal.signal(signal.SIGINT, previous)
-
-
-class _LiveLine:
-  """One status line: rewritten in place on a terminal, else printed when it changes (at most every 30 s)."""
-
-  def __init__(self, echo, every_s: float = 30.0):
-    self.echo, self.every_s, self.tty = echo, every_s, sys.stdout.isatty() and echo is print
-    self.last_key, self.last_time = None, 0.0
-
-  def show(self, line: str, key) -> None:
-    """`key` (the members' states): a change of it is printed at once."""
-    if self.tty:
-      sys.stdout.write("\r\033[K" + line)
-      sys.stdout.flush()
-    elif key != self.last_key or time.time() - self.last_time >= self.every_s:
-      self.echo(line)
-      self.last_key, self.last_time = key, time.time()
-
-  def end(self) -> None:
-    if self.tty:
-      sys.stdout.write("\n")

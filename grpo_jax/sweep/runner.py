@@ -211,10 +211,12 @@ def _die_with_parent() -> None:
 
 
 def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
-            log_name: str = LOG, node: str = "", abort: Callable[[], bool] | None = None) -> tuple[int, int]:
+            log_name: str = LOG, node: str = "", abort: Callable[[], bool] | None = None,
+            tick: Callable[[], None] | None = None) -> tuple[int, int]:
   """Runs the trainer once, appending its output to WORKDIR/LOG_NAME; returns (exit code, log offset of this
   attempt). attempts.jsonl gets a line when the attempt starts and one with its exit code when it ends (a lost
-  node leaves only the first). `abort()`, polled every second, stops the trainer early (rc -SIGTERM)."""
+  node leaves only the first). `abort()`, polled every second, stops the trainer early (rc -SIGTERM); `tick()`,
+  called every second too, shows progress."""
   storage.remove(storage.join(workdir, FAILED))
   _wait_until_unlocked(workdir)
   log_path = storage.join(workdir, log_name)
@@ -232,10 +234,12 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
     try:
       while True:
         try:
-          rc = proc.wait(timeout=1.0 if abort or log.remote else None)
+          rc = proc.wait(timeout=1.0 if abort or tick or log.remote else None)
           break
         except subprocess.TimeoutExpired:
           log.upload_every(LOG_UPLOAD_S)
+          if tick:
+            tick()
           if abort and abort():
             stopped = aborted = True
             _stop(proc)
@@ -397,7 +401,8 @@ def retryable(rc: int) -> bool:
 
 def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
                common: Mapping[str, Any] | None = None, skip_failed: bool = False, max_attempts: int = 1,
-               max_preemptions: int = MAX_PREEMPTIONS, env: Mapping[str, str] | None = None, echo=print) -> str:
+               max_preemptions: int = MAX_PREEMPTIONS, env: Mapping[str, str] | None = None, echo=print,
+               tick: Callable[[], None] | None = None) -> str:
   """Runs one member unless it is finished, up to `max_attempts` times while it fails for a retryable reason
   (preempted attempts do not count, up to `max_preemptions` of them); returns its status afterwards ('done',
   'failed', 'skipped-*')."""
@@ -408,7 +413,7 @@ def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, tra
   workdir, argv = prepared
   failures = preemptions = 0
   while True:
-    rc, offset = attempt(workdir, argv, env=env)
+    rc, offset = attempt(workdir, argv, env=env, tick=tick)
     outcome = record(member, workdir, rc, offset, echo)
     if outcome == "preempted":
       preemptions += 1

@@ -223,3 +223,17 @@ def test_a_preempted_attempt_is_retried_apart_from_max_attempts_and_capped(tmp_p
   assert runner.run_member(crash, config_spec="exp.py", sweep_dir=sweep_dir, train_cmd=fake_train_cmd,
                            echo=lambda *_: None) == "failed"
   assert _ends(os.path.join(sweep_dir, "crash")) == [(1, "failed")]
+
+
+def test_the_local_backend_shows_a_status_line_while_members_run(tmp_path, fake_train_cmd, experiment_file):
+  """The local backend's live line (as the Ray backend's): who runs, at which step, how many are done."""
+  from grpo_jax.sweep import run_sweep
+  lines = []
+  members = [m for m in spec.load_sweep(experiment_file) if m.name in ("grpo_seed0", "grpo_seed1")]
+  outcomes = run_sweep(experiment_file, str(tmp_path / "sweep"), backend="local", members=members,
+                       train_cmd=fake_train_cmd, common={"num_steps": 3, "sleep": 0.8}, echo=lines.append)
+  assert outcomes == {"grpo_seed0": "done", "grpo_seed1": "done"}
+  status = [line for line in lines if line.startswith("[sweep] ") and " queued, " in line]
+  assert status and status[0].startswith("[sweep] 1 queued, 1 running (grpo_seed0 step ")
+  assert any(line.startswith("[sweep] 0 queued, 1 running (grpo_seed1 step ") and ", 1 done, 0 failed" in line
+             for line in status)
