@@ -21,10 +21,12 @@ if [ "$have" != "$want $extra" ] && [ "$have" != "$want test" ]; then
   # 2.13.0 is the CUDA 13 build (several GB of nvidia-* wheels); PyTorch's CPU index has 2.13.0+cpu, the version
   # constraints.txt pins. From that index torch alone (--no-deps): its dependencies come from PyPI below.
   if [[ ",$extra," == *",test,"* ]]; then
-    "$venv/bin/python" -m pip install -q --no-deps -c "$root/constraints.txt" \
+    echo "[setup] torch's CPU build from PyTorch's index" >&2
+    "$venv/bin/python" -m pip install --progress-bar on --no-deps -c "$root/constraints.txt" \
       --index-url https://download.pytorch.org/whl/cpu torch >&2
   fi
   # constraints.txt: the exact versions this repository was tested with (setup.cfg declares ranges).
-  "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" -e "$root${extra:+[$extra]}" >&2
+  # Not -q: pip's lines (Collecting / Downloading with a bar / Installing) show what the minutes go to.
+  "$venv/bin/python" -m pip install --progress-bar on -c "$root/constraints.txt" -e "$root${extra:+[$extra]}" >&2
   echo "$want $extra" > "$stamp"
 fi
