@@ -12,8 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from grpo_jax import config as config_lib
 from grpo_jax import storage
 from grpo_jax.algo.objective import LossConfig
-from grpo_jax.data.reasoning_gym import closing_tag_ids
-from grpo_jax.data.tasks import make_task, stop_ids
+from grpo_jax.data.tasks import make_task, stop_ids, task_stop_ids
 from grpo_jax.envs import env_factory, stop_token_ids
 from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model import lora as lora_lib
@@ -97,8 +96,7 @@ def make_samplers(graphdef, config, tokenizer):
   s, e = config.sampling, config.env
   make_env = env_factory(e.name) if e.name else None
   extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
-  if config.task.answer_only:  # reasoning_gym's answer-only mode: stop where the model closes the <answer> tag.
-    extra_stops += closing_tag_ids(tokenizer)
+  extra_stops += task_stop_ids(config, tokenizer)  # the task's own stop rules (grpo_jax/data/tasks.py)
   common = dict(stop_ids=tuple(stop_ids(tokenizer)) + extra_stops, pad_id=tokenizer.pad_token_id)
   # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
   # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so

@@ -17,7 +17,7 @@ import numpy as np
 from grpo_jax import compile_cache, errors, storage
 from grpo_jax import config as config_lib
 from grpo_jax import precision
-from grpo_jax.data import reasoning_gym as gym_data
+from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
@@ -102,7 +102,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                    workdir_lib.last_eval(storage.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval,
                                          state.step))
       g = config.grpo
-      constant = state.initial_eval.get(gym_data.CONSTANT_ANSWER_METRIC)
+      constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
       log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
                   + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
                   f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} "
