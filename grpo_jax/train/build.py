@@ -9,12 +9,11 @@ import jax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import config as config_lib
-from grpo_jax import storage
+from grpo_jax import sizes, storage
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.tasks import make_task, stop_ids, task_stop_ids
 from grpo_jax.envs import env_factory, stop_token_ids
-from grpo_jax.model import ModelConfig, Transformer
+from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model import lora as lora_lib
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
@@ -41,11 +40,10 @@ def build_model(config, tokenizer, mesh):
   m = config.model
   lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
   if m.hf_path:
-    from grpo_jax.model import hf_io
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, mesh=mesh)
-    config_lib.check_context(config, model.cfg.max_position_embeddings,
-                             f"max_position_embeddings of {m.hf_path}/config.json")
+    sizes.check_context(config, model.cfg.max_position_embeddings,
+                        f"max_position_embeddings of {m.hf_path}/config.json")
     if not m.lora_rank:
       return nnx.split(model)
     graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
@@ -73,7 +71,7 @@ def build_model(config, tokenizer, mesh):
 def build_reward_fns(config, inputs: RunInputs = RunInputs()):
   gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
   fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
-         for name, weight in config_lib.configured_rewards(config).items()]
+         for name, weight in sizes.configured_rewards(config).items()]
   clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
   if clash:
     raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
@@ -87,7 +85,7 @@ def build_reward_fns(config, inputs: RunInputs = RunInputs()):
 
 def loss_config(config) -> LossConfig:
   """`config.grpo`'s loss knobs at the run's completion width."""
-  return LossConfig.from_config(config.grpo, config_lib.completion_width(config))
+  return LossConfig.from_config(config.grpo, sizes.completion_width(config))
 
 
 def make_samplers(graphdef, config, tokenizer):

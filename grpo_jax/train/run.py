@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import config as config_lib
+from grpo_jax import sizes
 from grpo_jax.config_checks import Section
 from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
@@ -76,9 +76,9 @@ class Run:
     if line := self.policy.describe():
       log(line)
     self.place = build.BatchPlacer(self.mesh)
-    mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
-    repeats = config_lib.prompt_repeats(config)
-    self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
+    mini, micro = sizes.mini_batch_size(config), sizes.micro_batch_size(config)
+    repeats = sizes.prompt_repeats(config)
+    self.updates_per_step = g.num_iterations * (sizes.rollout_batch_size(config) // mini)
     optim = OptimConfig.from_config(config.optim)
     self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
     self.optimizer = make_optimizer(optim, self.schedule)
@@ -172,7 +172,7 @@ class Run:
                                 key)
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
     one_process = jax.process_count() == 1
-    check_prompt_runs(rollout.batch, config_lib.prompt_repeats(self.config))
+    check_prompt_runs(rollout.batch, sizes.prompt_repeats(self.config))
     batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
                        if one_process else rollout.batch)
     ref_params = self.policy.reference(state.params, state.ref_params)
