@@ -122,7 +122,7 @@ def run_tunix(args) -> dict:
 
 def grpo_jax_logits(config, prompt: str) -> dict:
   """grpo_jax's float32 logits of `prompt` (one row, no padding): tokens_1xT, logits_1xTxV."""
-  from grpo_jax.data.text import encode_text
+  from grpo_jax.sampling.text import encode_text
   from grpo_jax.model import hf_io
   from grpo_jax.model.logprobs import causal_attention_mask, positions_from_mask
   tokens = np.asarray([encode_text(hf_io.load_tokenizer(config.model.hf_path), prompt)], np.int32)

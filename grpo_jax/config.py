@@ -1,35 +1,25 @@
-"""The base experiment config: every default of a grpo_jax run, documented, and its validation.
+"""The base experiment config: every default of a grpo_jax run, documented; old key names; saved configs.
 
 Experiment files (`experiments/NAME.py`) start from `get_config()` and change what they need; the launcher
 locks the result, so a misspelt key on the command line (`--config.grpo.betta=0`) is an error, and
-ml_collections rejects values of the wrong type (`--config.num_steps=abc`). `validate(config)` then checks
-the values, before anything is compiled: each section by the module that consumes it (`validate_config` in
-grpo_jax/train/optim.py, grpo_jax/sampling/config.py, ...), then the values that must agree across sections;
-an error reads `config.<key>=<value>: <what is allowed>` (grpo_jax/config_checks.py).
+ml_collections rejects values of the wrong type (`--config.num_steps=abc`). `grpo_jax.train.checks.validate(config)`
+then checks the values, before anything is compiled: each section by the module that consumes it
+(`validate_config` in grpo_jax/train/optim.py, grpo_jax/sampling/config.py, ...), then the values that must agree
+across sections; an error reads `config.<key>=<value>: <what is allowed>` (grpo_jax/config_checks.py). This
+module is plain data and imports no layer above the base one (setup.cfg's contracts), so any module may read it.
 
 Units: a "step" is one GRPO iteration (sample a rollout batch, then `num_iterations` passes of mini-batch
 updates over it). An "update" is one optimizer step. Batch sizes count completions unless they say prompts.
 """
 from __future__ import annotations
 
-import math
-from typing import Sequence
-
 import ml_collections
 from ml_collections import config_dict
 
-from grpo_jax.config_checks import Section, fail
-
-def registries() -> dict:
-  """Config field -> the `grpo_jax.registry.Registry` of the names it takes (the single source of those names,
-  for `validate` and docs/config.md)."""
-  from grpo_jax.algo import advantages, aggregation, kl, registry as losses
-  from grpo_jax.data import tasks
-  from grpo_jax.envs import ENVIRONMENTS
-  from grpo_jax.rewards import registry as rewards
-  return {"grpo.advantage": advantages.ADVANTAGE_METHODS, "grpo.kl_estimator": kl.KL_ESTIMATORS,
-          "grpo.aggregation": aggregation.AGGREGATIONS, "grpo.policy_loss": losses.LOSSES, "task.name": tasks.TASKS,
-          "env.name": ENVIRONMENTS, "rewards": rewards.REWARDS}
+# What a config implies (batch sizes, widths, the context check, the weighted rewards): grpo_jax/sizes.py, also
+# under these names here.
+from grpo_jax.sizes import (check_context, completion_width, configured_rewards, micro_batch_size,  # noqa: F401
+                            mini_batch_size, prompt_repeats, rollout_batch_size)
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -272,95 +262,6 @@ def _get(c, key):
   return c
 
 
-def rollout_batch_size(config) -> int:
-  return config.grpo.prompts_per_step * config.grpo.group_size
-
-
-def mini_batch_size(config) -> int:
-  return config.grpo.mini_batch_size or rollout_batch_size(config)
-
-
-def micro_batch_size(config) -> int:
-  return config.grpo.micro_batch_size or mini_batch_size(config)
-
-
-def prompt_repeats(config) -> int:
-  """Rows per prompt forward in the update and the reference: gcd(micro-batch, G) with
-  `model.share_prompt_forward` (every aligned run of that many rows lies in one group), else 1."""
-  if not config.model.get("share_prompt_forward", True):
-    return 1
-  return math.gcd(micro_batch_size(config), config.grpo.group_size)
-
-
-def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence[str] = ()) -> None:
-  """Checks values and their consistency before any compile; raises ConfigError (a ValueError) as
-  `config.<key>=<value>: <what is allowed>`. First values set under an old key move to the new one
-  (`apply_renamed`), then each section is checked by the module that consumes it, then the checks across
-  sections. What a notebook passes to `train` besides the config (grpo_jax/train/inputs.py): `in_memory_dataset`,
-  the dataset task's rows come from `train_dataset` rather than task.train_path; `reward_callables`, the names of
-  its reward callables."""
-  from grpo_jax import envs, precision
-  from grpo_jax.algo import advantages, objective
-  from grpo_jax.data import tasks
-  from grpo_jax.model import config as model_config, lora, sharding
-  from grpo_jax.rewards import registry as reward_registry
-  from grpo_jax.sampling import config as sampling_config
-  from grpo_jax.train import checkpoint, distributed, evaluation, metrics, optim, run, warmstart
-  c = config
-  apply_renamed(c)
-  _validate_run(c)
-  # Each section by the module that consumes it.
-  for owner, section in ((sampling_config, c.sampling), (run, c.grpo), (advantages, c.grpo), (objective, c.grpo),
-                         (optim, c.optim), (warmstart, c.warmstart), (evaluation, c.eval),
-                         (checkpoint, c.checkpoint), (metrics, c.log), (sharding, c.mesh),
-                         (precision, c.precision), (distributed, c.distributed)):
-    owner.validate_config(section)
-  tasks.validate_config(c, in_memory_dataset)
-  envs.validate_config(c.env)
-  reward_registry.validate_config(c, reward_callables)
-  model_config.validate_config(c.model)  # after the task's checks: those say what model.hf_path it needs
-  lora.validate_config(c.model)
-  _validate_across_sections(c)
-
-
-def _validate_run(c) -> None:
-  """The run's own top-level keys (the rewards: `_validate_rewards`)."""
-  s = Section(c)
-  s.at_least(1, "num_steps")
-  s.one_of("reward_isolation", ("process", "thread"))
-  s.positive("reward_timeout_s")
-
-
-def _validate_across_sections(c) -> None:
-  """Values that must agree across sections: batch sizes, widths and the context, LoRA and the reference."""
-  B = rollout_batch_size(c)
-  mini = mini_batch_size(c)
-  if B % mini:
-    fail("grpo.mini_batch_size", f"does not divide the rollout batch prompts_per_step * group_size = "
-         f"{c.grpo.prompts_per_step} * {c.grpo.group_size} = {B}", mini)
-  micro = micro_batch_size(c)
-  if mini % micro:
-    fail("grpo.micro_batch_size", f"does not divide the mini-batch size {mini}", micro)
-  if c.grpo.overlong_buffer > c.sampling.max_new_tokens:
-    fail("grpo.overlong_buffer", f"must be <= sampling.max_new_tokens={c.sampling.max_new_tokens}",
-         c.grpo.overlong_buffer)
-  if c.env.name and c.env.max_episode_tokens < c.sampling.max_new_tokens:
-    fail("env.max_episode_tokens", f"cannot hold one message of sampling.max_new_tokens="
-         f"{c.sampling.max_new_tokens}", c.env.max_episode_tokens)
-  if c.model.lora_rank and c.grpo.ref_reset_every:
-    fail("grpo.ref_reset_every", "is not supported with LoRA (model.lora_rank > 0): the reference is the base "
-         "model with the adapters off", c.grpo.ref_reset_every)
-  if not c.model.hf_path:
-    check_context(c, c.model.max_position_embeddings, "model.max_position_embeddings")
-
-
-def completion_width(config) -> int:
-  """Columns of a completion in the update: env.max_episode_tokens with an environment, else
-  sampling.max_new_tokens."""
-  env = config.get("env")
-  return env.max_episode_tokens if env is not None and env.name else config.sampling.max_new_tokens
-
-
 # Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
@@ -369,13 +270,6 @@ RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep",
                      "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
                      "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",
                      "env.step_timeout_s", "env.max_concurrent_steps")
-
-
-def configured_rewards(c) -> dict[str, float]:
-  """Every reward of the run, name (registered name or import path) -> weight: `rewards`, then `reward_funcs`."""
-  weights = list(c.reward_weights) or [1.0] * len(c.reward_funcs)
-  return {**{name: float(w) for name, w in c.rewards.items()},
-          **{name: float(w) for name, w in zip(c.reward_funcs, weights)}}
 
 
 # Old field name -> new one. A config that sets an old name still works: `validate` moves the value to the new
@@ -495,17 +389,3 @@ def resume_differences(saved: dict, config) -> tuple[list[str], list[str]]:
       resumable = any(key == p or (p.endswith(".") and key.startswith(p)) for p in RESUMABLE_CHANGES)
       (accepted if resumable else conflicts).append(f"{key}: {old[key]!r} -> {new[key]!r}")
   return conflicts, accepted
-
-
-def check_context(config, context: int, source: str) -> None:
-  """max_prompt_length + max_new_tokens (+ the episode's width with an environment) must fit in the model's
-  context (also called for HF checkpoints)."""
-  total = config.sampling.max_prompt_length + config.sampling.max_new_tokens
-  width = completion_width(config)
-  if width != config.sampling.max_new_tokens and config.sampling.max_prompt_length + width > context:
-    fail("env.max_episode_tokens", f"max_prompt_length + max_episode_tokens = {config.sampling.max_prompt_length}"
-         f" + {width} exceeds the model's context {source}={context}", width)
-  if total > context:
-    fail("sampling.max_new_tokens", f"max_prompt_length + max_new_tokens = {config.sampling.max_prompt_length}"
-         f" + {config.sampling.max_new_tokens} = {total} exceeds the model's context {source}={context}",
-         config.sampling.max_new_tokens)

@@ -30,27 +30,32 @@ class Registry:
   """Names -> callables of one kind.
 
   kind          what an entry is, in messages ("policy loss").
-  builtins      a module imported before the first lookup: its import registers the built-in entries (for
-                entries defined in modules that import the registry themselves).
+  builtins      modules imported before the first lookup (a name or a tuple of names): their imports register the
+                built-in entries (for entries defined in modules that import the registry themselves: plug-ins).
   objects       `get(fn)` returns a callable given instead of a name as it is.
   import_paths  `get` resolves "package.module:attr" too.
   """
 
-  def __init__(self, kind: str, *, builtins: str | None = None, objects: bool = False, import_paths: bool = False):
+  def __init__(self, kind: str, *, builtins: str | tuple[str, ...] = (), objects: bool = False,
+               import_paths: bool = False):
     self.kind = kind
-    self._builtins = builtins
+    self._builtins = (builtins,) if isinstance(builtins, str) else tuple(builtins)
+    self._loading = False
     self._objects = objects
     self._import_paths = import_paths
     self._entries: dict[str, Callable] = {}
 
   def _load(self) -> None:
-    if self._builtins:
-      module, self._builtins = self._builtins, None
-      try:
+    if self._loading:  # a built-in module registering its entries: the others load after it
+      return
+    self._loading = True
+    try:
+      while self._builtins:
+        module = self._builtins[0]
         importlib.import_module(module)
-      except BaseException:
-        self._builtins = module
-        raise
+        self._builtins = self._builtins[1:]
+    finally:
+      self._loading = False
 
   def register(self, name: str, *, overwrite: bool = False) -> Callable[[Callable], Callable]:
     """Decorator that registers `obj` under `name` and returns it unchanged.

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from grpo_jax import config as config_lib
+from grpo_jax.train import checks
 from tests.train.conftest import ROOT, load_experiment
 
 
@@ -24,8 +25,8 @@ def _config(**overrides):
 
 
 def test_default_experiment_and_presets_validate():
-  config_lib.validate(load_experiment("default")())
-  config_lib.validate(load_experiment("default")("test"))
+  checks.validate(load_experiment("default")())
+  checks.validate(load_experiment("default")("test"))
   with pytest.raises(ValueError, match="unknown preset 'nope'"):
     load_experiment("default")("nope")
 
@@ -66,13 +67,13 @@ def test_default_experiment_and_presets_validate():
 def test_inconsistent_settings_name_the_key(overrides, key, message):
   # config.<key>=<value>: <what is allowed> (grpo_jax/config_checks.py)
   with pytest.raises(ValueError, match=f"config.{key}(=.*)?: .*{message}"):
-    config_lib.validate(_config(**overrides))
+    checks.validate(_config(**overrides))
 
 
 def test_dynamic_sampling_is_accepted_and_needs_at_least_one_round():
-  config_lib.validate(_config(**{"grpo.dynamic_sampling": True}))
+  checks.validate(_config(**{"grpo.dynamic_sampling": True}))
   with pytest.raises(ValueError, match="config.grpo.dynamic_sampling_max_rounds=0: must be >= 1"):
-    config_lib.validate(_config(**{"grpo.dynamic_sampling": True, "grpo.dynamic_sampling_max_rounds": 0}))
+    checks.validate(_config(**{"grpo.dynamic_sampling": True, "grpo.dynamic_sampling_max_rounds": 0}))
 
 
 def test_locked_config_rejects_unknown_keys_and_wrong_types():
@@ -126,7 +127,7 @@ def test_rewards_by_import_path_with_dots():
   from grpo_jax.train import loop
   from tests.rewards import isolation_rewards
   c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid", "gsm8k_accuracy"), reward_weights=(0.5, 2.0))
-  config_lib.validate(c)
+  checks.validate(c)
   fns = loop.build_reward_fns(c)
   assert [(name, weight) for name, _, weight in fns] == [
       ("exact_match", 1.0), ("tests.rewards.isolation_rewards:pid", 0.5), ("gsm8k_accuracy", 2.0)]
@@ -140,7 +141,7 @@ def test_an_old_field_name_still_works_with_a_warning_and_resumes_as_the_new_one
   c = _config(**{"task.holdout_fraction": 0.3})
   with pytest.warns(DeprecationWarning, match=r"config.task.holdout_fraction is deprecated; use "
                                               r"config.task.heldout_fraction"):
-    config_lib.validate(c)
+    checks.validate(c)
   assert c.task.heldout_fraction == 0.3 and c.task.holdout_fraction is None
   # A run saved before the rename (its config.json has only the old name) resumes under the new one.
   saved = json.loads(_config().to_json_best_effort())

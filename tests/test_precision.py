@@ -12,6 +12,7 @@ import pytest
 
 from grpo_jax import config as config_lib
 from grpo_jax import precision
+from grpo_jax.train import checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,7 +47,7 @@ def test_highest_precision_matches_float64_on_this_backend(restore_matmul_precis
 
 def test_unknown_matmul_precision_is_a_config_error_naming_the_field():
   with pytest.raises(ValueError, match=r"config\.precision\.matmul='tf32': not one of"):
-    config_lib.validate(_config("tf32"))
+    checks.validate(_config("tf32"))
 
 
 def test_deterministic_mode_sets_the_xla_flag_before_the_backend_starts():

@@ -20,13 +20,12 @@ import argparse
 
 import jax
 
-from grpo_jax import config as config_lib
 from grpo_jax import hash_seed
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.sweep.spec import load_module
-from grpo_jax.train import loop
+from grpo_jax.train import checks, loop
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 from grpo_jax.train.rollout import scoring_of
@@ -55,7 +54,7 @@ def run(argv=None) -> None:
   if args.config:
     preset = args.config.partition(":")[2]
     config = load_module(args.config).get_config(preset or None)
-    config_lib.validate(config)
+    checks.validate(config)
     args.base, args.workdir = True, args.config
   else:
     config = load_run_config(args.workdir)

@@ -29,14 +29,18 @@ class CharTokenizer:
   def vocab_size(self) -> int:
     return len(self.chars) + 2
 
-  def encode(self, text: str) -> list[int]:
+  def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    """The ids of the characters (no special tokens: `add_special_tokens` is for the Hugging Face signature)."""
+    del add_special_tokens
     try:
       return [self._id[ch] for ch in text]
     except KeyError as e:
       raise ValueError(f"CharTokenizer: character {e.args[0]!r} in {text!r} is not in the vocabulary "
                        f"{''.join(self.chars)!r}") from None
 
-  def decode(self, ids: Sequence[int]) -> str:
+  def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+    """The text up to the stop token, padding dropped (`skip_special_tokens`: the Hugging Face signature)."""
+    del skip_special_tokens
     out = []
     for i in ids:
       i = int(i)

@@ -28,6 +28,8 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from grpo_jax.config_checks import Section
+from grpo_jax.data.tasks import DatasetTask, needs_tokenizer, plain_dict, register_task, validate_rendered
 from grpo_jax.rewards.answers import last_boxed
 
 COUNTDOWN_QUESTION = ("Using the numbers {numbers}, create an equation that equals {target}. You can use basic "
@@ -293,3 +295,45 @@ def load_train_heldout(train_path: str, heldout_path: str | None = None, *,
       raise ValueError("give either heldout_path or heldout_fraction, not both")
     return train, load_rows(heldout_path, field_map, heldout_split, max_rows)
   return split_rows(train, heldout_fraction, seed)
+
+
+# --- The dataset task, a plug-in (grpo_jax/data/tasks.py) -----------------------------------------------------------
+
+def _check_dataset(config, in_memory_dataset: bool) -> None:
+  t, s = config.task, Section(config.task, "task")
+  if not t.train_path and not in_memory_dataset:
+    s.fail("train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or a "
+           "save_to_disk directory)")
+  for key in ("train_path", "heldout_path"):
+    if s[key] and not os.path.exists(s[key]):
+      s.fail(key, "does not exist")
+  validate_rendered(config)
+  s.at_least(0, "max_rows")
+
+
+@register_task("dataset", check=_check_dataset, takes=("rows",))
+def _dataset(config, tokenizer, log, train_rows=None, heldout_rows=None):
+  t = config.task
+  needs_tokenizer("dataset", tokenizer)
+  field_map = plain_dict(t.field_map) or None
+  if train_rows is not None:
+    source = "train_dataset"
+    train = rows_in_memory(train_rows, source, field_map)
+    if heldout_rows is not None:
+      heldout = rows_in_memory(heldout_rows, "eval_dataset", field_map)
+    else:
+      train, heldout = split_rows(train, t.heldout_fraction, config.seed)
+  else:
+    source = t.train_path
+    train, heldout = load_train_heldout(
+        t.train_path, t.heldout_path or None, field_map=field_map,
+        heldout_fraction=0.0 if t.heldout_path else t.heldout_fraction, seed=config.seed,
+        train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
+  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                     template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                     seed=config.seed, source=source)
+  dropped = task.num_dropped
+  log(f"[data] {source}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
+      f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
+      f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+  return task

@@ -34,11 +34,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from grpo_jax.errors import ConfigError
+from grpo_jax.data.tasks import (CONSTANT_ANSWER_METRIC, DatasetTask, needs_tokenizer, register_task,
+                                 validate_rendered)
+from grpo_jax.rewards.reasoning_gym import INSTALL_HINT, VERSION, GymError, import_gym, score_answer  # noqa: F401
 
 PREFIX = "reasoning_gym:"
-VERSION = "0.1.25"
-INSTALL_HINT = f"pip install -e '.[gym]' (or pip install reasoning-gym=={VERSION})"
 
 # Our system prompt for the chat template (the layout of reasoning-gym's own default prompt, in our words).
 SYSTEM_PROMPT = ("Solve the problem step by step. Then give the final answer alone between <answer> and </answer> "
@@ -50,10 +50,6 @@ ANSWER_ONLY_SYSTEM_PROMPT = ("Give only the final answer, on one line, in the fo
                              "then </answer>. No explanation.")
 
 
-class GymError(ConfigError):
-  """A reasoning-gym task that cannot be built as configured; the message names the config key and the fix."""
-
-
 def is_gym_task(name: str) -> bool:
   return isinstance(name, str) and name.startswith(PREFIX)
 
@@ -61,16 +57,6 @@ def is_gym_task(name: str) -> bool:
 def dataset_name(task_name: str) -> str:
   """"reasoning_gym:leg_counting" -> "leg_counting"."""
   return task_name[len(PREFIX):]
-
-
-def import_gym():
-  """The reasoning_gym module, or a one-line GymError naming the extra to install."""
-  try:
-    import reasoning_gym  # pylint: disable=import-outside-toplevel  (an optional extra)
-  except ImportError:
-    raise GymError(f"config.task.name: reasoning_gym tasks need the optional package reasoning-gym: "
-                   f"{INSTALL_HINT}") from None
-  return reasoning_gym
 
 
 def registry() -> dict[str, tuple[type, type]]:
@@ -237,7 +223,6 @@ def split(task_name: str, options: Any, *, train_seed: int, train_size: int, hel
   return Split(train=train, heldout=kept, num_duplicates=len(heldout) - len(kept))
 
 
-CONSTANT_ANSWER_METRIC = "eval/constant_answer"
 FULL_CREDIT_REWARD = "reasoning_gym_full_credit"   # grpo_jax/rewards/reasoning_gym.py
 CONSTANT_ANSWER_CANDIDATES = 20
 
@@ -250,7 +235,6 @@ def constant_answer(columns: Mapping[str, Sequence], full_credit: bool = False) 
   None for rows that are not reasoning-gym rows."""
   if not {"gym_entry", "gym_source", "answer"} <= set(columns) or not columns["answer"]:
     return None
-  from grpo_jax.rewards.reasoning_gym import score_answer  # pylint: disable=import-outside-toplevel
 
   def mean_score(answer: str) -> float:
     scores = []
@@ -271,3 +255,42 @@ def constant_answer_metrics(columns: Mapping[str, Sequence], accuracy_reward: st
   credit only for reasoning_gym_full_credit)} for reasoning-gym rows, else {}."""
   best = constant_answer(columns, full_credit=accuracy_reward == FULL_CREDIT_REWARD)
   return {} if best is None else {CONSTANT_ANSWER_METRIC: best[1]}
+
+
+# --- The task, a plug-in (grpo_jax/data/tasks.py) ---------------------------------------------------------------------
+
+def _check(config, in_memory_dataset: bool) -> None:
+  del in_memory_dataset
+  validate_config(config)
+  validate_rendered(config)
+
+
+def _stop_ids(config, tokenizer) -> tuple[int, ...]:
+  """Answer-only mode: completions also stop where the model closes the <answer> tag."""
+  return closing_tag_ids(tokenizer) if config.task.answer_only else ()
+
+
+def _baselines(config, eval_columns) -> dict[str, float]:
+  """What one constant answer scores on the held-out rows, the floor to read accuracy against (step 0)."""
+  return constant_answer_metrics(eval_columns, config.eval.accuracy_reward)
+
+
+@register_task(PREFIX + "<dataset>", check=_check, stop_ids=_stop_ids, baselines=_baselines,
+               takes=("options", "answer_only"))  # any reasoning-gym dataset: "reasoning_gym:leg_counting"
+def _reasoning_gym(config, tokenizer, log) -> DatasetTask:
+  t = config.task
+  needs_tokenizer(t.name, tokenizer)
+  data = split(t.name, t.options, train_seed=t.train_seed, train_size=t.train_size,
+               heldout_seed=t.heldout_seed, heldout_size=t.heldout_size, answer_only=t.answer_only)
+  if not data.heldout:
+    raise ValueError(f"config.task.heldout_seed: all {t.heldout_size} held-out questions of {t.name} are also "
+                     "training questions (a small generator); give it more room (options) or fewer training items")
+  task = DatasetTask(data.train, data.heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                     template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                     seed=config.seed, source=t.name, prefill=ANSWER_PREFILL if t.answer_only else "")
+  dropped = task.num_dropped
+  log(f"[data] {t.name}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
+      f"{data.num_duplicates} held-out questions that are also training questions, and "
+      f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
+      f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+  return task

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from grpo_jax.config_checks import Section, fail
 from grpo_jax.data.char_tokenizer import CharTokenizer
+from grpo_jax.data.tasks import no_tokenizer, register_task
 
 _MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -258,3 +260,52 @@ class ChainSumTask:
       start += 16 * n
     chosen = [list(c) for c in list(chains)[:n]]
     return self._rows(chosen, self._styles(self._EVAL, np.arange(n, dtype=np.uint64)))
+
+
+# --- The generated tasks as plug-ins (grpo_jax/data/tasks.py) -------------------------------------------------------
+
+def _check_chain_sum(config, in_memory_dataset: bool) -> None:
+  del in_memory_dataset
+  t, s = config.task, Section(config.task, "task")
+  if not 2 <= t.min_terms <= t.max_terms <= 12:
+    s.fail("min_terms", f"chain_sum needs 2 <= task.min_terms <= task.max_terms <= 12 (task.max_terms="
+           f"{t.max_terms})")
+  s.within("scratchpad_fraction", 0, 1)
+  if config.model.hf_path:
+    fail("model.hf_path", "the chain_sum task uses its own character tokenizer; leave it empty", config.model.hf_path)
+  task = ChainSumTask(t.min_terms, t.max_terms)
+  sampling = Section(config.sampling, "sampling")
+  if sampling["max_prompt_length"] < task.max_prompt_chars:
+    sampling.fail("max_prompt_length", f"shorter than the longest chain_sum prompt ({task.max_prompt_chars} "
+                  f"characters at task.max_terms={t.max_terms})")
+  if sampling["max_new_tokens"] < task.max_answer_chars + 1:
+    sampling.fail("max_new_tokens", f"cannot hold the longest written-out answer and its stop token "
+                  f"({task.max_answer_chars + 1} at task.max_terms={t.max_terms})")
+
+
+def _check_tool_arithmetic(config, in_memory_dataset: bool) -> None:
+  del in_memory_dataset
+  Section(config.task, "task").within("tool_fraction", 0, 1)
+
+
+@register_task("addition")
+def _addition(config, tokenizer, log):
+  t = config.task
+  task = AdditionTask(t.num_digits, t.heldout_fraction, config.seed)
+  if tokenizer is not None:
+    task.tokenizer = tokenizer
+  return task
+
+
+@register_task("chain_sum", check=_check_chain_sum)
+def _chain_sum(config, tokenizer, log):
+  t = config.task
+  no_tokenizer("chain_sum", tokenizer)
+  return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, config.seed, t.scratchpad_fraction)
+
+
+@register_task("tool_arithmetic", check=_check_tool_arithmetic)
+def _tool_arithmetic(config, tokenizer, log):
+  t = config.task
+  no_tokenizer("tool_arithmetic", tokenizer)
+  return ToolArithmeticTask(t.heldout_fraction, config.seed, t.tool_fraction)

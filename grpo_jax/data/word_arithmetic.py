@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from grpo_jax.config_checks import Section, fail
 from grpo_jax.data.synthetic import _hash
+from grpo_jax.data.tasks import DatasetTask, needs_tokenizer, register_task, transfer_names
 
 TRANSFER_SETS = ("three_digit", "reworded")
 _SPLIT, _ORDER, _PHRASE = 11, 12, 13   # hash stream ids.
@@ -89,3 +91,32 @@ def transfer_rows(name: str, num_digits: int, heldout_fraction: float, n: int,
       rows.append(_row(row["a"], row["b"], _REWORDED[k].format(a=row["a"], b=row["b"])))
     return rows
   raise ValueError(f"config.task.transfer: unknown transfer set {name!r} (known: {', '.join(TRANSFER_SETS)})")
+
+
+# --- The task, a plug-in (grpo_jax/data/tasks.py) ---------------------------------------------------------------------
+
+def _check(config, in_memory_dataset: bool) -> None:
+  del in_memory_dataset
+  if not config.model.hf_path:
+    fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
+         "and chat template)", config.model.hf_path)
+  for name in transfer_names(config):
+    if name not in TRANSFER_SETS:
+      Section(config.task, "task").fail("transfer", f"{name!r} is not one of {list(TRANSFER_SETS)}")
+
+
+@register_task("word_arithmetic", check=_check, takes=("transfer",))
+def _word_arithmetic(config, tokenizer, log):
+  t = config.task
+  needs_tokenizer("word_arithmetic", tokenizer, "its tokenizer and chat template")
+  # The plain template (base models): few-shot equations to continue; otherwise the English question.
+  style = "few_shot" if t.template == "plain" else "question"
+  train, heldout = split(t.num_digits, t.heldout_fraction, style)
+  transfer = {name: transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size, style)
+              for name in transfer_names(config)}
+  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+                     template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
+                     seed=config.seed, source="word_arithmetic", transfer=transfer)
+  log(f"[data] word_arithmetic: {task.num_train} train / {task.num_heldout} held-out prompts"
+      + (f", transfer sets {', '.join(task.transfer_sets)}" if task.transfer_sets else ""))
+  return task

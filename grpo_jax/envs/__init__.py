@@ -1,7 +1,7 @@
-"""Environments of multi-turn episodes (base.py: the interface; calculator.py: a calculator tool)."""
+"""Environments of multi-turn episodes (base.py: the interface and the registry; calculator.py: a calculator tool,
+a plug-in registered on the registry's first lookup)."""
 from grpo_jax.config_checks import Section
 from grpo_jax.envs.base import ENVIRONMENTS, Environment, StepResult, env_factory, register_env, stop_token_ids
-from grpo_jax.envs import calculator  # noqa: F401  (registers "calculator")
 
 __all__ = ["ENVIRONMENTS", "Environment", "StepResult", "env_factory", "register_env", "stop_token_ids",
            "validate_config"]

@@ -4,7 +4,8 @@ An episode starts from a task's prompt. The policy writes a message (one sampler
 token or at one of the environment's `stop_strings`); the environment answers with `step(message)`: an
 observation (text the episode continues with, in the policy's context but never trained on), a reward, and
 whether the episode is over. The policy's next message continues after the observation; after `max_turns`
-messages the episode ends whatever the environment says.
+messages the episode ends whatever the environment says. `Environment` and `StepResult` are defined by the
+episodes that run them (grpo_jax/sampling/episodes.py) and exported here.
 
 The episode's reward is the sum of its step rewards plus the configured reward functions scored on its last
 message (so an environment that only executes tools leaves the grading to the task's usual rewards). GRPO
@@ -12,35 +13,14 @@ gives the whole episode one group-relative advantage, shared by every policy tok
 """
 from __future__ import annotations
 
-import abc
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from grpo_jax.data.text import encode_text
 from grpo_jax.registry import Registry
+from grpo_jax.sampling.episodes import Environment, StepResult  # noqa: F401  (the interface, defined where it runs)
+from grpo_jax.sampling.text import encode_text
 
-
-class StepResult(NamedTuple):
-  observation: str   # appended to the context after the message ("" for none); ignored when done
-  reward: float      # added to the episode's reward
-  done: bool
-
-
-class Environment(abc.ABC):
-  """One episode's environment: made fresh for every row (`make_env`), so it may keep per-episode state."""
-
-  # Strings that end a message besides the stop token, e.g. the end of a tool call. A tokenizer must encode
-  # each to exactly one token (the sampler stops on token ids).
-  stop_strings: tuple[str, ...] = ()
-
-  def reset(self, prompt: str) -> None:
-    """Called once with the episode's prompt, before its first message."""
-
-  @abc.abstractmethod
-  def step(self, message: str) -> StepResult:
-    """The environment's answer to the policy's message (its text without the stop token)."""
-
-
-ENVIRONMENTS = Registry("environment", import_paths=True)
+# name -> environment class; the built-in environments are plug-ins like any other, registered on import.
+ENVIRONMENTS = Registry("environment", builtins=("grpo_jax.envs.calculator",), import_paths=True)
 
 
 def register_env(name: str, *, overwrite: bool = False):

@@ -1,4 +1,5 @@
-"""The `reasoning_gym` reward: a reasoning-gym task's own verifier (grpo_jax/data/reasoning_gym.py).
+"""The `reasoning_gym` reward: a reasoning-gym task's own verifier (grpo_jax/data/reasoning_gym.py), and the
+import of the optional package that both use (`import_gym`).
 
 The answer is what reasoning-gym's `extract_answer` takes: the content of the LAST complete <answer> </answer>
 pair, stripped of surrounding whitespace (found with a linear scan, `answers.answer_tag_content`, where
@@ -25,10 +26,27 @@ from __future__ import annotations
 import json
 import re
 
+from grpo_jax.errors import ConfigError
 from grpo_jax.rewards.answers import answer_tag_content
 from grpo_jax.rewards.registry import register_reward
 
+VERSION = "0.1.25"
+INSTALL_HINT = f"pip install -e '.[gym]' (or pip install reasoning-gym=={VERSION})"
 _SCORERS: dict[str, object] = {}   # gym_source -> dataset, built once per process
+
+
+class GymError(ConfigError):
+  """A reasoning-gym task that cannot be built as configured; the message names the config key and the fix."""
+
+
+def import_gym():
+  """The reasoning_gym module, or a one-line GymError naming the extra to install."""
+  try:
+    import reasoning_gym  # pylint: disable=import-outside-toplevel  (an optional extra)
+  except ImportError:
+    raise GymError(f"config.task.name: reasoning_gym tasks need the optional package reasoning-gym: "
+                   f"{INSTALL_HINT}") from None
+  return reasoning_gym
 
 
 def extract_answer(completion: str) -> str | None:
@@ -56,9 +74,8 @@ def extract_answer_only(completion: str) -> str | None:
 def _dataset(source: str):
   dataset = _SCORERS.get(source)
   if dataset is None:
-    from grpo_jax.data import reasoning_gym as gym_data  # pylint: disable=import-outside-toplevel
     spec = json.loads(source)
-    dataset = gym_data.import_gym().create_dataset(spec["name"], **spec["options"])
+    dataset = import_gym().create_dataset(spec["name"], **spec["options"])
     _SCORERS[source] = dataset
   return dataset
 

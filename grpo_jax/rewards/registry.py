@@ -19,6 +19,7 @@ from typing import Callable
 
 from grpo_jax.config_checks import fail
 from grpo_jax.registry import Registry
+from grpo_jax.sizes import configured_rewards
 
 RewardFn = Callable[..., list]
 
@@ -58,7 +59,6 @@ def list_rewards() -> list[str]:
 def validate_config(c, reward_callables=()) -> None:
   """`rewards`, `reward_funcs`, `reward_weights`, `reward_gates`: every reward resolves, each once, and
   `eval.accuracy_reward` is one of them; `reward_callables` names the callables a notebook passes to `train`."""
-  from grpo_jax.config import configured_rewards
   if c.reward_weights and len(c.reward_weights) != len(c.reward_funcs):
     fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs",
          c.reward_weights)

@@ -23,6 +23,7 @@ one turn (the resets, then each turn's steps) run concurrently, `max_concurrent_
 """
 from __future__ import annotations
 
+import abc
 import logging
 from typing import Any, Callable, NamedTuple
 
@@ -30,10 +31,31 @@ import jax
 import numpy as np
 
 from grpo_jax import timed_calls
-from grpo_jax.data.text import decode_text, encode_text
-from grpo_jax.envs.base import Environment, StepResult
+from grpo_jax.sampling.text import decode_text, encode_text
 
 logger = logging.getLogger(__name__)
+
+
+class StepResult(NamedTuple):
+  observation: str   # appended to the context after the message ("" for none); ignored when done
+  reward: float      # added to the episode's reward
+  done: bool
+
+
+class Environment(abc.ABC):
+  """One episode's environment: made fresh for every row (`make_env`), so it may keep per-episode state. The
+  interface the episodes run (grpo_jax/envs/base.py: what an environment is, the registry of them)."""
+
+  # Strings that end a message besides the stop token, e.g. the end of a tool call. A tokenizer must encode
+  # each to exactly one token (the sampler stops on token ids).
+  stop_strings: tuple[str, ...] = ()
+
+  def reset(self, prompt: str) -> None:
+    """Called once with the episode's prompt, before its first message."""
+
+  @abc.abstractmethod
+  def step(self, message: str) -> StepResult:
+    """The environment's answer to the policy's message (its text without the stop token)."""
 
 
 class EpisodeResult(NamedTuple):

@@ -9,13 +9,11 @@ import jax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import config as config_lib
-from grpo_jax import storage
+from grpo_jax import sizes, storage
 from grpo_jax.algo.objective import LossConfig
-from grpo_jax.data.reasoning_gym import closing_tag_ids
-from grpo_jax.data.tasks import make_task, stop_ids
+from grpo_jax.data.tasks import make_task, stop_ids, task_stop_ids
 from grpo_jax.envs import env_factory, stop_token_ids
-from grpo_jax.model import ModelConfig, Transformer
+from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model import lora as lora_lib
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
@@ -42,11 +40,10 @@ def build_model(config, tokenizer, mesh):
   m = config.model
   lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
   if m.hf_path:
-    from grpo_jax.model import hf_io
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, mesh=mesh)
-    config_lib.check_context(config, model.cfg.max_position_embeddings,
-                             f"max_position_embeddings of {m.hf_path}/config.json")
+    sizes.check_context(config, model.cfg.max_position_embeddings,
+                        f"max_position_embeddings of {m.hf_path}/config.json")
     if not m.lora_rank:
       return nnx.split(model)
     graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
@@ -74,7 +71,7 @@ def build_model(config, tokenizer, mesh):
 def build_reward_fns(config, inputs: RunInputs = RunInputs()):
   gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
   fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
-         for name, weight in config_lib.configured_rewards(config).items()]
+         for name, weight in sizes.configured_rewards(config).items()]
   clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
   if clash:
     raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
@@ -88,7 +85,7 @@ def build_reward_fns(config, inputs: RunInputs = RunInputs()):
 
 def loss_config(config) -> LossConfig:
   """`config.grpo`'s loss knobs at the run's completion width."""
-  return LossConfig.from_config(config.grpo, config_lib.completion_width(config))
+  return LossConfig.from_config(config.grpo, sizes.completion_width(config))
 
 
 def make_samplers(graphdef, config, tokenizer):
@@ -97,8 +94,7 @@ def make_samplers(graphdef, config, tokenizer):
   s, e = config.sampling, config.env
   make_env = env_factory(e.name) if e.name else None
   extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
-  if config.task.answer_only:  # reasoning_gym's answer-only mode: stop where the model closes the <answer> tag.
-    extra_stops += closing_tag_ids(tokenizer)
+  extra_stops += task_stop_ids(config, tokenizer)  # the task's own stop rules (grpo_jax/data/tasks.py)
   common = dict(stop_ids=tuple(stop_ids(tokenizer)) + extra_stops, pad_id=tokenizer.pad_token_id)
   # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
   # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so

@@ -14,11 +14,10 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from grpo_jax import compile_cache, errors, storage
-from grpo_jax import config as config_lib
-from grpo_jax import precision
-from grpo_jax.data import reasoning_gym as gym_data
+from grpo_jax import compile_cache, errors, precision, sizes, storage
+from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.train import checks
 from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train import metrics as metrics_lib
@@ -52,8 +51,8 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   # SIGTERM / SIGINT from here on: stop at the next safe point with the last completed step saved (preemption.py).
   with Preemption(config.checkpoint.get("preemption_deadline_s", 25.0), notice=config.checkpoint.get(
       "preemption_notice", "")) as preemption:
-    config_lib.validate(config, in_memory_dataset=train_dataset is not None,
-                        reward_callables=[name for name, _, _ in inputs.reward_specs()])
+    checks.validate(config, in_memory_dataset=train_dataset is not None,
+                    reward_callables=[name for name, _, _ in inputs.reward_specs()])
     precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
     distributed.initialize(config)  # multi-host: before anything touches the devices
     compile_cache.enable(config.compile_cache_dir)
@@ -104,7 +103,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                    workdir_lib.last_eval(storage.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval,
                                          state.step))
       g = config.grpo
-      constant = state.initial_eval.get(gym_data.CONSTANT_ANSWER_METRIC)
+      constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
       log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
                   + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
                   f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} "
@@ -248,7 +247,7 @@ def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
     s = config.sampling
     params, info = run_warmstart(
         config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=policy.base_graphdef, params=params,
-        max_prompt_length=s.max_prompt_length, max_new_tokens=config_lib.completion_width(config),
+        max_prompt_length=s.max_prompt_length, max_new_tokens=sizes.completion_width(config),
         chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
     if main:

@@ -45,6 +45,7 @@ import urllib.request
 from typing import Callable
 
 from grpo_jax import errors
+from grpo_jax.train import distributed
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 NOTICES = ("", "gce", "aws")
@@ -191,7 +192,6 @@ class Preemption:
     local = self.reason is not None
     if not self.collective:
       return local
-    from grpo_jax.train import distributed
     return not distributed.all_true(not local)
 
   def raise_if_requested(self) -> None:

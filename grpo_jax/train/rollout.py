@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from grpo_jax.algo.advantages import compute_advantages, group_stats
-from grpo_jax.data.text import decode_text, encode_text
+from grpo_jax.sampling.text import decode_text, encode_text
 from grpo_jax.rewards.scoring import RewardResult, score_completions
 from grpo_jax.sampling.episodes import EpisodeResult, hung_env_calls
 from grpo_jax.train.step import RolloutBatch

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import config as config_lib
+from grpo_jax import sizes
 from grpo_jax.config_checks import Section
-from grpo_jax.data import reasoning_gym as gym_data
+from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import build, distributed
 from grpo_jax.train.evaluation import evaluate
@@ -82,9 +82,9 @@ class Run:
     if line := self.policy.describe():
       log(line)
     self.place = build.BatchPlacer(self.mesh)
-    mini, micro = config_lib.mini_batch_size(config), config_lib.micro_batch_size(config)
-    repeats = config_lib.prompt_repeats(config)
-    self.updates_per_step = g.num_iterations * (config_lib.rollout_batch_size(config) // mini)
+    mini, micro = sizes.mini_batch_size(config), sizes.micro_batch_size(config)
+    repeats = sizes.prompt_repeats(config)
+    self.updates_per_step = g.num_iterations * (sizes.rollout_batch_size(config) // mini)
     optim = OptimConfig.from_config(config.optim)
     self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
     self.optimizer = make_optimizer(optim, self.schedule)
@@ -103,8 +103,8 @@ class Run:
     self.settings = RolloutSettings.from_config(config, build.build_reward_fns(config, inputs))
     self.base_key = jax.random.key(config.seed)
     self.eval_columns = self.task.eval_rows(config.eval.size)
-    # reasoning-gym tasks: what one constant answer scores on them, the floor to read accuracy against (step 0)
-    self.constant_answer = gym_data.constant_answer_metrics(self.eval_columns, config.eval.accuracy_reward)
+    # the task's step-0 metrics, e.g. what one constant answer scores: the floor to read accuracy against
+    self.baselines = tasks.eval_baselines(config, self.eval_columns)
     self.transfer_columns = {name: self.task.transfer_rows(name, config.eval.size)
                              for name in getattr(self.task, "transfer_sets", ())}
     # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
@@ -157,7 +157,7 @@ class Run:
     metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
                        pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
     if step == 0:
-      metrics.update(self.constant_answer)
+      metrics.update(self.baselines)
     if step in (0, c.num_steps):
       for name, columns in self.transfer_columns.items():
         transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)
@@ -184,7 +184,7 @@ class Run:
                                 key)
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
     one_process = jax.process_count() == 1
-    check_prompt_runs(rollout.batch, config_lib.prompt_repeats(self.config))
+    check_prompt_runs(rollout.batch, sizes.prompt_repeats(self.config))
     batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
                        if one_process else rollout.batch)
     ref_params = self.policy.reference(state.params, state.ref_params)

@@ -20,6 +20,8 @@ from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
 from grpo_jax.train.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
+from grpo_jax.train.lease import LEASE_FILE, Lease
+from grpo_jax.train.plotting import plot_runs
 
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
@@ -69,7 +71,6 @@ def finish(config, workdir: str, state, last_eval: dict, time_split, main: bool,
   t_start = time_split.t_start
   plot_path = None
   if config.log.plot and main:
-    from grpo_jax.train.plotting import plot_runs
     plot_path = plot_runs([workdir], storage.join(workdir, PLOT_FILE))
   this_process = time.time() - t_start
   summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
@@ -129,7 +130,6 @@ class WorkdirLock:
     self._file = None
     self._lease = None
     if storage.is_url(workdir):
-      from grpo_jax.train.lease import LEASE_FILE, Lease
       self._lease = Lease(storage.join(workdir, LEASE_FILE), lease_ttl_s)
     self._log = log
 

@@ -11,6 +11,7 @@ from grpo_jax import config as config_lib
 from grpo_jax.data.synthetic import ChainSumTask
 from grpo_jax.rewards.exact import final_field_match
 from grpo_jax.train.warmstart import sft_batch
+from grpo_jax.train import checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -69,7 +70,7 @@ def test_config_errors_name_the_key(key, value, message):
   section, leaf = key.split(".")
   c[section][leaf] = value
   with pytest.raises(ValueError, match=message):
-    config_lib.validate(c)
+    checks.validate(c)
 
 
 def test_the_test_preset_keeps_the_structure_and_trains_two_steps(tmp_path):

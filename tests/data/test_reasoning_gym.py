@@ -13,6 +13,7 @@ from grpo_jax import config as config_lib  # noqa: E402
 from grpo_jax.data import reasoning_gym as gym  # noqa: E402
 from grpo_jax.rewards import reasoning_gym as gym_reward  # noqa: E402
 from grpo_jax.rewards import score_completions  # noqa: E402
+from grpo_jax.train import checks  # noqa: E402
 
 # One dataset per reasoning-gym family: arithmetic, algebra, logic, algorithmic, graphs, games, cognition,
 # probability, geometry, induction, code.
@@ -109,13 +110,13 @@ def _config(name="reasoning_gym:leg_counting", **task):
 ])
 def test_config_errors_name_key_and_fix(task, message):
   with pytest.raises(ValueError, match="^" + re.escape(message)):
-    config_lib.validate(_config(**task))
+    checks.validate(_config(**task))
 
 
 def test_missing_extra_is_one_line_naming_it(monkeypatch):
   monkeypatch.setitem(sys.modules, "reasoning_gym", None)   # import reasoning_gym raises ImportError
   with pytest.raises(ValueError) as info:
-    config_lib.validate(_config())
+    checks.validate(_config())
   assert "pip install -e '.[gym]'" in str(info.value) and "\n" not in str(info.value)
 
 

@@ -11,6 +11,7 @@ from grpo_jax import config as config_lib
 from grpo_jax.data.synthetic import ToolArithmeticTask
 from grpo_jax.envs.calculator import Calculator
 from grpo_jax.train.warmstart import sft_batch
+from grpo_jax.train import checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -70,7 +71,7 @@ def test_env_config_errors_name_the_field(field, value, match):
   section, key = field.split(".")
   c[section][key] = value
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(c)
+    checks.validate(c)
 
 
 def test_context_must_hold_the_episode():

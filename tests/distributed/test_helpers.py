@@ -9,6 +9,7 @@ import pytest
 from grpo_jax import config as config_lib
 from grpo_jax.model import sharding
 from grpo_jax.train import distributed, offload
+from grpo_jax.train import checks
 
 _CLUSTER_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "SLURM_NTASKS",
                  "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
@@ -49,7 +50,7 @@ def test_initialize_passes_config_then_environment(no_cluster, monkeypatch):
     distributed.initialize(c)
   c.distributed.enabled = "maybe"
   with pytest.raises(ValueError, match="config.distributed.enabled"):
-    config_lib.validate(c)
+    checks.validate(c)
 
 
 def test_one_process_identities():

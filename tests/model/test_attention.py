@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from grpo_jax import config as config_lib
+from grpo_jax.train import checks
 from .test_remat import CFG, _batch, _loss_and_grad
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -47,7 +48,7 @@ def test_cudnn_needs_half_precision_and_unknown_names_fail():
   c = config_lib.get_config()
   c.model.attention = "cudnn"
   with pytest.raises(ValueError, match="model.attention.*needs model.dtype bfloat16"):
-    config_lib.validate(c)
+    checks.validate(c)
   c.model.attention = "flash"
   with pytest.raises(ValueError, match="model.attention='flash': not one of"):
-    config_lib.validate(c)
+    checks.validate(c)

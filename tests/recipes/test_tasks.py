@@ -9,11 +9,11 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from grpo_jax import config as config_lib
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.data.tasks import DatasetTask, load_hf_tokenizer, make_task, stop_ids
 from grpo_jax.train.loop import build_reward_fns
+from grpo_jax.train import checks
 from tests.recipes.conftest import load_experiment
 
 LONG_QUESTION = "How many apples are there if " + " and ".join(f"box {i} holds {i} apples" for i in range(80)) + "?"
@@ -120,10 +120,10 @@ def test_reward_gate_scores_accuracy_only_with_the_format(fixture_paths):
 ])
 def test_dataset_config_errors_name_the_key(fixture_paths, change, key):
   c = load_experiment("gsm8k")("test")
-  config_lib.validate(c)
+  checks.validate(c)
   change(c)
   with pytest.raises(ValueError, match=key.replace(".", r"\.")):
-    config_lib.validate(c)
+    checks.validate(c)
 
 
 def test_recipe_presets_validate_and_use_published_settings():
@@ -132,7 +132,7 @@ def test_recipe_presets_validate_and_use_published_settings():
     assert c.task.name == "dataset" and c.model.dtype == "bfloat16" and c.model.param_dtype == "float32"
     assert c.optim.learning_rate == 1e-6 and c.sampling.temperature == 1.0
     with pytest.raises(ValueError, match=r"config\.task\.train_path"):  # the user must point at local data
-      config_lib.validate(c)
+      checks.validate(c)
   assert load_experiment("gsm8k")("1.5b").task.template == "chat"
   assert load_experiment("countdown")("0.5b").task.prefill_think
   with pytest.raises(ValueError, match="unknown preset"):

@@ -14,7 +14,6 @@ import optax
 import pytest
 from flax import nnx
 
-from grpo_jax import config as config_lib
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model import lora
@@ -24,6 +23,7 @@ from grpo_jax.train import export as export_lib
 from grpo_jax.train import loop
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
+from grpo_jax.train import checks
 from tests.train.conftest import load_experiment
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -186,4 +186,4 @@ def test_lora_config_errors_name_the_field(field, value, match):
   section, key = field.split(".")
   c[section][key] = value
   with pytest.raises(ValueError, match=match):
-    config_lib.validate(c)
+    checks.validate(c)

@@ -16,7 +16,8 @@ import time
 import pytest
 
 from grpo_jax import errors
-from grpo_jax.config import get_config, validate
+from grpo_jax.config import get_config
+from grpo_jax.train.checks import validate
 from grpo_jax.rewards import isolation
 from grpo_jax.train import preemption as preemption_lib
 from grpo_jax.train.preemption import Preemption

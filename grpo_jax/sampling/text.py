@@ -1,16 +1,13 @@
-"""Text <-> token ids for either tokenizer the project uses: the synthetic tasks' `CharTokenizer` or a Hugging Face
-tokenizer (for which no special tokens are added on encoding, and special tokens are skipped on decoding)."""
+"""Text <-> token ids for either tokenizer the project uses: a Hugging Face tokenizer or the synthetic tasks'
+`CharTokenizer` (grpo_jax/data/char_tokenizer.py, which takes the same keywords): no special tokens are added on
+encoding, and special tokens are skipped on decoding."""
 from __future__ import annotations
 
 from typing import Sequence
 
-from grpo_jax.data.char_tokenizer import CharTokenizer
-
 
 def encode_text(tokenizer, text: str) -> list[int]:
   """Token ids of `text` (no special tokens added; a prompt's text carries any template)."""
-  if isinstance(tokenizer, CharTokenizer):
-    return tokenizer.encode(text)
   return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -19,6 +16,4 @@ def decode_text(tokenizer, ids: Sequence[int]) -> str:
   ids = [int(t) for t in ids]
   if ids and ids[-1] == tokenizer.eos_token_id:
     ids = ids[:-1]
-  if isinstance(tokenizer, CharTokenizer):
-    return tokenizer.decode(ids)
   return tokenizer.decode(ids, skip_special_tokens=True)
