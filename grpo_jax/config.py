@@ -252,7 +252,7 @@ def get_config() -> ml_collections.ConfigDict:
   lg.wandb_name = ""              # "": the workdir's name. The W&B run id is the run's own (a resume continues it).
   lg.wandb_mode = "online"        # "online", or "offline" (written under WORKDIR/wandb; `wandb sync` uploads it).
   lg.progress_bar = True          # a tqdm bar over the steps; off a terminal, a line every 30 s instead.
-  lg.plot = True                  # curves.png in the workdir: after evaluations (at most once a minute), at the end.
+  lg.plot = True                  # curves.png in the workdir: after each evaluation (a nice-19 helper), at the end.
   return c
 
 

@@ -60,6 +60,32 @@ def test_bad_member_resources_are_refused_before_the_sweep_is_written(tmp_path):
   assert not sweep_dir.exists()
 
 
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  """A run directory as training leaves it, without checkpoints: config.json and a few metrics rows."""
+  from grpo_jax.sweep.spec import load_module
+  workdir = tmp_path_factory.mktemp("run")
+  (workdir / "config.json").write_text(load_module(DEFAULT).get_config("test").to_json_best_effort())
+  (workdir / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "reward": 0.5, "eval/accuracy": 0.25}}\n'
+                                                 for i in range(3)))
+  return str(workdir)
+
+
+@pytest.mark.parametrize("name, args, words", [
+    ("evaluate", ["RUN", "--set", "three_digits"], ("--set 'three_digits'", "its sets: heldout")),
+    ("export", ["RUN", "OUT", "--step", "7"], ("has no checkpoint 7",)),
+    ("plot", ["RUN", "--metrics", "eval/acuracy"], ("'eval/acuracy' was logged by none", "eval/accuracy")),
+    ("report", ["RUN", "--group_by", "(.*_seed"], ("is not a regular expression",)),
+    ("report", ["RUN", "--smooth", "0"], ("--smooth 0", "must be >= 1")),
+    ("memory_estimate", ["--model", "qwen2.5-0.5b", "--mesh", "2x4"], ("--mesh '2x4'", "data,fsdp,tensor")),
+    ("memory_estimate", ["--hf-config", "MISSING"], ("does not exist",)),
+    ("sweep", ["--config", "MISSING", "--sweep_dir", "OUT"], ("experiment file", "does not exist"))])
+def test_a_bad_value_or_missing_file_is_named(run_dir, tmp_path, name, args, words):
+  args = [{"RUN": run_dir, "OUT": str(tmp_path / "out"), "MISSING": str(tmp_path / "nothing.json")}.get(a, a)
+          for a in args]
+  one_line(command(name, *args), "memory_estimate" if name == "memory_estimate" else f"grpo-{name}", *words)
+
+
 @pytest.mark.parametrize("hf_path, words", [
     ("Qwen/Qwen2.5-0.5B-Instruct", ("a Hugging Face hub id", "downloads nothing",
                                     "hf download Qwen/Qwen2.5-0.5B-Instruct --local-dir")),

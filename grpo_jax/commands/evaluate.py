@@ -20,7 +20,7 @@ import argparse
 
 import jax
 
-from grpo_jax import hash_seed
+from grpo_jax import errors, hash_seed
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
@@ -62,6 +62,10 @@ def run(argv=None) -> None:
   config.eval.pass_k = args.pass_k
   config.eval.pass_k_temperature = config.sampling.temperature if args.temperature is None else args.temperature
   tokenizer, task = loop.build_tokenizer_and_task(config)
+  sets = ("heldout", *getattr(task, "transfer_sets", ()))
+  if args.set not in sets:  # before the model is loaded
+    raise errors.UserError(f"--set {args.set!r}: the run's task ({config.task.name}) has no such set; its sets: "
+                           f"{', '.join(sets)} (transfer sets come from config.task.transfer)")
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
   graphdef, params = loop.build_model(config, tokenizer, mesh)
   source = "base model"

@@ -45,6 +45,7 @@ from typing import NamedTuple
 from flax import nnx
 
 from grpo_jax.model import Transformer
+from grpo_jax.commands import exit_on_mistake
 from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig, from_hf_config
 from grpo_jax.model.lora import parse_targets, projection_sizes
 from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
@@ -126,6 +127,9 @@ def model_config(name_or_path: str, param_dtype: str, dtype: str):
   if name_or_path in PRESETS:
     return ModelConfig(**PRESETS[name_or_path], param_dtype=param_dtype, dtype=dtype)
   path = os.path.join(name_or_path, "config.json") if os.path.isdir(name_or_path) else name_or_path
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"--hf-config {name_or_path}: {path} does not exist (give a Hugging Face config.json "
+                            "or the directory that holds it)")
   with open(path) as f:
     return from_hf_config(json.load(f)).replace(param_dtype=param_dtype, dtype=dtype)
 
@@ -235,7 +239,11 @@ GEMMA3_TABLE = [(name, mesh, pdt, Workload(sampler_batch=64, micro_batch=mesh.ba
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  exit_on_mistake("memory_estimate", lambda: run(argv))
+
+
+def run(argv=None):
+  p = argparse.ArgumentParser(prog="memory_estimate", description=__doc__.split("\n\n")[0])
   src = p.add_mutually_exclusive_group()
   src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
   src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")

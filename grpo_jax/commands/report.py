@@ -35,6 +35,8 @@ def run(argv=None) -> int:
   parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
                       "per group, mean ± std over seeds (e.g. entropy,completions/mean_length)")
   args = parser.parse_args(argv)
+  if args.smooth < 1:
+    parser.error(f"--smooth {args.smooth}: the moving-average window must be >= 1 (1: no smoothing)")
   group_fn = report.regex_grouper(args.group_by) if args.group_by else None
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
                               args.baseline, [k for k in args.mean_of.split(",") if k],

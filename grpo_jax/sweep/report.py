@@ -160,7 +160,10 @@ def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = 
 
 def regex_grouper(pattern: str) -> Callable[[str, str], str]:
   """Group = the named group `group`, else group 1, else the whole match of `pattern` in the member name."""
-  compiled = re.compile(pattern)
+  try:
+    compiled = re.compile(pattern)
+  except re.error as e:
+    raise ValueError(f"--group_by {pattern!r} is not a regular expression: {e}") from None
 
   def group_fn(name: str, planned_group: str) -> str:
     match = compiled.search(name)

@@ -14,6 +14,7 @@ import os
 
 import jax
 import ml_collections
+import orbax.checkpoint as ocp
 from flax import nnx
 
 from grpo_jax import config as config_lib
@@ -22,7 +23,7 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.model import lora
-from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, Checkpointer, abstract_like, restore_lora_base,
+from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, abstract_like, restore_lora_base,
                                        restore_params)
 
 EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
@@ -43,9 +44,8 @@ def restore_run_params(workdir: str, params, step: int | None = None):
   the same structure (the freshly built model's), whose shapes, dtypes and shardings the restore takes; with
   LoRA adapters in it, the adapters come from the checkpoint and the base from `restore_lora_base`."""
   directory = os.path.join(workdir, CHECKPOINT_DIR)
-  checkpointer = Checkpointer(directory, keep=1, verify=False)
-  steps = checkpointer.all_steps()
-  checkpointer.close()
+  # The committed steps, read without a CheckpointManager: its clean-up thread would outlive a refusal below.
+  steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
   if step is None:
     if not steps:
       raise FileNotFoundError(f"{directory} holds no checkpoint")

@@ -80,7 +80,7 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
   run = Run(config, inputs, log_console, time_split)
   checkpointer = Checkpointer(storage.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
-  writer = bar = None
+  writer = bar = first_step = None
   curves = CurvesRefresher(workdir, storage.join(workdir, PLOT_FILE), config.log.plot and main, log=log_console)
   try:
     state = _restore(run, checkpointer, workdir, main, log_console)
@@ -108,7 +108,8 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
                   + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
                   f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} "
                   "update(s)/step")
-      if state.step < config.num_steps:
+      first_step = compile_cache.CompileCounter().start() if state.step < config.num_steps else None
+      if first_step is not None:
         log_console(f"[step {state.step + 1}] compiling and running the first step (persistent compilation cache: "
                     f"{jax.config.jax_compilation_cache_dir or 'off'}) ...")
       bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
@@ -139,7 +140,13 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
           last_eval = run.evaluate(state.params, step)
           metrics.update(last_eval, **_eval_time(run, step))
         _log_step(config, writer, bar, main, step, metrics, rollout)
-        if "eval/accuracy" in metrics:
+        if first_step is not None:
+          first_step.stop()
+          if main:
+            bar.write(f"[step {step}] done in {metrics['step_time']:.1f} s ({first_step.describe()})")
+          first_step = None
+        if "eval/accuracy" in metrics and step < config.num_steps and curves.enabled:  # (the end draws its own)
+          writer.flush()  # the helper draws metrics.jsonl as stored
           curves.after_eval()
         stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
         if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
@@ -158,6 +165,8 @@ def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console,
       write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, storage.join(workdir, EXPORT_DIR),
                      log=log_console)
   finally:  # also when interrupted: flush what was logged, release orbax's threads.
+    if first_step is not None:
+      first_step.stop()
     curves.close()
     if bar is not None:
       bar.close()

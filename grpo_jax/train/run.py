@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import sizes
+from grpo_jax import compile_cache, sizes
 from grpo_jax.config_checks import Section
 from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
@@ -142,11 +142,12 @@ class Run:
     if first:
       self.log(f"[eval] step 0: greedy completions of {len(self.eval_columns['prompt'])} held-out prompts (the "
                "first call compiles the sampler) ...")
-    with self.time_split.phase("eval"):
+    with self.time_split.phase("eval"), compile_cache.CompileCounter() as compiled:
       metrics = self._evaluate(params, step)
     self.eval_seconds[step] = time.perf_counter() - t0
     if first:
-      self.log(f"[eval] step 0: held-out accuracy {metrics['eval/accuracy']:.3f} in {self.eval_seconds[step]:.1f} s")
+      self.log(f"[eval] step 0: held-out accuracy {metrics['eval/accuracy']:.3f} in {self.eval_seconds[step]:.1f} s "
+               f"({compiled.describe()})")
     return metrics
 
   def _evaluate(self, params, step: int) -> dict:

@@ -1,10 +1,12 @@
-"""curves.png while a run trains (grpo_jax/train/plotting.py: CurvesRefresher): drawn in the background after an
-evaluation, no more often than its interval, and a failed drawing never stops the run."""
+"""curves.png while a run trains (grpo_jax/train/plotting.py: CurvesRefresher): redrawn after each evaluation by a
+helper process at nice 19, requests made during a drawing merged into one, and a failed drawing never stops the
+run."""
 import json
 import os
+import threading
 import time
 
-from grpo_jax.train.plotting import CurvesRefresher
+from grpo_jax.train.plotting import CurvesRefresher, serve
 
 
 def metrics_file(workdir, steps: int) -> None:
@@ -14,38 +16,70 @@ def metrics_file(workdir, steps: int) -> None:
                           "completions/mean_length": 3.0}) + "\n")
 
 
-def test_drawn_after_an_evaluation_at_most_once_an_interval(tmp_path):
+def wait_for(condition, timeout_s=60.0):
+  deadline = time.time() + timeout_s
+  while not condition():
+    assert time.time() < deadline, "timed out"
+    time.sleep(0.05)
+
+
+def test_each_evaluation_redraws_the_figure_from_a_nice_19_helper(tmp_path):
   metrics_file(tmp_path, 10)
-  path = str(tmp_path / "curves.png")
-  curves = CurvesRefresher(str(tmp_path), path, enabled=True, min_interval_s=0.0)
+  path = tmp_path / "curves.png"
+  curves = CurvesRefresher(str(tmp_path), str(path), enabled=True)
   curves.after_eval()
+  helper = curves._helper
+  assert os.getpriority(os.PRIO_PROCESS, helper.pid) == 19  # it only takes the cores the run leaves idle
+  wait_for(lambda: path.exists() and path.stat().st_size > 10_000)
+  first = path.stat().st_mtime_ns
+  metrics_file(tmp_path, 20)  # the next evaluation: drawn again, by the same helper
+  curves.after_eval()
+  wait_for(lambda: path.stat().st_mtime_ns > first)
+  assert curves._helper is helper
   curves.close()
-  assert os.path.getsize(path) > 10_000
-  first = os.path.getmtime(path)
-  curves.min_interval_s = 3600.0  # the next evaluation comes too soon: nothing is drawn
-  curves.after_eval()
-  curves.close()
-  assert os.path.getmtime(path) == first
-  # A drawing that took 0.4 s waits 20 of them (8 s) even with no interval; past that it draws again.
-  curves.min_interval_s, curves._cost = 0.0, 0.4
-  before = curves._thread
-  curves.after_eval()
-  assert curves._thread is before  # no new drawing
-  curves._last -= 9.0
-  time.sleep(0.01)
-  curves.after_eval()
-  curves.close()
-  assert os.path.getmtime(path) > first
+  assert helper.returncode == 0
 
 
-def test_disabled_or_failing_never_stops_the_run(tmp_path):
-  curves = CurvesRefresher(str(tmp_path), str(tmp_path / "curves.png"), enabled=False, min_interval_s=0.0)
-  curves.after_eval()
-  curves.close()
-  assert not (tmp_path / "curves.png").exists()
+def test_requests_made_during_a_drawing_make_one_drawing(tmp_path):
+  metrics_file(tmp_path, 10)
+  read, write = os.pipe()
+  os.write(write, b"draw\n" * 3)  # three evaluations while the helper was busy
+  drawings = []
+  helper = threading.Thread(target=lambda: drawings.append(serve(str(tmp_path), str(tmp_path / "c.png"), read)))
+  helper.start()
+  wait_for(lambda: (tmp_path / "c.png").exists())
+  os.close(write)  # the run ends: the helper exits
+  helper.join(30)
+  os.close(read)
+  assert drawings == [1]
+
+
+def test_a_failed_drawing_is_said_and_the_next_request_tries_again(tmp_path, capsys):
+  read, write = os.pipe()
+  drawings = []
+  helper = threading.Thread(target=lambda: drawings.append(serve(str(tmp_path / "no_run"), str(tmp_path / "c.png"),
+                                                                 read)))
+  helper.start()
   said = []
-  curves = CurvesRefresher(str(tmp_path / "no_run"), str(tmp_path / "curves.png"), enabled=True,
-                           min_interval_s=0.0, log=said.append)
-  curves.after_eval()  # no metrics.jsonl: the drawing fails in its thread
+  for _ in range(2):
+    os.write(write, b"draw\n")
+    wait_for(lambda: said.append(capsys.readouterr().err) or "not refreshed" in said[-1])
+  os.close(write)
+  helper.join(30)
+  os.close(read)
+  assert drawings == [0] and "metrics.jsonl does not exist" in said[-1]
+
+
+def test_disabled_or_gone_never_stops_the_run(tmp_path):
+  curves = CurvesRefresher(str(tmp_path), str(tmp_path / "curves.png"), enabled=False)
+  curves.after_eval()
   curves.close()
-  assert not curves.enabled and said and "not refreshed" in said[0]
+  assert curves._helper is None and not (tmp_path / "curves.png").exists()
+  said = []
+  curves = CurvesRefresher(str(tmp_path), str(tmp_path / "curves.png"), enabled=True, log=said.append)
+  curves.after_eval()
+  curves._helper.kill()  # the helper died (out of memory, say): the next request finds its pipe closed
+  curves._helper.wait()
+  curves.after_eval()
+  curves.close()
+  assert not curves.enabled and said and "no longer refreshed" in said[0]
