@@ -96,3 +96,22 @@ def test_a_missing_model_says_how_to_get_it(tmp_path, hf_path, words):
   proc = command("train", "--config", os.path.join(ROOT, "experiments", "gsm8k.py:test"), "--workdir",
                  str(tmp_path / "w"), f"--config.model.hf_path={hf_path}")
   one_line(proc, "grpo-train", "config.model.hf_path", *words)
+
+
+def test_evaluation_progress_lines_say_what_is_left():
+  import io
+  from grpo_jax.commands.evaluate import batch_lines
+  out = io.StringIO()
+  on_batch = batch_lines(every_s=0.0, stream=out)
+  for done in range(1, 5):
+    on_batch(done, 4)
+  lines = out.getvalue().splitlines()
+  assert lines[0].startswith("[eval] sampler call 1/4 (compiling) took ") and len(lines) == 4, lines
+  assert lines[1].startswith("[eval] sampler call 2/4, ~") and lines[1].endswith(" s left") and lines[3] == \
+      "[eval] sampler call 4/4"
+  quiet = io.StringIO()  # a line at most every 10 s: a fast evaluation prints the first call and the last
+  on_batch = batch_lines(stream=quiet)
+  for done in range(1, 5):
+    on_batch(done, 4)
+  assert [line.split(" took")[0].split(",")[0] for line in quiet.getvalue().splitlines()] == [
+      "[eval] sampler call 1/4 (compiling)", "[eval] sampler call 4/4"]

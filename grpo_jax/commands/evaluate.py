@@ -17,10 +17,12 @@ task, model, prompts and lengths.
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 
 import jax
 
-from grpo_jax import errors, hash_seed
+from grpo_jax import compile_cache, errors, hash_seed
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
@@ -67,18 +69,28 @@ def run(argv=None) -> None:
     raise errors.UserError(f"--set {args.set!r}: the run's task ({config.task.name}) has no such set; its sets: "
                            f"{', '.join(sets)} (transfer sets come from config.task.transfer)")
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+  t0 = time.perf_counter()
+  print(f"[model] {'loading ' + config.model.hf_path if config.model.hf_path else 'initializing the model'} ...",
+        file=sys.stderr, flush=True)
   graphdef, params = loop.build_model(config, tokenizer, mesh)
   source = "base model"
   if not args.base:
     params, step = restore_run_params(args.workdir, params, args.step)
     source = f"checkpoint {step}"
+  print(f"[model] the {source} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
   _, greedy, pass_k_sampler = loop.make_samplers(graphdef, config, tokenizer)
-  metrics, details = evaluate(
-      greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
-      accuracy_reward=config.eval.accuracy_reward, batch_size=min(config.eval.batch_size, len(columns["prompt"])),
-      max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
-      pass_k=args.pass_k, pass_k_sampler=pass_k_sampler)
+  batch_size = min(config.eval.batch_size, len(columns["prompt"]))
+  print(f"[eval] {len(columns['prompt'])} prompts of {args.set}, {batch_size} per sampler call (the first "
+        "compiles the sampler) ...", file=sys.stderr, flush=True)
+  t0 = time.perf_counter()
+  with compile_cache.CompileCounter() as compiled:
+    metrics, details = evaluate(
+        greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
+        accuracy_reward=config.eval.accuracy_reward, batch_size=batch_size,
+        max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
+        pass_k=args.pass_k, pass_k_sampler=pass_k_sampler, on_batch=batch_lines())
+  print(f"[eval] done in {time.perf_counter() - t0:.1f} s ({compiled.describe()})", file=sys.stderr, flush=True)
   constant = gym_data.constant_answer(columns,
                                       full_credit=config.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
   completions = details["completions"]
@@ -98,6 +110,25 @@ def run(argv=None) -> None:
     print(f"  [{'right' if correct[i] else 'wrong'}] ...{question[-40:]!r} -> {completions[i]!r}")
   if args.export:
     write_hf_model(graphdef, params, config, tokenizer, args.export)
+
+
+def batch_lines(every_s: float = 10.0, stream=None):
+  """`on_batch(done, total)` for `evaluate`: a line after the first sampler call and then at most every
+  `every_s` seconds, with the time left at the pace of the calls after the first (which compiles)."""
+  start, last = time.perf_counter(), [None, None]  # (end of the first call, time of the last line)
+
+  def on_batch(done: int, total: int) -> None:
+    now = time.perf_counter()
+    if done == 1:
+      last[0] = last[1] = now
+      print(f"[eval] sampler call 1/{total} (compiling) took {now - start:.1f} s", file=stream or sys.stderr,
+            flush=True)
+    elif now - last[1] >= every_s or done == total:
+      last[1] = now
+      left = (now - last[0]) / (done - 1) * (total - done)
+      print(f"[eval] sampler call {done}/{total}" + (f", ~{left:.0f} s left" if done < total else ""),
+            file=stream or sys.stderr, flush=True)
+  return on_batch
 
 
 def main() -> None:

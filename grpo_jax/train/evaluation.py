@@ -9,6 +9,8 @@ compiles one sampler program however many prompts there are.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import numpy as np
 
@@ -25,30 +27,36 @@ def validate_config(eval_cfg) -> None:
   s.positive("pass_k_temperature")
 
 
-def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key, repeats: int = 1):
+def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key, repeats: int = 1,
+                  on_batch: Callable[[int, int], None] | None = None):
   """The sampler's result for every prompt, `repeats` per prompt (rows of a prompt contiguous), batch by batch
-  of `batch_size` prompts; padded rows are dropped."""
+  of `batch_size` prompts, `on_batch(done, total)` after each; padded rows are dropped."""
   outs = []
-  for i, start in enumerate(range(0, len(prompt_ids), batch_size)):
+  starts = range(0, len(prompt_ids), batch_size)
+  for i, start in enumerate(starts):
     chunk = prompt_ids[start:start + batch_size]
     real = len(chunk) * repeats
     chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))
     out = sampler.generate(params, chunk, jax.random.fold_in(key, i), repeats=repeats)
     outs.append(type(out)(*[x[:real] for x in out]))
+    if on_batch is not None:
+      on_batch(i + 1, len(starts))
   return type(outs[0])(*[np.concatenate(xs) for xs in zip(*outs)])
 
 
 def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scoring: Scoring, *,
              accuracy_reward: str, batch_size: int, max_prompt_length: int, key, pass_k: int = 0,
-             pass_k_sampler=None, return_details: bool = False) -> dict:
+             pass_k_sampler=None, return_details: bool = False,
+             on_batch: Callable[[int, int], None] | None = None) -> dict:
   """Metrics 'eval/accuracy', 'eval/reward', 'eval/mean_length' and, with pass_k > 0, 'eval/pass@k'.
 
   With `return_details`, (metrics, details): details["completions"] (the greedy texts), ["accuracy"] (each
-  prompt's accuracy reward) and ["finished"] (bool: a stop token came within max_new_tokens)."""
+  prompt's accuracy reward) and ["finished"] (bool: a stop token came within max_new_tokens). `on_batch(done,
+  total)` is called after each sampler batch of the greedy pass (grpo-evaluate's progress lines)."""
   texts = list(columns["prompt"])
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   other = {k: v for k, v in columns.items() if k != "prompt"}
-  out = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key)
+  out = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key, on_batch=on_batch)
   result, completions, _ = grade(tokenizer, out, texts, other, scoring)
   accuracy = np.asarray(result.per_fn[accuracy_reward])
   metrics = {"eval/accuracy": float(np.mean(accuracy)),
