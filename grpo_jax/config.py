@@ -19,11 +19,6 @@ from ml_collections import config_dict
 
 from grpo_jax import settings
 
-# What a config implies (batch sizes, widths, the context check, the weighted rewards): grpo_jax/sizes.py, also
-# under these names here.
-from grpo_jax.sizes import (check_context, completion_width, configured_rewards, micro_batch_size,  # noqa: F401
-                            mini_batch_size, prompt_repeats, rollout_batch_size)
-
 
 def get_config() -> ml_collections.ConfigDict:
   """The base config, generated from grpo_jax/settings.py: every field an experiment may set, at its default."""

@@ -1,5 +1,5 @@
 """Every setting of a grpo_jax run, its default and its meaning, written once: one frozen dataclass per config
-section, under the root `Settings`.
+section, under the root `Settings`, each checking its own values.
 
 The user's interface stays the ml_collections ConfigDict (experiment files, presets, `--config.X` flags): the base
 ConfigDict is generated from these classes (`grpo_jax.config.get_config`), and the comment beside each field is
@@ -9,11 +9,26 @@ right above it.
 
 Units: a "step" is one GRPO iteration (sample a rollout batch, then `num_iterations` passes of mini-batch
 updates over it). An "update" is one optimizer step. Batch sizes count completions unless they say prompts.
+
+`Settings.from_config(config)` builds the frozen tree once, at the top (grpo_jax/train/checks.py: `validate`); a
+bad value stops it with `config.<key>=<value>: <what is allowed>` (grpo_jax/config_checks.py). Names taken from a
+registry of a layer above (losses, advantages, rewards, tasks, environments) and values that need the disk
+(hf_path, init_checkpoint) are checked by their owners' `validate_config`. What the settings imply (batch sizes,
+widths, the weighted rewards) are properties of the root, each computed where read from the fields.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
 from typing import Optional
+
+from grpo_jax.config_checks import Section, fail
+from grpo_jax.precision import MATMUL_PRECISIONS
+
+SCHEDULES = ("constant", "cosine")            # optim.schedule
+IMPORTANCE_LEVELS = ("token", "sequence")     # grpo.importance_level
+DISTRIBUTED = ("auto", "yes", "no")           # distributed.enabled
 
 
 def _map(**defaults):
@@ -58,6 +73,16 @@ class ModelSettings:
   lora_targets: str = "all"       # "all" or comma-separated: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj,
                                   # down_proj (Hugging Face / peft names).
 
+  def __post_init__(self):
+    # attention, dtypes, hf_path and lora_targets: grpo_jax/model/config.py and lora.py (their names, the disk).
+    s = Section(self, "model")
+    s.at_least(0, "vocab_size", "lora_rank")
+    s.at_least(1, "logprob_chunk_size")
+    if not self.hf_path:
+      s.at_least(1, "num_heads", "num_kv_heads")
+      if self.num_heads % self.num_kv_heads:
+        s.fail("num_kv_heads", f"does not divide num_heads={self.num_heads}")
+
 
 @dataclasses.dataclass(frozen=True)
 class EnvSettings:
@@ -72,6 +97,12 @@ class EnvSettings:
   step_timeout_s: float = 10.0    # a reset/step that raises or takes longer ends its episode (episodes/env_failures).
   max_concurrent_steps: int = 64  # the episodes' reset/step calls of a turn run in threads, this many at once.
 
+  def __post_init__(self):
+    if self.name:  # single turn reads none of them; the name itself: grpo_jax/envs
+      s = Section(self, "env")
+      s.at_least(1, "max_turns", "max_episode_tokens", "max_observation_tokens", "max_concurrent_steps")
+      s.positive("step_timeout_s")
+
 
 @dataclasses.dataclass(frozen=True)
 class PrecisionSettings:
@@ -80,6 +111,9 @@ class PrecisionSettings:
                                   # "high", "highest" (full float32 everywhere).
   deterministic: bool = False     # XLA's deterministic GPU ops (bitwise-exact resume on GPUs; slower).
 
+  def __post_init__(self):
+    Section(self, "precision").one_of("matmul", MATMUL_PRECISIONS)
+
 
 @dataclasses.dataclass(frozen=True)
 class MeshSettings:
@@ -87,6 +121,13 @@ class MeshSettings:
   data: int = -1                  # data-parallel axis size; -1: all devices not used by fsdp * tensor.
   fsdp: int = 1                   # parameters, gradients and optimizer state sharded along 'embed'.
   tensor: int = 1                 # tensor parallelism over heads / MLP units / vocabulary.
+
+  def __post_init__(self):
+    # make_mesh checks the sizes against the devices at start-up.
+    s = Section(self, "mesh")
+    s.at_least(1, "fsdp", "tensor")
+    if self.data != -1:
+      s.at_least(1, "data", why=" (or -1: the devices fsdp * tensor leave)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +138,9 @@ class DistributedSettings:
   num_processes: int = 0          # processes of the run (0: from the environment).
   process_id: int = -1            # this process's index (-1: from the environment).
   local_device_ids: str = ""      # e.g. "0,1": the devices this process uses ("": all visible).
+
+  def __post_init__(self):
+    Section(self, "distributed").one_of("enabled", DISTRIBUTED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +191,13 @@ class SamplingSettings:
   top_k: int = 0                  # 0: off.
   top_p: float = 1.0              # 1.0: off.
 
+  def __post_init__(self):
+    s = Section(self, "sampling")
+    s.at_least(1, "max_prompt_length", "max_new_tokens")
+    s.positive("temperature")
+    s.at_least(0, "top_k")
+    s.within("top_p", 0, 1, open_low=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class GrpoSettings:
@@ -186,6 +237,22 @@ class GrpoSettings:
   dynamic_sampling_max_rounds: int = 4  # ... or this many sampler calls per step were made; a batch still short
                                   # is filled with zero-std groups (zero advantage: no policy gradient).
 
+  def __post_init__(self):
+    # The names (advantage, policy_loss, kl_estimator, aggregation): their registries in grpo_jax/algo.
+    s = Section(self, "grpo")
+    s.at_least(2, "group_size", why=" (advantages are relative within a group)")
+    s.at_least(1, "prompts_per_step", "num_iterations", "dynamic_sampling_max_rounds", "length_buckets")
+    s.at_least(0, "mini_batch_size", "micro_batch_size", "ref_reset_every", "overlong_buffer")
+    s.one_of("std_ddof", (0, 1))
+    s.positive("advantage_eps", "cispo_epsilon_high")
+    s.at_least(0, "epsilon_low", "beta", "entropy_coef", "tis_cap")
+    if self.epsilon_high is not None:
+      s.at_least(0, "epsilon_high", why=" or None")
+    if self.delta is not None and not self.delta > 1:
+      s.fail("delta", "the dual-clip cap must be > 1 (e.g. 3) or None")
+    s.one_of("importance_level", IMPORTANCE_LEVELS)
+    s.within("top_entropy_quantile", 0, 1, open_low=True, or_none=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class OptimSettings:
@@ -199,6 +266,13 @@ class OptimSettings:
   eps: float = 1e-8               # AdamW epsilon.
   weight_decay: float = 0.0       # AdamW decoupled weight decay.
   grad_clip_norm: float = 1.0     # global-norm clipping; 0: off.
+
+  def __post_init__(self):
+    s = Section(self, "optim")
+    s.positive("learning_rate")
+    s.one_of("schedule", SCHEDULES)
+    s.at_least(0, "warmup_steps", "weight_decay", "grad_clip_norm")
+    s.within("min_lr_ratio", 0, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +288,12 @@ class WarmstartSettings:
                                   # warmstart/ directory, else checkpoints/0) this run starts GRPO from:
                                   # parameters, data position and step-0 evaluation (sweeps share one warm start).
 
+  def __post_init__(self):
+    # init_checkpoint, a directory: grpo_jax/train/warmstart.py.
+    s = Section(self, "warmstart")
+    s.positive("learning_rate")
+    s.at_least(1, "batch_size", "max_steps", "eval_every")
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
@@ -224,6 +304,12 @@ class EvalSettings:
   accuracy_reward: str = "exact_match"  # accuracy = mean of this reward on greedy completions.
   pass_k: int = 0                 # >0: also pass@k with k samples per prompt at `pass_k_temperature`.
   pass_k_temperature: float = 1.0  # sampling temperature of the pass@k evaluation.
+
+  def __post_init__(self):
+    s = Section(self, "eval")
+    s.at_least(1, "size", "batch_size", "every")
+    s.at_least(0, "pass_k")
+    s.positive("pass_k_temperature")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +329,12 @@ class CheckpointSettings:
                                   # ttl/3 s; another launch takes it over once not renewed for this long (a
                                   # relaunch on the same host whose holder's pid is gone: at once). Local: flock.
 
+  def __post_init__(self):
+    s = Section(self, "checkpoint")
+    s.at_least(1, "every", "keep")
+    s.positive("preemption_deadline_s", "lease_ttl_s")
+    s.one_of("preemption_notice", ("", "gce", "aws"))
+
 
 @dataclasses.dataclass(frozen=True)
 class LogSettings:
@@ -258,6 +350,12 @@ class LogSettings:
   wandb_mode: str = "online"      # "online", or "offline" (written under WORKDIR/wandb; `wandb sync` uploads it).
   progress_bar: bool = True       # a tqdm bar over the steps; off a terminal, a line every 30 s instead.
   plot: bool = True               # curves.png in the workdir: after evaluations (at most once a minute), at the end.
+
+  def __post_init__(self):
+    s = Section(self, "log")
+    s.at_least(1, "every", "samples_every")
+    s.at_least(0, "num_samples")
+    s.one_of("wandb_mode", ("online", "offline"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,3 +392,104 @@ class Settings:
   eval: EvalSettings = _section(EvalSettings)
   checkpoint: CheckpointSettings = _section(CheckpointSettings)
   log: LogSettings = _section(LogSettings)
+
+  @classmethod
+  def from_config(cls, config) -> "Settings":
+    """The frozen, checked settings of `config` (a ConfigDict, or nested dicts such as a saved config.json); a
+    field the config lacks keeps its default, a key the settings lack (an old one) is ignored."""
+    return _build(cls, config)
+
+  def __post_init__(self):
+    # The rewards' names and weights: grpo_jax/rewards/registry.py.
+    s = Section(self)
+    s.at_least(1, "num_steps")
+    s.one_of("reward_isolation", ("process", "thread"))
+    s.positive("reward_timeout_s")
+    self._check_across_sections()
+
+  def _check_across_sections(self) -> None:
+    """Values that must agree across sections: batch sizes, widths and the context, LoRA and the reference."""
+    g = self.grpo
+    if self.rollout_batch_size % self.mini_batch_size:
+      fail("grpo.mini_batch_size", f"does not divide the rollout batch prompts_per_step * group_size = "
+           f"{g.prompts_per_step} * {g.group_size} = {self.rollout_batch_size}", self.mini_batch_size)
+    if self.mini_batch_size % self.micro_batch_size:
+      fail("grpo.micro_batch_size", f"does not divide the mini-batch size {self.mini_batch_size}",
+           self.micro_batch_size)
+    if g.overlong_buffer > self.sampling.max_new_tokens:
+      fail("grpo.overlong_buffer", f"must be <= sampling.max_new_tokens={self.sampling.max_new_tokens}",
+           g.overlong_buffer)
+    if self.env.name and self.env.max_episode_tokens < self.sampling.max_new_tokens:
+      fail("env.max_episode_tokens", f"cannot hold one message of sampling.max_new_tokens="
+           f"{self.sampling.max_new_tokens}", self.env.max_episode_tokens)
+    if self.model.lora_rank and g.ref_reset_every:
+      fail("grpo.ref_reset_every", "is not supported with LoRA (model.lora_rank > 0): the reference is the base "
+           "model with the adapters off", g.ref_reset_every)
+    # The context is checked by `validate` after the task's checks (which say when a task needs model.hf_path),
+    # and for a checkpoint once its config.json is read (grpo_jax/train/build.py): `check_context`.
+
+  @property
+  def rollout_batch_size(self) -> int:
+    return self.grpo.prompts_per_step * self.grpo.group_size
+
+  @property
+  def mini_batch_size(self) -> int:
+    return self.grpo.mini_batch_size or self.rollout_batch_size
+
+  @property
+  def micro_batch_size(self) -> int:
+    return self.grpo.micro_batch_size or self.mini_batch_size
+
+  @property
+  def updates_per_step(self) -> int:
+    return self.grpo.num_iterations * (self.rollout_batch_size // self.mini_batch_size)
+
+  @property
+  def prompt_repeats(self) -> int:
+    """Rows per prompt forward in the update and the reference: gcd(micro-batch, G) with
+    `model.share_prompt_forward` (every aligned run of that many rows lies in one group), else 1."""
+    return math.gcd(self.micro_batch_size, self.grpo.group_size) if self.model.share_prompt_forward else 1
+
+  @property
+  def completion_width(self) -> int:
+    """Columns of a completion in the update: env.max_episode_tokens with an environment, else
+    sampling.max_new_tokens."""
+    return self.env.max_episode_tokens if self.env.name else self.sampling.max_new_tokens
+
+  @property
+  def configured_rewards(self) -> dict[str, float]:
+    """Every reward of the run, name (registered name or import path) -> weight: `rewards`, then `reward_funcs`."""
+    weights = list(self.reward_weights) or [1.0] * len(self.reward_funcs)
+    return {**{name: float(w) for name, w in self.rewards.items()},
+            **{name: float(w) for name, w in zip(self.reward_funcs, weights)}}
+
+  def check_context(self, context: int, source: str) -> None:
+    """max_prompt_length + max_new_tokens (+ the episode's width with an environment) must fit in the model's
+    `context` (`source` names where it was read)."""
+    prompt, new = self.sampling.max_prompt_length, self.sampling.max_new_tokens
+    width = self.completion_width
+    if width != new and prompt + width > context:
+      fail("env.max_episode_tokens", f"max_prompt_length + max_episode_tokens = {prompt} + {width} exceeds the "
+           f"model's context {source}={context}", width)
+    if prompt + new > context:
+      fail("sampling.max_new_tokens", f"max_prompt_length + max_new_tokens = {prompt} + {new} = {prompt + new} "
+           f"exceeds the model's context {source}={context}", new)
+
+
+def _build(cls, values):
+  """`cls` from a ConfigDict or dict section: nested sections built first (each checks itself), maps copied to
+  dicts, lists (a config.json's tuples) back to tuples."""
+  hints = typing.get_type_hints(cls)
+  fields = {}
+  for field in dataclasses.fields(cls):
+    if field.name not in values:
+      continue
+    value = values[field.name]
+    if dataclasses.is_dataclass(hints[field.name]):
+      value = _build(hints[field.name], value)
+    elif hasattr(value, "to_dict"):
+      value = value.to_dict()
+    elif isinstance(value, list):
+      value = tuple(value)
+    fields[field.name] = value
+  return cls(**fields)
