@@ -55,10 +55,10 @@ def with_lora(config, rank: int, targets: str = "all"):
 
 def shapes(config):
   """(B rollout rows, P prompt length, C completion length, mini-batch, micro-batch) of one step."""
-  from grpo_jax import config as config_lib
+  from grpo_jax.settings import Settings
   s = config.sampling
-  return (config_lib.rollout_batch_size(config), s.max_prompt_length, s.max_new_tokens,
-          config_lib.mini_batch_size(config), config_lib.micro_batch_size(config))
+  return (Settings.from_config(config).rollout_batch_size, s.max_prompt_length, s.max_new_tokens,
+          Settings.from_config(config).mini_batch_size, Settings.from_config(config).micro_batch_size)
 
 
 def model_config(name: str, config):
@@ -87,11 +87,11 @@ def trainable(params, config):
 
 def the_estimate(cfg, config) -> dict:
   from grpo_jax.commands import memory_estimate as me
-  from grpo_jax import config as config_lib
+  from grpo_jax.settings import Settings
   B, P, C, _, micro = shapes(config)
   w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
                   logprob_chunk=config.model.logprob_chunk_size, use_ref=config.grpo.beta > 0,
-                  offload_ref=config.model.offload_ref_params, prompt_repeats=config_lib.prompt_repeats(config),
+                  offload_ref=config.model.offload_ref_params, prompt_repeats=Settings.from_config(config).prompt_repeats,
                   lora_rank=config.model.get("lora_rank", 0), lora_targets=config.model.get("lora_targets", "all"))
   est = me.estimate(cfg, me.Mesh(1, 1, 1), w)
   act = est["activations_remat"] if cfg.remat else est["activations"]
@@ -105,7 +105,7 @@ def build_update(cfg, config):
   import jax
   from flax import nnx
 
-  from grpo_jax import config as config_lib
+  from grpo_jax.settings import Settings
   from grpo_jax.train.loop import loss_config
   from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
   from grpo_jax.train.step import make_train_step
@@ -115,11 +115,11 @@ def build_update(cfg, config):
   optimizer = make_optimizer(config.optim, learning_rate_schedule(config.optim, config.num_steps, updates_per_step))
   graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
   abstract_opt = jax.eval_shape(optimizer.init, trainable(abstract_params, config))
-  step = jax.jit(make_train_step(graphdef, optimizer, loss_config(config), num_iterations=g.num_iterations,
+  step = jax.jit(make_train_step(graphdef, optimizer, loss_config(Settings.from_config(config)), num_iterations=g.num_iterations,
                                  mini_batch_size=mini, micro_batch_size=micro,
                                  temperature=config.sampling.temperature,
                                  chunk_size=config.model.logprob_chunk_size,
-                                 prompt_repeats=config_lib.prompt_repeats(config),
+                                 prompt_repeats=Settings.from_config(config).prompt_repeats,
                                  trainable=nnx.LoRAParam if config.model.get("lora_rank", 0) else None),
                  donate_argnums=(0, 1))
   return step, abstract_params, abstract_opt, graphdef, optimizer
@@ -180,7 +180,7 @@ class StepRig:
     import jax.numpy as jnp
     from flax import nnx
 
-    from grpo_jax import config as config_lib
+    from grpo_jax.settings import Settings
     from grpo_jax import testing
     from grpo_jax.model import lora
     from grpo_jax.model import sharding as sharding_lib
@@ -214,7 +214,7 @@ class StepRig:
     self.ref_params = None if g.beta <= 0 or self.use_lora else self.offloader.park(copy(self.params))
     self.ref_logprobs = jax.jit(make_logprob_fn(ref_graphdef, temperature=s.temperature,
                                                 chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
-                                                prompt_repeats=config_lib.prompt_repeats(config)))
+                                                prompt_repeats=Settings.from_config(config).prompt_repeats))
     self.sampler = distributed.GlobalSampler(make_samplers(graphdef, config, self.tokenizer)[0], 0)
     self.settings = RolloutSettings.from_config(config, build_reward_fns(config))
     jax.block_until_ready((self.params, self.opt_state, self.ref_params))

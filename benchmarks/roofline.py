@@ -270,12 +270,12 @@ def num_params(cfg) -> int:
 
 def recipe_workload(spec: str) -> Workload:
   """The Workload of `experiments/<recipe>.py[:preset]` as written."""
-  from grpo_jax import config as config_lib
+  from grpo_jax.settings import Settings
   c = memory_fit.recipe_config(spec)
   B, P, C, mini, micro = memory_fit.shapes(c)
   return Workload(prompts=c.grpo.prompts_per_step, group=c.grpo.group_size, prompt_width=P, new_tokens=C,
                   update_prompt_width=P, update_completion_width=C, micro_batch=micro,
-                  prompt_repeats=config_lib.prompt_repeats(c), logprob_chunk=c.model.logprob_chunk_size,
+                  prompt_repeats=Settings.from_config(c).prompt_repeats, logprob_chunk=c.model.logprob_chunk_size,
                   remat=bool(c.model.remat), reference=c.grpo.beta > 0,
                   old_logprobs=not (c.grpo.num_iterations == 1 and mini == B),
                   param_dtype=c.model.param_dtype, dtype=c.model.dtype)

@@ -28,7 +28,8 @@ from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model.config import ModelConfig
 from grpo_jax.model.transformer import Transformer
 from grpo_jax.train import step as step_lib
-from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from grpo_jax.settings import OptimSettings
+from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 
 
 def keep_if_per_leaf(flag, new, old):
@@ -55,7 +56,7 @@ def main(argv=None) -> None:
   cfg = ModelConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=args.layers, num_heads=9,
                     num_kv_heads=3, head_dim=64, rope_theta=100000.0, tie_word_embeddings=True)
   graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
-  optim = OptimConfig(learning_rate=1e-5, schedule="constant", grad_clip_norm=1.0)
+  optim = OptimSettings(learning_rate=1e-5, schedule="constant", grad_clip_norm=1.0)
   optimizer = make_optimizer(optim, learning_rate_schedule(optim, 10, 1))
   batch = rollout_batch(np.random.default_rng(0), 64, 48, 48, 8, cfg.vocab_size)
   results, compile_s = {}, {}

@@ -1,16 +1,17 @@
-"""The checks of config values, shared by the modules that own a config section.
+"""The checks of config values, shared by the settings sections and the modules that own a config section.
 
-Each section of the config (grpo_jax/config.py: `config.optim`, `config.sampling`, ...) is checked by the module
-that consumes it (`grpo_jax.train.optim.validate_config(config.optim)`, ...), through these helpers, so every
-error reads the same: `config.<key>=<value>: <what is allowed>`, a `grpo_jax.errors.ConfigError` (one line and
-exit code 2 at the launchers).
+Each section checks its values (grpo_jax/settings.py: `OptimSettings.__post_init__`, ...), and the module that
+consumes it what needs a registry or the disk (`grpo_jax.algo.advantages.validate_config(settings.grpo)`, ...),
+through these helpers, so every error reads the same: `config.<key>=<value>: <what is allowed>`, a
+`grpo_jax.errors.ConfigError` (one line and exit code 2 at the launchers).
 
-  s = Section(config.optim, "optim")
+  s = Section(self, "optim")
   s.positive("learning_rate")            # config.optim.learning_rate=0.0: must be > 0
   s.one_of("schedule", SCHEDULES)        # config.optim.schedule='linear': not one of ['constant', 'cosine']
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable
 
 from grpo_jax.errors import ConfigError
@@ -25,7 +26,8 @@ def fail(key: str, allowed: str, value: Any = _NO_VALUE):
 
 
 class Section:
-  """A config section (a ConfigDict, or the whole config with name "") with checks that name key and value."""
+  """A config section (a ConfigDict or a grpo_jax/settings.py section, or the whole config with name "") with
+  checks that name key and value."""
 
   def __init__(self, values, name: str = ""):
     self.values, self.name = values, name
@@ -36,7 +38,7 @@ class Section:
   def __getitem__(self, field: str):
     value = self.values
     for part in field.split("."):
-      value = value[part]
+      value = getattr(value, part) if dataclasses.is_dataclass(value) else value[part]  # a settings section
     return value
 
   def fail(self, field: str, allowed: str):

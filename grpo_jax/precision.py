@@ -22,15 +22,8 @@ import os
 
 import jax
 
-from grpo_jax.config_checks import Section
-
 MATMUL_PRECISIONS = ("default", "high", "highest")
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
-
-
-def validate_config(precision) -> None:
-  """Checks `config.precision`; raises ConfigError naming key and value."""
-  Section(precision, "precision").one_of("matmul", MATMUL_PRECISIONS)
 
 
 def _backend_started() -> bool:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Writes docs/config.md, the reference of every config key, from grpo_jax/config.py: the keys and defaults of
-`get_config()`, the meaning from the comment beside each key (and the comment lines under it), and the names a key
+"""Writes docs/config.md, the reference of every config key: the keys and defaults of `get_config()`, the meaning
+from the comment beside each field of grpo_jax/settings.py (and the comment lines under it), and the names a key
 takes from its registry (`grpo_jax.train.checks.registries()`).
 
   python scripts/config_reference.py            # rewrite docs/config.md
@@ -15,10 +15,11 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "config.md")
+sys.path.insert(0, ROOT)  # this checkout's grpo_jax, not another installed copy
 
-# `c.model = m = ...` binds an alias; `m.hf_path = ""  # comment` sets a key of the section it names.
-_ALIAS = re.compile(r"^\s+c\.(\w+) = (\w+) = ")
-_KEY = re.compile(r"^\s+((?:c\.)?\w+(?:\.\w+)*) = ")
+# In grpo_jax/settings.py: `class ModelSettings:` opens a section, `  hf_path: str = ""  # comment` is a key.
+_CLASS = re.compile(r"^class (\w+)")
+_KEY = re.compile(r"^  (\w+): [^=]+ = ")
 _CONTINUED = re.compile(r"^\s{20,}#\s?(.*)$")
 
 
@@ -37,35 +38,38 @@ def _comment(line: str) -> str:
 
 
 def meanings() -> dict[str, str]:
-  """dotted key -> the comment that documents it, read from get_config()'s source."""
-  with open(os.path.join(ROOT, "grpo_jax", "config.py")) as f:
-    source = f.read()
-  body = source[source.index("def get_config()"):]
-  body = body[:body.index("\ndef ", 1)]
-  aliases, out, last, above = {"c": ""}, {}, None, []
-  for line in body.splitlines():
-    if re.match(r"^\s+#", line) and not _CONTINUED.match(line):
-      above.append(line.strip().lstrip("#").strip())
+  """dotted key -> the comment that documents it, read from the source of grpo_jax/settings.py's classes."""
+  import dataclasses
+  import typing
+  from grpo_jax import settings
+  hints = typing.get_type_hints(settings.Settings)
+  prefixes = {"Settings": ""}
+  prefixes.update({hints[f.name].__name__: f.name + "." for f in dataclasses.fields(settings.Settings)
+                   if dataclasses.is_dataclass(hints[f.name])})
+  with open(os.path.join(ROOT, "grpo_jax", "settings.py")) as f:
+    lines = f.read().splitlines()
+  out, prefix, last, above = {}, None, None, []
+  for line in lines:
+    opened = _CLASS.match(line)
+    if opened:
+      prefix, last, above = prefixes.get(opened.group(1)), None, []
       continue
-    alias = _ALIAS.match(line)
-    if alias:
-      aliases[alias.group(2)] = alias.group(1) + "."
+    if prefix is None:
+      continue
     cont = _CONTINUED.match(line)
     if cont and last:
       out[last] = (out[last] + " " + cont.group(1)).strip()
       continue
+    if re.match(r"^\s+#", line):
+      above.append(line.strip().lstrip("#").strip())
+      continue
     key = _KEY.match(line)
-    block, above = " ".join(above) if not line.strip().startswith("#") else "", []
+    block, above = " ".join(above), []
     if not key:
       last = None
       continue
-    head, _, tail = key.group(1).partition(".")
-    if head not in aliases or not tail:
-      last = None
-      continue
-    last = aliases[head] + tail
-    # The comment beside the key, else the comment block right above it (section rulers aside).
-    out[last] = _comment(line) or ("" if block.startswith("---") else block)
+    last = prefix + key.group(1)
+    out[last] = _comment(line) or block  # the comment beside the key, else the comment block right above it
   return out
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from grpo_jax import config as config_lib
+from grpo_jax.settings import Settings
 from grpo_jax.train import checks
 from tests.train.conftest import ROOT, load_experiment
 
@@ -133,7 +134,7 @@ def test_rewards_by_import_path_with_dots():
       ("exact_match", 1.0), ("tests.rewards.isolation_rewards:pid", 0.5), ("gsm8k_accuracy", 2.0)]
   assert fns[1][1] is isolation_rewards.pid
   c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid",))
-  assert config_lib.configured_rewards(c)["tests.rewards.isolation_rewards:pid"] == 1.0
+  assert Settings.from_config(c).configured_rewards["tests.rewards.isolation_rewards:pid"] == 1.0
 
 
 def test_an_old_field_name_still_works_with_a_warning_and_resumes_as_the_new_one():

@@ -1,4 +1,4 @@
-"""docs/config.md is generated from grpo_jax/config.py; it must list every key, and be regenerated when the code
+"""docs/config.md is generated from grpo_jax/settings.py; it must list every key, and be regenerated when the code
 changes (python scripts/config_reference.py)."""
 import os
 import subprocess
@@ -26,4 +26,4 @@ def test_config_reference_is_up_to_date_and_documents_every_key():
     else:
       assert key in documented, key
   undocumented = sorted(k for k, meaning in documented.items() if not meaning)
-  assert not undocumented, f"keys without a comment in grpo_jax/config.py: {undocumented}"
+  assert not undocumented, f"keys without a comment in grpo_jax/settings.py: {undocumented}"

@@ -46,8 +46,9 @@ class LoraConfig:
 
   @classmethod
   def from_config(cls, model) -> "LoraConfig | None":
-    """`config.model`'s lora_rank / lora_alpha / lora_targets; None when lora_rank is 0 (full fine-tuning)."""
-    rank = int(model.get("lora_rank", 0))
+    """The `model` section's lora_rank / lora_alpha / lora_targets (grpo_jax/settings.py's ModelSettings, or the
+    ConfigDict it is built from); None when lora_rank is 0 (full fine-tuning)."""
+    rank = int(getattr(model, "lora_rank", 0))
     if rank == 0:
       return None
     return cls(rank, float(model.lora_alpha), parse_targets(model.lora_targets))
@@ -73,7 +74,6 @@ def validate_config(model) -> None:
   """Checks the LoRA keys of `config.model` (lora_rank, lora_alpha, lora_targets) and what LoRA excludes within
   the section; raises ConfigError naming key and value."""
   s = Section(model, "model")
-  s.at_least(0, "lora_rank")
   if s["lora_rank"] == 0:
     return
   s.positive("lora_alpha")

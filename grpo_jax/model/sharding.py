@@ -18,8 +18,6 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from grpo_jax.config_checks import Section
-
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # logical axis -> mesh axis, tuple of mesh axes, or None (replicated).
@@ -36,14 +34,6 @@ LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     ("mlp", "tensor"),
     ("norm", None),
 )
-
-
-def validate_config(mesh_cfg) -> None:
-  """`config.mesh`: the axis sizes (`make_mesh` checks them against the devices at start-up)."""
-  s = Section(mesh_cfg, "mesh")
-  s.at_least(1, "fsdp", "tensor")
-  if mesh_cfg.data != -1:
-    s.at_least(1, "data", why=" (or -1: the devices fsdp * tensor leave)")
 
 
 def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None

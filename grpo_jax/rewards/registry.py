@@ -19,7 +19,7 @@ from typing import Callable
 
 from grpo_jax.config_checks import fail
 from grpo_jax.registry import Registry
-from grpo_jax.sizes import configured_rewards
+from grpo_jax.settings import Settings
 
 RewardFn = Callable[..., list]
 
@@ -56,16 +56,17 @@ def list_rewards() -> list[str]:
   return REWARDS.names()
 
 
-def validate_config(c, reward_callables=()) -> None:
-  """`rewards`, `reward_funcs`, `reward_weights`, `reward_gates`: every reward resolves, each once, and
-  `eval.accuracy_reward` is one of them; `reward_callables` names the callables a notebook passes to `train`."""
+def validate_config(c: Settings, reward_callables=()) -> None:
+  """`rewards`, `reward_funcs`, `reward_weights`, `reward_gates` of a run's settings: every reward resolves, each
+  once, and `eval.accuracy_reward` is one of them; `reward_callables` names the callables a notebook passes to
+  `train`."""
   if c.reward_weights and len(c.reward_weights) != len(c.reward_funcs):
     fail("reward_weights", f"has {len(c.reward_weights)} weights for {len(c.reward_funcs)} reward_funcs",
          c.reward_weights)
   overlap = set(c.reward_funcs) & set(c.rewards)
   if overlap or len(set(c.reward_funcs)) != len(c.reward_funcs):
     fail("reward_funcs", f"names a reward twice ({sorted(overlap) or list(c.reward_funcs)})", c.reward_funcs)
-  weights = configured_rewards(c)
+  weights = c.configured_rewards
   if not weights and not reward_callables:
     fail("rewards", "needs at least one reward function (name -> weight, or reward_funcs)")
   # Names first: a misspelt reward is the mistake to report, not the accuracy reward it leaves unmatched.

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from grpo_jax.config_checks import Section
-
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -52,16 +50,8 @@ class SamplingConfig:
 
   @classmethod
   def from_config(cls, sampling, **fields) -> "SamplingConfig":
-    """From the ml_collections `config.sampling` (max_new_tokens, temperature, top_k, top_p); `fields` (the
-    tokenizer's stop_ids and pad_id, greedy, ...) are set or replaced by the caller."""
-    section = {f.name: sampling[f.name] for f in dataclasses.fields(cls) if f.name in sampling}
+    """From a run's `sampling` section (grpo_jax/settings.py's SamplingSettings, or the ConfigDict it is built
+    from: max_new_tokens, temperature, top_k, top_p); `fields` (the tokenizer's stop_ids and pad_id, greedy, ...)
+    are set or replaced by the caller."""
+    section = {f.name: getattr(sampling, f.name) for f in dataclasses.fields(cls) if hasattr(sampling, f.name)}
     return cls(**{**section, **fields})
-
-
-def validate_config(sampling) -> None:
-  """Checks `config.sampling` (grpo_jax/config.py documents each key); raises ConfigError naming key and value."""
-  s = Section(sampling, "sampling")
-  s.at_least(1, "max_prompt_length", "max_new_tokens")
-  s.positive("temperature")
-  s.at_least(0, "top_k")
-  s.within("top_p", 0, 1, open_low=True)

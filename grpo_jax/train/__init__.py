@@ -9,7 +9,7 @@
   checkpoint.py  orbax checkpoints with fallback past a damaged one
   metrics.py     metrics.jsonl, samples.jsonl, TensorBoard, the progress bar
   plotting.py    training curves of one or more runs
-  checks.py      `validate(config)`: each section checked by its owner, then across sections
+  checks.py      `validate(config)`: the settings tree, built once and self-checked, then what only owners check
   build.py       a run's parts from its config: task, tokenizer, model, rewards, samplers
   workdir.py     config.json, run id, lock, resume checks, summary.json
   loop.py        `train(config, workdir)`: init or restore, then rollout -> update -> log/checkpoint per step

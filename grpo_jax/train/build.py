@@ -9,7 +9,7 @@ import jax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import sizes, storage
+from grpo_jax import storage
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.tasks import make_task, stop_ids, task_stop_ids
 from grpo_jax.envs import env_factory, stop_token_ids
@@ -19,6 +19,7 @@ from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.rewards import gate_on_format, get_reward, make_overlong_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.sampling.episodes import EpisodeSampler
+from grpo_jax.settings import Settings
 from grpo_jax.train import distributed
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.rollout import bucket_widths
@@ -42,8 +43,8 @@ def build_model(config, tokenizer, mesh):
   if m.hf_path:
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, mesh=mesh)
-    sizes.check_context(config, model.cfg.max_position_embeddings,
-                        f"max_position_embeddings of {m.hf_path}/config.json")
+    Settings.from_config(config).check_context(model.cfg.max_position_embeddings,
+                                               f"max_position_embeddings of {m.hf_path}/config.json")
     if not m.lora_rank:
       return nnx.split(model)
     graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
@@ -71,7 +72,7 @@ def build_model(config, tokenizer, mesh):
 def build_reward_fns(config, inputs: RunInputs = RunInputs()):
   gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
   fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
-         for name, weight in sizes.configured_rewards(config).items()]
+         for name, weight in Settings.from_config(config).configured_rewards.items()]
   clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
   if clash:
     raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
@@ -83,9 +84,9 @@ def build_reward_fns(config, inputs: RunInputs = RunInputs()):
   return fns
 
 
-def loss_config(config) -> LossConfig:
-  """`config.grpo`'s loss knobs at the run's completion width."""
-  return LossConfig.from_config(config.grpo, sizes.completion_width(config))
+def loss_config(settings: Settings) -> LossConfig:
+  """The `grpo` section's loss knobs at the run's completion width."""
+  return LossConfig.from_settings(settings.grpo, settings.completion_width)
 
 
 def make_samplers(graphdef, config, tokenizer):

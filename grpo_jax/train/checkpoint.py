@@ -36,21 +36,12 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from grpo_jax import storage
-from grpo_jax.config_checks import Section
 from grpo_jax.errors import CheckpointSaveError
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"  # WORKDIR/checkpoints/STEP
 WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started from; never rotated out
-
-
-def validate_config(checkpoint_cfg) -> None:
-  """`config.checkpoint`: the cadence, how many checkpoints to keep, preemption, a store workdir's lease time."""
-  s = Section(checkpoint_cfg, "checkpoint")
-  s.at_least(1, "every", "keep")
-  s.positive("preemption_deadline_s", "lease_ttl_s")
-  s.one_of("preemption_notice", ("", "gce", "aws"))
 
 
 def abstract_like(tree):

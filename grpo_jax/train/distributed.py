@@ -30,21 +30,13 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax.config_checks import Section
+from grpo_jax.settings import DISTRIBUTED
 
 logger = logging.getLogger(__name__)
 
 BATCH_SPEC = PartitionSpec(("data", "fsdp"))
 # Any of these makes enabled="auto" start jax.distributed (a SLURM job with more than one task, see initialize).
 _ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
-
-
-ENABLED = ("auto", "yes", "no")
-
-
-def validate_config(distributed) -> None:
-  """Checks `config.distributed`; raises ConfigError naming key and value."""
-  Section(distributed, "distributed").one_of("enabled", ENABLED)
 
 
 def initialize(config) -> bool:
@@ -59,8 +51,8 @@ def initialize(config) -> bool:
   """
   d = config.get("distributed") if hasattr(config, "get") else None
   enabled = d.enabled if d is not None else "auto"
-  if enabled not in ENABLED:
-    raise ValueError(f"config.distributed.enabled: {enabled!r} is not one of {list(ENABLED)}")
+  if enabled not in DISTRIBUTED:
+    raise ValueError(f"config.distributed.enabled: {enabled!r} is not one of {list(DISTRIBUTED)}")
   if enabled == "no":
     return False
   address = d.coordinator_address if d is not None else ""

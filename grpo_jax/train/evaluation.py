@@ -14,17 +14,8 @@ from typing import Callable
 import jax
 import numpy as np
 
-from grpo_jax.config_checks import Section
 from grpo_jax.sampling.episodes import EpisodeResult
 from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
-
-
-def validate_config(eval_cfg) -> None:
-  """`config.eval`: held-out size, batch and cadence; pass@k (0: off) and its sampling temperature."""
-  s = Section(eval_cfg, "eval")
-  s.at_least(1, "size", "batch_size", "every")
-  s.at_least(0, "pass_k")
-  s.positive("pass_k_temperature")
 
 
 def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int, key, repeats: int = 1,

@@ -14,8 +14,9 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from grpo_jax import compile_cache, errors, precision, sizes, storage
+from grpo_jax import compile_cache, errors, precision, storage
 from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
+from grpo_jax.settings import Settings
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import checks
 from grpo_jax.train import distributed
@@ -51,8 +52,8 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   # SIGTERM / SIGINT from here on: stop at the next safe point with the last completed step saved (preemption.py).
   with Preemption(config.checkpoint.get("preemption_deadline_s", 25.0), notice=config.checkpoint.get(
       "preemption_notice", "")) as preemption:
-    checks.validate(config, in_memory_dataset=train_dataset is not None,
-                    reward_callables=[name for name, _, _ in inputs.reward_specs()])
+    settings = checks.validate(config, in_memory_dataset=train_dataset is not None,
+                               reward_callables=[name for name, _, _ in inputs.reward_specs()])
     precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
     distributed.initialize(config)  # multi-host: before anything touches the devices
     compile_cache.enable(config.compile_cache_dir)
@@ -64,8 +65,8 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
       if main:  # the lock file is the only thing written before the settings are checked
         with workdir_lib.WorkdirLock(workdir, config.checkpoint.get("lease_ttl_s", 60.0), log_console):
           workdir_lib.check_resumable(config, workdir, log_console)
-          return _train(config, workdir, time_split, main, log_console, inputs, preemption)
-      return _train(config, workdir, time_split, main, log_console, inputs, preemption)
+          return _train(config, settings, workdir, time_split, main, log_console, inputs, preemption)
+      return _train(config, settings, workdir, time_split, main, log_console, inputs, preemption)
     except errors.Preempted as e:
       log_console(f"[preempted] {e.reason}: exiting {preemption.seconds_since_request():.1f} s after it with code "
                   f"{errors.EXIT_PREEMPTED}; " + ("nothing was lost: " if e.step is not None else "") +
@@ -73,11 +74,11 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
       raise
 
 
-def _train(config, workdir: str, time_split: TimeSplit, main: bool, log_console, inputs: RunInputs,
-           preemption: Preemption) -> Summary:
+def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main: bool, log_console,
+           inputs: RunInputs, preemption: Preemption) -> Summary:
   t_start = time_split.t_start
   cfg_json = workdir_lib.prepare(config, workdir, main)
-  run = Run(config, inputs, log_console, time_split)
+  run = Run(config, settings, inputs, log_console, time_split)
   checkpointer = Checkpointer(storage.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
                               config.checkpoint.verify, config.checkpoint.get("async_save", True))
   writer = bar = first_step = None
@@ -256,7 +257,7 @@ def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
     s = config.sampling
     params, info = run_warmstart(
         config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=policy.base_graphdef, params=params,
-        max_prompt_length=s.max_prompt_length, max_new_tokens=sizes.completion_width(config),
+        max_prompt_length=s.max_prompt_length, max_new_tokens=run.settings.completion_width,
         chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
     if main:

@@ -24,19 +24,10 @@ from typing import Any
 import numpy as np
 
 from grpo_jax import storage
-from grpo_jax.config_checks import Section
 
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 WARMSTART_FILE = "warmstart.jsonl"
-
-
-def validate_config(log_cfg) -> None:
-  """`config.log`: the cadences, the samples per log, and Weights & Biases' mode."""
-  s = Section(log_cfg, "log")
-  s.at_least(1, "every", "samples_every")
-  s.at_least(0, "num_samples")
-  s.one_of("wandb_mode", ("online", "offline"))
 
 
 def _plain(value: Any):

@@ -19,14 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import compile_cache, sizes
-from grpo_jax.config_checks import Section
+from grpo_jax import compile_cache
 from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import build, distributed
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train.inputs import RunInputs
-from grpo_jax.train.optim import OptimConfig, learning_rate_schedule, make_optimizer
+from grpo_jax.settings import Settings
+from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
 from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
@@ -34,15 +34,6 @@ from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
 # Looked up here at call time, so tests can count or interrupt them.
 from grpo_jax.train.build import make_samplers
-
-
-def validate_config(grpo) -> None:
-  """The keys of `config.grpo` that shape a step (batch sizes, iterations, buckets, the reference's resets, DAPO's
-  dynamic sampling and overlong penalty); its loss and advantage keys are grpo_jax/algo's."""
-  s = Section(grpo, "grpo")
-  s.at_least(2, "group_size", why=" (advantages are relative within a group)")
-  s.at_least(1, "prompts_per_step", "num_iterations", "dynamic_sampling_max_rounds", "length_buckets")
-  s.at_least(0, "mini_batch_size", "micro_batch_size", "ref_reset_every", "overlong_buffer")
 
 
 class RunState(NamedTuple):
@@ -61,8 +52,10 @@ class RunState(NamedTuple):
 class Run:
   """The fixed parts of one run: data, policy, samplers, rewards, and the compiled programs."""
 
-  def __init__(self, config, inputs: RunInputs, log, time_split: TimeSplit | None = None):
-    self.config = config
+  def __init__(self, config, settings: Settings, inputs: RunInputs, log, time_split: TimeSplit | None = None):
+    """`settings`: the config's checked tree (grpo_jax/train/checks.py: validate); the builders of the data, the
+    model and the samplers still read the ConfigDict."""
+    self.config, self.settings = config, settings
     self.time_split = time_split or TimeSplit()  # evaluations and checkpoint saves add their seconds to it
     self.eval_seconds: dict[int, float] = {}       # step -> its last evaluation's seconds
     g, s = config.grpo, config.sampling
@@ -78,21 +71,19 @@ class Run:
     # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
     copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
-    self.policy = make_policy(config, graphdef, self.initial_params, self.mesh, copy_params)
+    self.policy = make_policy(settings, graphdef, self.initial_params, self.mesh, copy_params)
     if line := self.policy.describe():
       log(line)
     self.place = build.BatchPlacer(self.mesh)
-    mini, micro = sizes.mini_batch_size(config), sizes.micro_batch_size(config)
-    repeats = sizes.prompt_repeats(config)
-    self.updates_per_step = g.num_iterations * (sizes.rollout_batch_size(config) // mini)
-    optim = OptimConfig.from_config(config.optim)
-    self.schedule = learning_rate_schedule(optim, config.num_steps, self.updates_per_step)
-    self.optimizer = make_optimizer(optim, self.schedule)
+    mini, micro, repeats = settings.mini_batch_size, settings.micro_batch_size, settings.prompt_repeats
+    self.updates_per_step = settings.updates_per_step
+    self.schedule = learning_rate_schedule(settings.optim, settings.num_steps, self.updates_per_step)
+    self.optimizer = make_optimizer(settings.optim, self.schedule)
     trainable = self.policy.trainable_part(self.initial_params)
     opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, trainable), trainable,
                                  self.mesh)  # shapes only: the state itself is made once, by new_state
     self.train_step = jax.jit(make_train_step(
-        graphdef, self.optimizer, build.loss_config(config), num_iterations=g.num_iterations, mini_batch_size=mini,
+        graphdef, self.optimizer, build.loss_config(settings), num_iterations=g.num_iterations, mini_batch_size=mini,
         micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size,
         prompt_repeats=repeats, trainable=self.policy.trainable),
         donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
@@ -100,7 +91,7 @@ class Run:
                                                 chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=repeats))
     self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(graphdef, config, self.tokenizer)
-    self.settings = RolloutSettings.from_config(config, build.build_reward_fns(config, inputs))
+    self.rollout_settings = RolloutSettings.from_config(config, build.build_reward_fns(config, inputs))
     self.base_key = jax.random.key(config.seed)
     self.eval_columns = self.task.eval_rows(config.eval.size)
     # the task's step-0 metrics, e.g. what one constant answer scores: the floor to read accuracy against
@@ -155,13 +146,13 @@ class Run:
     kwargs = dict(accuracy_reward=c.eval.accuracy_reward, max_prompt_length=c.sampling.max_prompt_length,
                   batch_size=min(c.eval.batch_size, c.eval.size),
                   key=jax.random.fold_in(self.base_key, 10_000_000 + step))
-    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.settings.scoring,
+    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.rollout_settings.scoring,
                        pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
     if step == 0:
       metrics.update(self.baselines)
     if step in (0, c.num_steps):
       for name, columns in self.transfer_columns.items():
-        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.settings.scoring, **kwargs)
+        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.rollout_settings.scoring, **kwargs)
         metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
     return metrics
 
@@ -178,14 +169,14 @@ class Run:
     key = jax.random.fold_in(self.base_key, step)
     if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
       rollout = collect_dynamic_rollout(self.global_sampler, state.params, self.tokenizer, next_columns,
-                                        self.settings, key, max_rounds=g.dynamic_sampling_max_rounds,
+                                        self.rollout_settings, key, max_rounds=g.dynamic_sampling_max_rounds,
                                         all_done=distributed.all_true)
     else:
-      rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.settings,
+      rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.rollout_settings,
                                 key)
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
     one_process = jax.process_count() == 1
-    check_prompt_runs(rollout.batch, sizes.prompt_repeats(self.config))
+    check_prompt_runs(rollout.batch, self.settings.prompt_repeats)
     batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
                        if one_process else rollout.batch)
     ref_params = self.policy.reference(state.params, state.ref_params)

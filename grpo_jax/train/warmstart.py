@@ -26,10 +26,9 @@ from grpo_jax.train.state import init_opt_state
 
 
 def validate_config(warmstart) -> None:
-  """Checks `config.warmstart` (grpo_jax/config.py documents each key); raises ConfigError naming key and value."""
+  """Checks that `warmstart.init_checkpoint` is a directory (its numbers: grpo_jax/settings.py's
+  WarmstartSettings); raises ConfigError naming key and value."""
   s = Section(warmstart, "warmstart")
-  s.positive("learning_rate")
-  s.at_least(1, "batch_size", "max_steps", "eval_every")
   if s["init_checkpoint"] and not os.path.isdir(s["init_checkpoint"]):
     s.fail("init_checkpoint", "is not a directory (another run's workdir)")
 

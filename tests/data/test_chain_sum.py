@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from grpo_jax import config as config_lib
+from grpo_jax.settings import Settings
 from grpo_jax.data.synthetic import ChainSumTask
 from grpo_jax.rewards.exact import final_field_match
 from grpo_jax.train.warmstart import sft_batch
@@ -84,8 +84,9 @@ def test_the_test_preset_keeps_the_structure_and_trains_two_steps(tmp_path):
     get = (lambda c: c[section][leaf]) if section else (lambda c: c[leaf])
     assert get(full) == get(tiny), key
   # Several updates per rollout batch in both (the clip range acts).
-  assert config_lib.rollout_batch_size(tiny) // config_lib.mini_batch_size(tiny) > 1
-  assert config_lib.rollout_batch_size(full) // config_lib.mini_batch_size(full) > 1
+  for c in (tiny, full):
+    settings = Settings.from_config(c)
+    assert settings.rollout_batch_size // settings.mini_batch_size > 1
   summary = train(tiny, str(tmp_path))
   records = [r for r in read_jsonl(str(tmp_path / "metrics.jsonl")) if r["step"] >= 1]
   assert [r["step"] for r in records] == [1, 2] and summary.steps == 2

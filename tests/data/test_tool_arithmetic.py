@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from grpo_jax import config as config_lib
+from grpo_jax.settings import Settings
 from grpo_jax.data.synthetic import ToolArithmeticTask
 from grpo_jax.envs.calculator import Calculator
 from grpo_jax.train.warmstart import sft_batch
@@ -78,4 +78,4 @@ def test_context_must_hold_the_episode():
   c = _load("test")
   c.env.max_episode_tokens = 40
   with pytest.raises(ValueError, match="max_episode_tokens"):
-    config_lib.check_context(c, 32, "model.max_position_embeddings")
+    Settings.from_config(c).check_context(32, "model.max_position_embeddings")

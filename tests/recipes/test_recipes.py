@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from grpo_jax import config as config_lib
+from grpo_jax.settings import Settings
 from grpo_jax.data.datasets import DatasetError
 from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.train import loop
@@ -56,9 +56,9 @@ def _leaves(config, prefix=""):
 
 def _batch_structure(config):
   """(several mini-batches per rollout?, several micro-batches per mini-batch?)"""
-  rollout = config_lib.rollout_batch_size(config)
-  mini = config_lib.mini_batch_size(config)
-  return rollout // mini > 1, mini // config_lib.micro_batch_size(config) > 1
+  settings = Settings.from_config(config)
+  rollout, mini = settings.rollout_batch_size, settings.mini_batch_size
+  return rollout // mini > 1, mini // settings.micro_batch_size > 1
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES) + ["default", "lora", "calculator"])

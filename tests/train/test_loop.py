@@ -11,10 +11,12 @@ import shutil
 
 import pytest
 
+from grpo_jax import config as config_lib
 from grpo_jax.commands import evaluate as evaluate_command
 from grpo_jax.commands import plot as plot_command
 from grpo_jax.rewards import register_reward
-from grpo_jax.train import build, loop
+from grpo_jax.settings import Settings
+from grpo_jax.train import build, checks, loop
 from grpo_jax.train import run as run_lib
 from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
@@ -310,6 +312,29 @@ def test_a_changed_setting_on_resume_is_refused_and_the_workdir_left_as_it_was(r
   same.log.samples_every = 5
   same.checkpoint.keep = 3
   assert loop.train(same, workdir).steps == NUM_STEPS
+
+
+def test_a_run_saved_before_the_settings_tree_resumes(reference_run, tmp_path):
+  """A config.json written by an older grpo_jax: an old key name (task.holdout_fraction) and no env or precision
+  section. It still reads as settings, and the run resumes from its last checkpoint under today's config."""
+  workdir = str(tmp_path / "old")
+  shutil.copytree(reference_run[0], workdir)
+  path = os.path.join(workdir, "config.json")
+  with open(path) as f:
+    saved = json.load(f)
+  saved["task"]["holdout_fraction"] = saved["task"].pop("heldout_fraction")
+  del saved["env"], saved["precision"]
+  with open(path, "w") as f:
+    json.dump(saved, f, indent=2, sort_keys=True)
+
+  assert checks.validate(config_lib.saved_with_defaults(saved)) == Settings.from_config(_config())
+  longer = _config()
+  longer.num_steps = NUM_STEPS + 2  # a resumable change: two more steps
+  summary = loop.train(longer, workdir)
+  assert summary.steps == NUM_STEPS + 2
+  steps = [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))]
+  assert steps == list(range(NUM_STEPS + 3))  # steps 7 and 8 after the saved history, none repeated
+  assert _metrics(workdir)[:NUM_STEPS + 1] == _metrics(reference_run[0])
 
 
 def test_a_second_launch_on_a_workdir_in_use_refuses_before_touching_it(tmp_path):

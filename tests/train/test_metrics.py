@@ -5,13 +5,13 @@ import json
 import math
 import os
 
-import ml_collections
 import numpy as np
 import pytest
 
 from grpo_jax.train.metrics import MetricsWriter, read_jsonl
 from grpo_jax import config as config_lib
-from grpo_jax.train.optim import OptimConfig, learning_rate_schedule
+from grpo_jax.settings import OptimSettings, Settings
+from grpo_jax.train.optim import learning_rate_schedule
 
 
 def test_resume_drops_records_after_the_checkpoint(tmp_path):
@@ -36,9 +36,7 @@ def test_resume_drops_records_after_the_checkpoint(tmp_path):
 
 
 def _optim(**kw):
-  c = ml_collections.ConfigDict(dict(learning_rate=1e-3, schedule="constant", warmup_steps=0, min_lr_ratio=0.0))
-  c.update(kw)
-  return c
+  return OptimSettings(**{"learning_rate": 1e-3, **kw})
 
 
 def test_schedule_warmup_then_cosine_in_updates():
@@ -55,14 +53,13 @@ def test_schedule_warmup_then_cosine_in_updates():
   assert float(constant(0)) == float(constant(9)) == pytest.approx(1e-3)
 
 
-def test_optim_config_is_built_once_from_the_config_and_checks_the_schedule():
-  c = config_lib.get_config().optim
-  c.learning_rate, c.schedule, c.weight_decay = 2e-5, "cosine", 0.1
-  optim = OptimConfig.from_config(c)
-  assert (optim.learning_rate, optim.schedule, optim.weight_decay, optim.b2) == (2e-5, "cosine", 0.1, c.b2)
-  assert OptimConfig.from_config(optim) is optim
-  with pytest.raises(ValueError, match=r"unknown schedule 'linear' \(known: constant, cosine\)"):
-    OptimConfig(schedule="linear")
+def test_the_optimizer_settings_come_from_the_config_and_check_the_schedule():
+  c = config_lib.get_config()
+  c.optim.learning_rate, c.optim.schedule, c.optim.weight_decay = 2e-5, "cosine", 0.1
+  optim = Settings.from_config(c).optim
+  assert (optim.learning_rate, optim.schedule, optim.weight_decay, optim.b2) == (2e-5, "cosine", 0.1, c.optim.b2)
+  with pytest.raises(ValueError, match=r"config.optim.schedule='linear': not one of \['constant', 'cosine'\]"):
+    OptimSettings(schedule="linear")
 
 
 def test_progress_off_a_terminal_is_a_line_per_interval(monkeypatch):
