@@ -45,3 +45,9 @@ def _ray_temp_dir():
        pytest.MonkeyPatch.context() as patch:
     patch.setenv("RAY_TMPDIR", path)
     yield
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+  """A persistent compilation cache for one test module's training processes: the later ones load its programs."""
+  return tmp_path_factory.mktemp("xla_cache")

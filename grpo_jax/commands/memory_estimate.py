@@ -51,23 +51,21 @@ from grpo_jax.model.lora import parse_targets, projection_sizes
 from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
 from grpo_jax.model.transformer import cache_slots  # a sliding-window layer caches its window only
 
+def _qwen2(vocab_size, hidden_size, intermediate_size, num_layers, num_heads, num_kv_heads, head_dim,
+           tie_word_embeddings) -> dict:
+  """A Qwen2.5 preset: biased q/k/v projections, every layer global."""
+  return dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=intermediate_size,
+              num_layers=num_layers, num_heads=num_heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+              tie_word_embeddings=tie_word_embeddings, attention_bias=True, family="qwen2")
+
+
 # Shapes from the public Hugging Face config.json files of the Qwen2.5 base models.
 PRESETS = {
-    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_layers=24, num_heads=14,
-                         num_kv_heads=2, head_dim=64, tie_word_embeddings=True, attention_bias=True,
-                         family="qwen2"),
-    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_layers=28, num_heads=12,
-                         num_kv_heads=2, head_dim=128, tie_word_embeddings=True, attention_bias=True,
-                         family="qwen2"),
-    "qwen2.5-3b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_layers=36, num_heads=16,
-                       num_kv_heads=2, head_dim=128, tie_word_embeddings=True, attention_bias=True,
-                       family="qwen2"),
-    "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28, num_heads=28,
-                       num_kv_heads=4, head_dim=128, tie_word_embeddings=False, attention_bias=True,
-                       family="qwen2"),
-    "qwen2.5-32b": dict(vocab_size=152064, hidden_size=5120, intermediate_size=27648, num_layers=64,
-                        num_heads=40, num_kv_heads=8, head_dim=128, tie_word_embeddings=False,
-                        attention_bias=True, family="qwen2"),
+    "qwen2.5-0.5b": _qwen2(151936, 896, 4864, 24, 14, 2, 64, tie_word_embeddings=True),
+    "qwen2.5-1.5b": _qwen2(151936, 1536, 8960, 28, 12, 2, 128, tie_word_embeddings=True),
+    "qwen2.5-3b": _qwen2(151936, 2048, 11008, 36, 16, 2, 128, tie_word_embeddings=True),
+    "qwen2.5-7b": _qwen2(152064, 3584, 18944, 28, 28, 4, 128, tie_word_embeddings=False),
+    "qwen2.5-32b": _qwen2(152064, 5120, 27648, 64, 40, 8, 128, tie_word_embeddings=False),
 }
 
 

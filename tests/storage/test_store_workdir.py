@@ -41,11 +41,6 @@ def outcome(workdir: str) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp("xla_cache")
-
-
-@pytest.fixture(scope="module")
 def on_local_disk(tmp_path_factory, cache_dir):
   workdir = tmp_path_factory.mktemp("local")
   result = _run(str(workdir), cache_dir, {})

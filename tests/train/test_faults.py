@@ -52,11 +52,6 @@ def _outcome(workdir) -> tuple:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-  return tmp_path_factory.mktemp("xla_cache")
-
-
-@pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, cache_dir):
   workdir = tmp_path_factory.mktemp("uninterrupted")
   result = _run(workdir, cache_dir)
