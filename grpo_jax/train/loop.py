@@ -12,7 +12,6 @@ import time
 from typing import Any, Callable, Sequence
 
 import jax
-import numpy as np
 
 from grpo_jax import compile_cache, errors, precision, storage
 from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
@@ -23,10 +22,9 @@ from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import workdir as workdir_lib
-from grpo_jax.train.checkpoint import CHECKPOINT_DIR, WARMSTART_DIR, Checkpointer, save_initial_state
+from grpo_jax.train.checkpoint import WARMSTART_DIR, save_initial_state
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
-from grpo_jax.train.plotting import CurvesRefresher
 from grpo_jax.train.preemption import Preemption
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
@@ -34,7 +32,7 @@ from grpo_jax.train.warmstart import run_warmstart
 # The building blocks, also used by scripts and tests under these names.
 from grpo_jax.train.build import (build_model, build_reward_fns, build_tokenizer_and_task, loss_config,  # noqa: F401
                                   make_samplers)
-from grpo_jax.train.workdir import PLOT_FILE, SUMMARY_FILE, Summary, WorkdirLock  # noqa: F401
+from grpo_jax.train.workdir import PLOT_FILE, SUMMARY_FILE, Summary, Workdir, WorkdirLock  # noqa: F401
 
 MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates that stop a run
 
@@ -76,33 +74,21 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
 
 def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main: bool, log_console,
            inputs: RunInputs, preemption: Preemption) -> Summary:
-  t_start = time_split.t_start
-  cfg_json = workdir_lib.prepare(config, workdir, main)
+  wd = workdir_lib.Workdir(config, workdir, main, log_console, time_split)
   run = Run(config, settings, inputs, log_console, time_split)
-  checkpointer = Checkpointer(storage.join(workdir, CHECKPOINT_DIR), config.checkpoint.keep,
-                              config.checkpoint.verify, config.checkpoint.get("async_save", True))
-  writer = bar = first_step = None
-  curves = CurvesRefresher(workdir, storage.join(workdir, PLOT_FILE), config.log.plot and main, log=log_console)
+  bar = first_step = None
   try:
-    state = _restore(run, checkpointer, workdir, main, log_console)
+    state = _restore(run, wd)
     inputs_lib.check_or_record(workdir, inputs, resuming=state is not None, main=main)
     fresh = state is None
     if fresh:
-      state = _start(run, workdir, main, log_console, cfg_json)
-    writer = (metrics_lib.MetricsWriter(workdir, tensorboard=config.log.tensorboard,
-                                        resume_step=None if fresh else state.step,
-                                        wandb=metrics_lib.wandb_init_kwargs(config, workdir, state.run_id, cfg_json))
-              if main else distributed.NullWriter())
+      state = _start(run, wd)
+    wd.open_history(state, fresh)
     with preemption.deferred():  # a signal now waits for the loop's next safe point
-      saved_step = None if fresh else state.step  # the step of the newest checkpoint this process started
       if fresh:
-        writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
-        run.save_checkpoint(checkpointer, state, time.time() - t_start, cfg_json)
-        saved_step = 0
-      # Every process reads the file (process 0 writes it): they all return the same summary.
-      last_eval = (dict(state.initial_eval) if state.step == 0 else
-                   workdir_lib.last_eval(storage.join(workdir, metrics_lib.METRICS_FILE), state.initial_eval,
-                                         state.step))
+        wd.writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
+        wd.save(run, state)
+      last_eval = wd.last_eval(state)
       g = config.grpo
       constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
       log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
@@ -122,17 +108,17 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
         if preempted := preemption.stop_requested():
           break
         t0 = time.time()
-        if saved_step != state.step:  # a signal during the rollout saves this state at once (preemption.py)
-          preemption.guard(*_rescue(run, checkpointer, writer, state, preemption, t_start, cfg_json, log_console))
-        batch, rollout, data_position = run.rollout(state, step)
+        if wd.saved_step != state.step:  # a signal during the rollout saves this state at once (preemption.py)
+          preemption.guard(*wd.rescue(run, state, preemption))
+        batch, rollout, sampled = run.rollout(state, step)  # sampled: `state` past the rows it used
         preemption.release()
         if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
           break
-        state, step_metrics = run.update(state._replace(data_position=data_position), batch, step)
+        state, step_metrics = run.update(sampled, batch, step)
         nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.updates_per_step else 0
         if nonfinite_steps >= MAX_NONFINITE_STEPS:
           raise _diverged(config, step, nonfinite_steps, step_metrics)
-        checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
+        wd.checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
         metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
         time_split.add_step(metrics)
         if time_split.launch_s is not None:
@@ -140,85 +126,45 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
         if step % config.eval.every == 0 or step == config.num_steps:
           last_eval = run.evaluate(state.params, step)
           metrics.update(last_eval, **_eval_time(run, step))
-        _log_step(config, writer, bar, main, step, metrics, rollout)
+        wd.log_step(step, metrics, rollout, bar)
         if first_step is not None:
           first_step.stop()
           if main:
             bar.write(f"[step {step}] done in {metrics['step_time']:.1f} s ({first_step.describe()})")
           first_step = None
-        if "eval/accuracy" in metrics and step < config.num_steps and curves.enabled:  # (the end draws its own)
-          writer.flush()  # the helper draws metrics.jsonl as stored
-          curves.after_eval()
         stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
         if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
-          writer.flush()
-          run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
-          saved_step = step
+          wd.writer.flush()
+          wd.save(run, state)
         if stop:
           log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes "
                       "it)")
           break
       if preempted or preemption.reason is not None:  # (a signal during the last step: that step is saved)
-        _stop_preempted(run, checkpointer, writer, state, saved_step, preemption,
-                        state.wall_before + time.time() - t_start, cfg_json)
+        wd.stop_preempted(run, state, preemption)
       time_split.steps_end()
     if config.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
       write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, storage.join(workdir, EXPORT_DIR),
                      log=log_console)
-  finally:  # also when interrupted: flush what was logged, release orbax's threads.
+  finally:  # also when interrupted: flush what was logged, release the helper's and orbax's threads.
     if first_step is not None:
       first_step.stop()
-    curves.close()
     if bar is not None:
       bar.close()
-    if writer is not None:
-      writer.close()
-    checkpointer.close()
+    wd.close()
   with preemption.deferred():  # the run is complete: a signal now lets the summary be written
-    return workdir_lib.finish(config, workdir, state, last_eval, time_split, main, log_console)
+    return wd.finish(state, last_eval)
 
 
-def _rescue(run: Run, checkpointer: Checkpointer, writer, state: RunState, preemption: Preemption, t_start: float,
-            cfg_json: str, log) -> tuple[Callable[[], None], Callable[[], None]]:
-  """(save, finish) of `state` for the preemption's rescue thread, while a rollout keeps the main thread."""
-  def save():
-    writer.flush()  # (a store's metrics rows are written at flushes) the rows up to this step, then the step
-    run.save_checkpoint(checkpointer, state, state.wall_before + time.time() - t_start, cfg_json)
-    checkpointer.wait()
-
-  def finish():
-    writer.write_event(state.step, {"event": "preempted", "signal": preemption.reason,
-                                    "seconds_to_save": round(preemption.seconds_since_request(), 3)})
-    writer.flush()
-    log(f"[preempted] {preemption.reason}: step {state.step} saved during the rollout of the next; exiting "
-        f"{preemption.seconds_since_request():.1f} s after it with code {errors.EXIT_PREEMPTED}; nothing was "
-        f"lost: the same command resumes the run from step {state.step}")
-  return save, finish
-
-
-def _stop_preempted(run: Run, checkpointer: Checkpointer, writer, state: RunState, saved_step: int | None,
-                    preemption: Preemption, elapsed_s: float, cfg_json: str):
-  """Saves the last completed step (unless it is saved), waits for the checkpoint to be committed, records the
-  preemption in metrics.jsonl and raises `Preempted`."""
-  writer.flush()
-  if saved_step != state.step:
-    run.save_checkpoint(checkpointer, state, elapsed_s, cfg_json)
-  checkpointer.wait()
-  reason = preemption.reason or "another process was signalled"
-  writer.write_event(state.step, {"event": "preempted", "signal": reason,
-                                  "seconds_to_save": round(preemption.seconds_since_request(), 3)})
-  raise errors.Preempted(reason, step=state.step)
-
-
-def _restore(run: Run, checkpointer: Checkpointer, workdir: str, main: bool, log) -> RunState | None:
+def _restore(run: Run, wd: Workdir) -> RunState | None:
   """The run state of the latest readable checkpoint in the workdir, or None (refusing to start afresh over a
   run's history)."""
-  config = run.config
+  config, workdir, main, log = run.config, wd.path, wd.main, wd.log
   restored = None
-  if checkpointer.all_steps():
+  if wd.checkpointer.all_steps():
     template = run.new_state(run.initial_params, 0, 0, {}, "")
     # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
-    restored = checkpointer.restore_latest(checkpoint_lib.abstract_like(run.checkpoint_arrays(template)))
+    restored = wd.checkpointer.restore_latest(checkpoint_lib.abstract_like(run.checkpoint_arrays(template)))
   if restored is None:
     workdir_lib.refuse_to_overwrite_history(workdir)
     return None
@@ -232,17 +178,17 @@ def _restore(run: Run, checkpointer: Checkpointer, workdir: str, main: bool, log
     log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
         "counted in wall_s_total")
   params, ref_state = run.policy.from_checkpoint(restored.state, meta, workdir)
-  log(f"[resume] restored step {restored.step} from {checkpointer.directory}")
+  log(f"[resume] restored step {restored.step} from {wd.checkpointer.directory}")
   return RunState(params, restored.state["opt_state"], ref_state, restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
                   meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),
                   float(meta.get("elapsed_s", 0.0)) if own else 0.0)
 
 
-def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
+def _start(run: Run, wd: Workdir) -> RunState:
   """The starting point of a new run: another run's (warmstart.init_checkpoint), this run's own saved warm
   start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
-  config = run.config
+  config, workdir, main, log = run.config, wd.path, wd.main, wd.log
   run_id = workdir_lib.new_run_id(workdir, main)
   # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
@@ -269,7 +215,7 @@ def _start(run: Run, workdir: str, main: bool, log, cfg_json: str) -> RunState:
   if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
     # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
     save_initial_state(own_start, params, {"data_position": int(data_position), "initial_eval": initial_eval,
-                                           "seed": int(config.seed), "config": json.loads(cfg_json)},
+                                           "seed": int(config.seed), "config": json.loads(wd.cfg_json)},
                        config.checkpoint.verify)
   return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
 
@@ -289,20 +235,6 @@ def _step_metrics(run: Run, rollout, step_metrics: dict, step: int, step_time: f
   # What the timed phases (sampling, rewards, reference, update) leave: data, tokenizing, placement, logging.
   metrics["timing/other_s"] = step_time - sum(v for k, v in metrics.items() if k.startswith("timing/"))
   return metrics
-
-
-def _log_step(config, writer, bar, main: bool, step: int, metrics: dict, rollout) -> None:
-  """metrics.jsonl (every log.every steps, evaluation steps and the last), samples, the progress bar."""
-  if step % config.log.every == 0 or "eval/accuracy" in metrics or step == config.num_steps:
-    writer.write(step, metrics)
-  if main and config.log.num_samples and (step % config.log.samples_every == 0 or step == 1):
-    n = min(config.log.num_samples, len(rollout.prompts))
-    idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
-    samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
-                "reward": float(rollout.rewards_B[i])} for i in idx]
-    writer.write_samples(step, samples)
-    bar.write(metrics_lib.format_samples(step, samples))
-  bar.update(metrics)
 
 
 def _diverged(config, step: int, nonfinite_steps: int, step_metrics: dict) -> FloatingPointError:

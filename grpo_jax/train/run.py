@@ -156,14 +156,16 @@ class Run:
         metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
     return metrics
 
-  def rollout(self, state: RunState, step: int):
-    """(the step's batch on the mesh, reference log-probs included; the Rollout; the new data position)."""
+  def rollout(self, state: RunState, step: int) -> tuple[RolloutBatch, Any, RunState]:
+    """(the step's batch on the mesh, reference log-probs included; the Rollout; `state` past the training rows
+    the rollout used, which the update continues from)."""
     g = self.config.grpo
-    position = [state.data_position]
+    position = state.data_position
 
     def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
-      columns = self.task.train_rows(position[0] + self.offset, self.count)
-      position[0] += g.prompts_per_step
+      nonlocal position
+      columns = self.task.train_rows(position + self.offset, self.count)
+      position += g.prompts_per_step
       return columns
 
     key = jax.random.fold_in(self.base_key, step)
@@ -185,7 +187,7 @@ class Run:
       ref_logp = self.ref_logprobs(ref_params, batch).block_until_ready()
       rollout.metrics["timing/reference_s"] = time.perf_counter() - t0
       batch = batch._replace(ref_logp_BxC=ref_logp)
-    return batch, rollout, position[0]
+    return batch, rollout, state._replace(data_position=position)
 
   def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
     t0 = time.perf_counter()

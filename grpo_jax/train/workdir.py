@@ -1,4 +1,5 @@
-"""A run's workdir: its config.json, run id, lock, the checks before a resume, and summary.json at the end.
+"""A run's workdir: its config.json, run id, lock, the checks before a resume, summary.json at the end, and
+`Workdir`, the one object through which the loop writes there (checkpoints, metrics, samples, curves).
 
 WORKDIR holds config.json (the settings the run started with), run_id, .lock (held while the run lives),
 metrics.jsonl, checkpoints/, warmstart/ and, once the run has reached its last step, summary.json and curves.png.
@@ -10,8 +11,9 @@ import json
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 
 from grpo_jax import config as config_lib
 from grpo_jax import errors
@@ -21,7 +23,8 @@ from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
 from grpo_jax.train.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
 from grpo_jax.train.lease import LEASE_FILE, Lease
-from grpo_jax.train.plotting import plot_runs
+from grpo_jax.train.distributed import NullWriter
+from grpo_jax.train.plotting import CurvesRefresher, plot_runs
 
 PLOT_FILE = "curves.png"
 SUMMARY_FILE = "summary.json"
@@ -205,3 +208,107 @@ def load_starting_point(source: str, params, workdir: str, main: bool, log) -> t
   log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/{step}"
       f" (seed {meta.get('seed')})")
   return params, int(meta["data_position"]), dict(meta["initial_eval"])
+
+
+class Workdir:
+  """The workdir side of one run, made once and passed once: config.json, the checkpoints, metrics.jsonl and the
+  samples (process 0 writes files; every process takes part in a checkpoint), the curves, and the run's clock.
+
+    wd = Workdir(config, path, main, log, time_split)   # config.json written, no history opened yet
+    wd.open_history(state, fresh)                      # metrics.jsonl (TensorBoard, W&B) from the state's step on
+    wd.log_step(step, metrics, rollout, bar); wd.save(run, state)
+    wd.close()                                         # also when interrupted
+  """
+
+  def __init__(self, config, path: str, main: bool, log, time_split):
+    self.config, self.path, self.main, self.log, self.time_split = config, path, main, log, time_split
+    self.cfg_json = prepare(config, path, main)
+    k = config.checkpoint
+    self.checkpointer = checkpoint_lib.Checkpointer(storage.join(path, CHECKPOINT_DIR), k.keep, k.verify,
+                                                    k.get("async_save", True))
+    self.curves = CurvesRefresher(path, storage.join(path, PLOT_FILE), config.log.plot and main, log=log)
+    self.writer = None
+    self.saved_step: int | None = None  # the newest checkpoint this process started from or saved
+
+  def open_history(self, state, fresh: bool) -> None:
+    """The metrics writer of a run starting at `state` (a resume drops the rows logged after its step)."""
+    self.writer = (metrics_lib.MetricsWriter(self.path, tensorboard=self.config.log.tensorboard,
+                                             resume_step=None if fresh else state.step,
+                                             wandb=metrics_lib.wandb_init_kwargs(self.config, self.path, state.run_id,
+                                                                                 self.cfg_json))
+                   if self.main else NullWriter())
+    self.saved_step = None if fresh else state.step
+
+  def elapsed_s(self, state) -> float:
+    """Seconds this run (its run id) has spent up to now, over all its processes."""
+    return state.wall_before + time.time() - self.time_split.t_start
+
+  def save(self, run, state) -> None:
+    """Checkpoint `state.step` (asynchronous: `checkpointer.wait()` commits it)."""
+    run.save_checkpoint(self.checkpointer, state, self.elapsed_s(state), self.cfg_json)
+    self.saved_step = state.step
+
+  def last_eval(self, state) -> dict:
+    """The held-out metrics of the newest evaluation up to `state.step`. Every process reads the file (process 0
+    writes it): they all return the same summary."""
+    if state.step == 0:
+      return dict(state.initial_eval)
+    return last_eval(storage.join(self.path, metrics_lib.METRICS_FILE), state.initial_eval, state.step)
+
+  def log_step(self, step: int, metrics: dict, rollout, bar) -> None:
+    """metrics.jsonl (every log.every steps, evaluation steps and the last), samples, the progress bar; after an
+    evaluation, a fresh curves.png (the run's end draws its own)."""
+    c = self.config
+    if step % c.log.every == 0 or "eval/accuracy" in metrics or step == c.num_steps:
+      self.writer.write(step, metrics)
+    if self.main and c.log.num_samples and (step % c.log.samples_every == 0 or step == 1):
+      n = min(c.log.num_samples, len(rollout.prompts))
+      idx = np.linspace(0, len(rollout.prompts) - 1, n).astype(int)
+      samples = [{"prompt": rollout.prompts[i], "completion": rollout.completions[i],
+                  "reward": float(rollout.rewards_B[i])} for i in idx]
+      self.writer.write_samples(step, samples)
+      bar.write(metrics_lib.format_samples(step, samples))
+    bar.update(metrics)
+    if "eval/accuracy" in metrics and step < c.num_steps and self.curves.enabled:
+      self.writer.flush()  # the curves' helper draws metrics.jsonl as stored
+      self.curves.after_eval()
+
+  def rescue(self, run, state, preemption) -> tuple[Callable[[], None], Callable[[], None]]:
+    """(save, finish) of `state` for the preemption's rescue thread, while a rollout keeps the main thread."""
+    def save():
+      self.writer.flush()  # (a store's metrics rows are written at flushes) the rows up to this step, then the step
+      self.save(run, state)
+      self.checkpointer.wait()
+
+    def finish():
+      self._record_preemption(state, preemption.reason, preemption)
+      self.log(f"[preempted] {preemption.reason}: step {state.step} saved during the rollout of the next; exiting "
+               f"{preemption.seconds_since_request():.1f} s after it with code {errors.EXIT_PREEMPTED}; nothing was "
+               f"lost: the same command resumes the run from step {state.step}")
+    return save, finish
+
+  def stop_preempted(self, run, state, preemption):
+    """Saves the last completed step (unless it is saved), waits for the checkpoint to be committed, records the
+    preemption in metrics.jsonl and raises `Preempted`."""
+    self.writer.flush()
+    if self.saved_step != state.step:
+      self.save(run, state)
+    self.checkpointer.wait()
+    reason = preemption.reason or "another process was signalled"
+    self._record_preemption(state, reason, preemption)
+    raise errors.Preempted(reason, step=state.step)
+
+  def _record_preemption(self, state, reason: str, preemption) -> None:
+    self.writer.write_event(state.step, {"event": "preempted", "signal": reason,
+                                         "seconds_to_save": round(preemption.seconds_since_request(), 3)})
+    self.writer.flush()
+
+  def finish(self, state, last_eval: dict) -> Summary:
+    return finish(self.config, self.path, state, last_eval, self.time_split, self.main, self.log)
+
+  def close(self) -> None:
+    """Flushes what was logged and releases the helper and orbax's threads."""
+    self.curves.close()
+    if self.writer is not None:
+      self.writer.close()
+    self.checkpointer.close()
