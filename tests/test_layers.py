@@ -8,12 +8,6 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The imports of grpo_jax modules inside functions that issue 43 has left: a Ray task's body, which imports on the
-# node that runs it. The list only shrinks: an entry that is gone fails here too.
-LEFT_TO_REMOVE = {
-    ("grpo_jax/sweep/ray_backend.py", "grpo_jax"),
-}
-
 
 def test_the_import_linter_contracts_hold():
   # In a process of its own: import-linter's console keeps the stdout it first saw, which pytest closes.
@@ -43,5 +37,4 @@ def test_grpo_jax_modules_are_imported_at_the_top_of_a_module():
     for name in names:
       if name.endswith(".py"):
         found |= _imports_inside_functions(os.path.relpath(os.path.join(directory, name), ROOT))
-  assert found - LEFT_TO_REMOVE == set(), "import these at the top of their modules"
-  assert LEFT_TO_REMOVE - found == set(), "gone: take them off LEFT_TO_REMOVE"
+  assert found == set(), "import these at the top of their modules"

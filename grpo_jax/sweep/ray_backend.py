@@ -295,10 +295,10 @@ def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
   nodes = [n for n in ray.nodes() if n.get("Alive")]
 
   def write(path: str, text: str) -> str:  # a gs:// or s3:// sweep directory: through the node's credentials
-    from grpo_jax import storage as node_storage
-    if not node_storage.is_url(path):
+    # (Ray pickles `storage` by name: the node imports its own grpo_jax.storage, with the node's clients.)
+    if not storage.is_url(path):
       os.makedirs(os.path.dirname(path), exist_ok=True)
-    node_storage.write_text(path, text)
+    storage.write_text(path, text)
     return socket.gethostname()
 
   writer = ray.remote(write)

@@ -65,7 +65,7 @@ def main():
 
   # Restore the last checkpoint (collectively) and dump this process's view of the parameters.
   # No target: plain arrays (whose key paths differ from the saved State's, so no checksum check here).
-  ckpt = checkpoint.Checkpointer(os.path.join(workdir, loop.CHECKPOINT_DIR), keep=2, verify=False)
+  ckpt = checkpoint.Checkpointer(os.path.join(workdir, checkpoint.CHECKPOINT_DIR), keep=2, verify=False)
   restored = ckpt.restore_latest(None)
   ckpt.close()
   assert restored is not None and restored.step == config.num_steps, restored and restored.step

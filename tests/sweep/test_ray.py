@@ -67,7 +67,7 @@ def test_same_files_as_the_local_backend_retries_crashes_and_fails_user_errors_o
 
 
 def test_members_run_at_once_each_on_its_own_gpu(tmp_path, fake_train_cmd):
-  members = spec.validate([{"name": f"m{i}", "overrides": {"num_steps": 2, "sleep": 1.0}} for i in range(2)])
+  members = spec.validate([{"name": f"m{i}", "overrides": {"num_steps": 2, "sleep": 2.0}} for i in range(2)])
   outcomes = _run(members, tmp_path, fake_train_cmd, resources=ray_backend.MemberResources.parse({"GPU": 1}),
                   init_kwargs={"num_cpus": 2, "num_gpus": 2})
   assert outcomes == {"m0": "done", "m1": "done"}
