@@ -6,7 +6,7 @@
 
 Each pair is two fresh processes of scripts/train.py on the same config, in alternating order:
   baseline   the figure drawn once, at the end (CurvesRefresher.after_eval a no-op): what a run did before;
-  refreshed  the figure also redrawn after each evaluation by the nice-19 helper process.
+  refreshed  the figure also redrawn after evaluations by the idle-priority helper process.
 For each run, the wall time of its process (summary.json's wall_s_this_process) and, for the refreshed one, how
 many drawings of curves.png it made while it trained (the file's modification time, polled every 0.1 s, counted
 once it holds for a poll). The ratio is the median of refreshed / baseline over the pairs. Nothing else should
@@ -58,7 +58,8 @@ def one_run(kind: str, config: str, workdir: str) -> dict:
     raise SystemExit(f"{kind} run failed (exit {process.returncode}):\n{err[-3000:]}")
   with open(os.path.join(workdir, "summary.json")) as f:
     summary = json.load(f)
-  return {"kind": kind, "wall_s": summary["wall_s_this_process"], "redraws_while_training": seen}
+  return {"kind": kind, "wall_s": summary["wall_s_this_process"], "redraws_while_training": seen,
+          "time_split_s": summary["time_split_s"]}
 
 
 def main() -> None:
@@ -79,6 +80,10 @@ def main() -> None:
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
   ratio = statistics.median(p["refreshed"]["wall_s"] / p["baseline"]["wall_s"] for p in runs)
+  parts = runs[0]["baseline"]["time_split_s"]
+  print("where the time went, mean of the pairs (s): " + ", ".join(
+      f"{part} {statistics.mean(p['baseline']['time_split_s'][part] for p in runs):.1f} -> "
+      f"{statistics.mean(p['refreshed']['time_split_s'][part] for p in runs):.1f}" for part in parts))
   print(f"{args.config}: refreshed / baseline wall time = {ratio:.3f} (median of {args.pairs} pairs; the issue's "
         f"bound: 1.02)")
   if args.json:

@@ -349,7 +349,7 @@ class LogSettings:
   wandb_name: str = ""            # "": the workdir's name. The W&B run id is the run's own (a resume continues it).
   wandb_mode: str = "online"      # "online", or "offline" (written under WORKDIR/wandb; `wandb sync` uploads it).
   progress_bar: bool = True       # a tqdm bar over the steps; off a terminal, a line every 30 s instead.
-  plot: bool = True               # curves.png in the workdir: after each evaluation (a nice-19 helper), at the end.
+  plot: bool = True               # curves.png in the workdir: after evaluations (an idle-priority helper), at the end.
 
   def __post_init__(self):
     s = Section(self, "log")

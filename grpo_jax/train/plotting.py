@@ -12,6 +12,7 @@ import os
 import select
 import subprocess
 import sys
+import time
 from typing import Sequence
 
 import numpy as np
@@ -25,12 +26,14 @@ PANELS = (("reward", "reward"), ("eval/accuracy", "held-out accuracy"), ("kl", "
 OPTIONAL_PANELS = (("episodes/turns", "messages per episode"),)
 
 
-def draw_panels(panels, path: str, dpi: int = 80) -> str:
+def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) -> str:
   """panels: [(title, [(label, (steps, mean, std, count), marker[, floor])] per curve)] -> one row of plots in a PNG.
 
   Each curve is a line with a band of ± std where std is finite (NaN: no band); a curve keeps its color (and
   line style, past 10 curves) across panels; a finite `floor` adds a dotted level line in the curve's color (a
   reference such as what one constant answer scores); a panel without data says "not logged". Returns `path`.
+  `layout`: the margins of an earlier figure of the same panels (a redrawing), reused instead of a tight_layout
+  pass, which costs as much as the rendering; an empty dict receives this figure's.
   """
   import matplotlib
   matplotlib.use("Agg")
@@ -60,7 +63,13 @@ def draw_panels(panels, path: str, dpi: int = 80) -> str:
   fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(4, max(1, len(legend))),
              fontsize=8, frameon=False)
   rows = -(-len(legend) // 4)
-  fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
+  if layout:
+    fig.subplots_adjust(**layout)
+  else:
+    fig.tight_layout(rect=(0, 0.05 * rows + 0.02, 1, 1))
+    if layout is not None:
+      p = fig.subplotpars
+      layout.update(left=p.left, right=p.right, bottom=p.bottom, top=p.top, wspace=p.wspace, hspace=p.hspace)
   if storage.is_url(path):  # matplotlib writes to a buffer, stored whole
     buffer = io.BytesIO()
     fig.savefig(buffer, dpi=dpi, format="png")
@@ -73,7 +82,7 @@ def draw_panels(panels, path: str, dpi: int = 80) -> str:
 
 
 def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | None = None,
-              metrics: Sequence[str] | None = None) -> str:
+              metrics: Sequence[str] | None = None, layout: dict | None = None) -> str:
   """Writes a PNG with one panel per metric and one line per run; returns out_path. The metrics are `metrics`
   (names in metrics.jsonl) if given, else PANELS and those of OPTIONAL_PANELS that some run logged.
 
@@ -108,16 +117,16 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
       curves.append((label, (steps, values, np.full(values.shape, np.nan), np.ones(values.shape)),
                      "o" if key.startswith("eval/") else None))
     panels.append((title, curves))
-  return draw_panels(panels, out_path, dpi=100)
+  return draw_panels(panels, out_path, dpi=100, layout=layout)
 
 
 class CurvesRefresher:
-  """A run's curves.png redrawn after each of its evaluations while it trains, by a helper process at the lowest
-  CPU priority (nice 19). A drawing costs 0.5-1 s of CPU (tight_layout and savefig): in the trainer's process 20
-  of them would slow the default experiment by 15-30%. At nice 19 the helper draws on the cores the run leaves
-  idle, and where the run keeps them all busy the scheduler gives it about 1.5% of their time. A request made
-  while a drawing runs is merged into the next drawing, so a slow drawing skips evaluations rather than piling
-  up. The final figure is drawn when the run finishes (workdir.finish).
+  """A run's curves.png redrawn after its evaluations while it trains, by a helper process at the lowest CPU
+  priority (Linux's SCHED_IDLE; nice 19 elsewhere) that keeps to a tenth of one core. A drawing costs 0.5-1 s
+  of CPU: in the trainer's process, one per evaluation would slow the default experiment by 15-30%. The helper
+  draws on cores the run leaves idle; a run whose evaluations are minutes apart gets a drawing after each, the
+  default experiment (an evaluation every 2.5 s) one after about every other, each showing every evaluation
+  so far. The final figure is drawn when the run finishes (workdir.finish).
 
     curves = CurvesRefresher(workdir, path, enabled)
     curves.after_eval()   # metrics.jsonl flushed first: the helper reads it
@@ -136,7 +145,7 @@ class CurvesRefresher:
       if self._helper is None:
         self._helper = subprocess.Popen([sys.executable, "-m", __name__, "--serve", self.workdir, self.path],
                                         stdin=subprocess.PIPE, text=True)
-        os.setpriority(os.PRIO_PROCESS, self._helper.pid, 19)  # before its imports: all of it runs at nice 19
+        _lowest_priority(self._helper.pid)  # before its imports: all of it runs there
       self._helper.stdin.write("draw\n")
       self._helper.stdin.flush()
     except OSError as e:  # the helper is gone (its error is on stderr): curves.png waits for the run's end
@@ -159,19 +168,38 @@ class CurvesRefresher:
       helper.wait()
 
 
-def serve(workdir: str, path: str, requests_fd: int = 0) -> int:
+def _lowest_priority(pid: int) -> None:
+  """Linux's SCHED_IDLE for process `pid` (it runs only on a core nothing else wants), else nice 19."""
+  try:
+    os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+  except (AttributeError, OSError):  # not Linux
+    os.setpriority(os.PRIO_PROCESS, pid, 19)
+
+
+def serve(workdir: str, path: str, requests_fd: int = 0, cpu_share: float = 0.1) -> int:
   """CurvesRefresher's helper: one drawing per burst of requests on `requests_fd` (stdin), until it closes;
-  returns the number of drawings. A failed drawing is said on stderr and the next request tries again."""
-  drawings = 0
-  while os.read(requests_fd, 4096):  # blocks until a request; b"": the trainer closed the pipe
+  returns the number of drawings. After a drawing that took `c` CPU seconds the next one starts no sooner than
+  `c / cpu_share` seconds after it began (requests meanwhile merge into it), so the helper uses at most that
+  share of one core: a run's evaluations minutes apart each get a drawing, the default experiment's (2.5 s
+  apart) about every other one (benchmarks/curves_refresh_bench.py). A failed drawing is said on stderr and the
+  next request tries again."""
+  drawings, layout, pending = 0, {}, False
+  while pending or os.read(requests_fd, 4096):  # blocks until a request; b"": the trainer closed the pipe
     while select.select([requests_fd], [], [], 0)[0]:  # requests that came during the last drawing: one drawing
       if not os.read(requests_fd, 4096):
         return drawings  # the run's end draws the final figure itself
+    began, cpu = time.perf_counter(), time.process_time()
     try:
-      plot_runs([workdir], path)
+      plot_runs([workdir], path, layout=layout)
       drawings += 1
     except Exception as e:  # noqa: BLE001 -- a figure must never stop anything
+      layout.clear()
       print(f"[plot] {path} not refreshed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    next_at, pending = began + (time.process_time() - cpu) / cpu_share, False
+    while (wait := next_at - time.perf_counter()) > 0 and select.select([requests_fd], [], [], wait)[0]:
+      if not os.read(requests_fd, 4096):
+        return drawings
+      pending = True
   return drawings
 
 

@@ -1,6 +1,6 @@
-"""curves.png while a run trains (grpo_jax/train/plotting.py: CurvesRefresher): redrawn after each evaluation by a
-helper process at nice 19, requests made during a drawing merged into one, and a failed drawing never stops the
-run."""
+"""curves.png while a run trains (grpo_jax/train/plotting.py: CurvesRefresher): redrawn after evaluations by a
+helper process at the lowest CPU priority, within its share of a core, requests made meanwhile merged into one,
+and a failed drawing never stops the run."""
 import json
 import os
 import threading
@@ -23,13 +23,13 @@ def wait_for(condition, timeout_s=60.0):
     time.sleep(0.05)
 
 
-def test_each_evaluation_redraws_the_figure_from_a_nice_19_helper(tmp_path):
+def test_each_evaluation_redraws_the_figure_from_a_lowest_priority_helper(tmp_path):
   metrics_file(tmp_path, 10)
   path = tmp_path / "curves.png"
   curves = CurvesRefresher(str(tmp_path), str(path), enabled=True)
   curves.after_eval()
   helper = curves._helper
-  assert os.getpriority(os.PRIO_PROCESS, helper.pid) == 19  # it only takes the cores the run leaves idle
+  assert os.sched_getscheduler(helper.pid) == os.SCHED_IDLE  # it only takes the cores the run leaves idle
   wait_for(lambda: path.exists() and path.stat().st_size > 10_000)
   first = path.stat().st_mtime_ns
   metrics_file(tmp_path, 20)  # the next evaluation: drawn again, by the same helper
@@ -49,6 +49,25 @@ def test_requests_made_during_a_drawing_make_one_drawing(tmp_path):
   helper.start()
   wait_for(lambda: (tmp_path / "c.png").exists())
   os.close(write)  # the run ends: the helper exits
+  helper.join(30)
+  os.close(read)
+  assert drawings == [1]
+
+
+def test_the_helper_keeps_to_its_share_of_a_core(tmp_path):
+  metrics_file(tmp_path, 10)
+  read, write = os.pipe()
+  png = tmp_path / "c.png"
+  drawings = []
+  helper = threading.Thread(target=lambda: drawings.append(serve(str(tmp_path), str(png), read, cpu_share=1e-4)))
+  helper.start()
+  os.write(write, b"draw\n")
+  wait_for(lambda: png.exists() and png.stat().st_size > 10_000)
+  first = png.stat().st_mtime_ns
+  os.write(write, b"draw\n")  # the next evaluation, within 10,000 drawing times of the first: it waits
+  time.sleep(2.0)
+  assert png.stat().st_mtime_ns == first
+  os.close(write)
   helper.join(30)
   os.close(read)
   assert drawings == [1]
