@@ -56,9 +56,10 @@ def with_lora(config, rank: int, targets: str = "all"):
 def shapes(config):
   """(B rollout rows, P prompt length, C completion length, mini-batch, micro-batch) of one step."""
   from grpo_jax.settings import Settings
-  s = config.sampling
-  return (Settings.from_config(config).rollout_batch_size, s.max_prompt_length, s.max_new_tokens,
-          Settings.from_config(config).mini_batch_size, Settings.from_config(config).micro_batch_size)
+  settings = Settings.from_config(config)
+  s = settings.sampling
+  return (settings.rollout_batch_size, s.max_prompt_length, s.max_new_tokens, settings.mini_batch_size,
+          settings.micro_batch_size)
 
 
 def model_config(name: str, config):
@@ -91,7 +92,8 @@ def the_estimate(cfg, config) -> dict:
   B, P, C, _, micro = shapes(config)
   w = me.Workload(sampler_batch=B, prompt_len=P, new_tokens=C, micro_batch=micro,
                   logprob_chunk=config.model.logprob_chunk_size, use_ref=config.grpo.beta > 0,
-                  offload_ref=config.model.offload_ref_params, prompt_repeats=Settings.from_config(config).prompt_repeats,
+                  offload_ref=config.model.offload_ref_params,
+                  prompt_repeats=Settings.from_config(config).prompt_repeats,
                   lora_rank=config.model.get("lora_rank", 0), lora_targets=config.model.get("lora_targets", "all"))
   est = me.estimate(cfg, me.Mesh(1, 1, 1), w)
   act = est["activations_remat"] if cfg.remat else est["activations"]
@@ -109,17 +111,18 @@ def build_update(cfg, config):
   from grpo_jax.train.loop import loss_config
   from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
   from grpo_jax.train.step import make_train_step
-  B, _, _, mini, micro = shapes(config)
-  g = config.grpo
-  updates_per_step = g.num_iterations * (B // mini)
-  optimizer = make_optimizer(config.optim, learning_rate_schedule(config.optim, config.num_steps, updates_per_step))
+  settings = Settings.from_config(config)
+  g = settings.grpo
+  optimizer = make_optimizer(settings.optim, learning_rate_schedule(settings.optim, settings.num_steps,
+                                                                    settings.updates_per_step))
   graphdef, abstract_params = nnx.split(nnx.eval_shape(lambda: make_model(cfg, config, jax.random.key(0))))
   abstract_opt = jax.eval_shape(optimizer.init, trainable(abstract_params, config))
-  step = jax.jit(make_train_step(graphdef, optimizer, loss_config(Settings.from_config(config)), num_iterations=g.num_iterations,
-                                 mini_batch_size=mini, micro_batch_size=micro,
+  step = jax.jit(make_train_step(graphdef, optimizer, loss_config(settings), num_iterations=g.num_iterations,
+                                 mini_batch_size=settings.mini_batch_size,
+                                 micro_batch_size=settings.micro_batch_size,
                                  temperature=config.sampling.temperature,
                                  chunk_size=config.model.logprob_chunk_size,
-                                 prompt_repeats=Settings.from_config(config).prompt_repeats,
+                                 prompt_repeats=settings.prompt_repeats,
                                  trainable=nnx.LoRAParam if config.model.get("lora_rank", 0) else None),
                  donate_argnums=(0, 1))
   return step, abstract_params, abstract_opt, graphdef, optimizer
