@@ -122,11 +122,11 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
 
 class CurvesRefresher:
   """A run's curves.png redrawn after its evaluations while it trains, by a helper process at the lowest CPU
-  priority (Linux's SCHED_IDLE; nice 19 elsewhere) that keeps to a tenth of one core. A drawing costs 0.5-1 s
-  of CPU: in the trainer's process, one per evaluation would slow the default experiment by 15-30%. The helper
-  draws on cores the run leaves idle; a run whose evaluations are minutes apart gets a drawing after each, the
-  default experiment (an evaluation every 2.5 s) one after about every other, each showing every evaluation
-  so far. The final figure is drawn when the run finishes (workdir.finish).
+  priority (Linux's SCHED_IDLE; nice 19 elsewhere) that keeps to 15% of one core. A drawing costs 0.25 s of
+  CPU (0.5-1 s for the first): in the trainer's process, one per evaluation would slow the default experiment
+  by 10-30%. The helper draws on cores the run leaves idle; a run whose evaluations are more than a few seconds
+  apart gets a drawing after each, the default experiment (evaluations 2 to 2.5 s apart) one after about every
+  other, each showing every evaluation so far. The final figure is drawn when the run finishes (workdir.finish).
 
     curves = CurvesRefresher(workdir, path, enabled)
     curves.after_eval()   # metrics.jsonl flushed first: the helper reads it
@@ -176,13 +176,12 @@ def _lowest_priority(pid: int) -> None:
     os.setpriority(os.PRIO_PROCESS, pid, 19)
 
 
-def serve(workdir: str, path: str, requests_fd: int = 0, cpu_share: float = 0.1) -> int:
+def serve(workdir: str, path: str, requests_fd: int = 0, cpu_share: float = 0.15) -> int:
   """CurvesRefresher's helper: one drawing per burst of requests on `requests_fd` (stdin), until it closes;
-  returns the number of drawings. After a drawing that took `c` CPU seconds the next one starts no sooner than
-  `c / cpu_share` seconds after it began (requests meanwhile merge into it), so the helper uses at most that
-  share of one core: a run's evaluations minutes apart each get a drawing, the default experiment's (2.5 s
-  apart) about every other one (benchmarks/curves_refresh_bench.py). A failed drawing is said on stderr and the
-  next request tries again."""
+  returns the number of drawings. After a drawing that took `c` CPU seconds (about 0.25 s once the first has
+  imported matplotlib and laid the figure out) the next one starts no sooner than `c / cpu_share` seconds after
+  it began (requests meanwhile merge into it), so the helper uses at most that share of one core
+  (benchmarks/curves_refresh_bench.py). A failed drawing is said on stderr and the next request tries again."""
   drawings, layout, pending = 0, {}, False
   while pending or os.read(requests_fd, 4096):  # blocks until a request; b"": the trainer closed the pipe
     while select.select([requests_fd], [], [], 0)[0]:  # requests that came during the last drawing: one drawing
@@ -195,7 +194,8 @@ def serve(workdir: str, path: str, requests_fd: int = 0, cpu_share: float = 0.1)
     except Exception as e:  # noqa: BLE001 -- a figure must never stop anything
       layout.clear()
       print(f"[plot] {path} not refreshed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    next_at, pending = began + (time.process_time() - cpu) / cpu_share, False
+    # The first drawing also imports matplotlib and lays the figure out: a one-off, not what later ones cost.
+    next_at, pending = began + (time.process_time() - cpu) / cpu_share * (drawings > 1), False
     while (wait := next_at - time.perf_counter()) > 0 and select.select([requests_fd], [], [], wait)[0]:
       if not os.read(requests_fd, 4096):
         return drawings
