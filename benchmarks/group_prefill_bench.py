@@ -46,6 +46,7 @@ def main(argv=None) -> None:
   from flax import nnx
 
   from grpo_jax.data.tasks import make_task
+  from grpo_jax.settings import Settings
   from grpo_jax.model.hf_io import from_pretrained
   from grpo_jax.sampling import Sampler, SamplingConfig
   from grpo_jax.train.rollout import bucket_widths, encode_prompts
@@ -55,7 +56,7 @@ def main(argv=None) -> None:
                            "smollm2" if args.model == "smollm2" else "test")
   if args.model == "smollm2" and not os.path.isdir(config.model.hf_path):
     sys.exit("models/SmolLM2-135M-Instruct is missing: bash scripts/get_smollm2.sh")
-  task = make_task(config, log=lambda _: None)
+  task = make_task(Settings.from_config(config), log=lambda _: None)
   texts = task.train_rows(0, args.prompts)["prompt"]
   prompts = encode_prompts(task.tokenizer, texts, args.max_prompt_length)
   G = args.group

@@ -199,7 +199,8 @@ class StepRig:
     config.task.heldout_path = ""
     config.task.heldout_fraction = 0.25
     self.config, self.step = config, step
-    self.tokenizer, self.task = build_tokenizer_and_task(config, log=log)
+    settings = Settings.from_config(config)
+    self.tokenizer, self.task = build_tokenizer_and_task(settings, log=log)
     g, s = config.grpo, config.sampling
     micro = shapes(config)[4]
     mesh = sharding_lib.make_mesh(data=1, fsdp=1, tensor=1)
@@ -217,9 +218,9 @@ class StepRig:
     self.ref_params = None if g.beta <= 0 or self.use_lora else self.offloader.park(copy(self.params))
     self.ref_logprobs = jax.jit(make_logprob_fn(ref_graphdef, temperature=s.temperature,
                                                 chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
-                                                prompt_repeats=Settings.from_config(config).prompt_repeats))
-    self.sampler = distributed.GlobalSampler(make_samplers(graphdef, config, self.tokenizer)[0], 0)
-    self.settings = RolloutSettings.from_config(config, build_reward_fns(config))
+                                                prompt_repeats=settings.prompt_repeats))
+    self.sampler = distributed.GlobalSampler(make_samplers(graphdef, settings, self.tokenizer)[0], 0)
+    self.settings = RolloutSettings.from_settings(settings, build_reward_fns(settings))
     jax.block_until_ready((self.params, self.opt_state, self.ref_params))
     log(f"[memory_fit] AdamW state and reference placed: {_gib(peak_in_use())} GiB")
 

@@ -95,7 +95,8 @@ def run_grpo_jax(args) -> dict:
 def train_rows(config, n: int) -> dict:
   """The first `n` training prompts as grpo_jax renders them, with their answers."""
   from grpo_jax.data.tasks import make_task
-  return make_task(config, log=lambda _: None).train_rows(0, n)
+  from grpo_jax.settings import Settings
+  return make_task(Settings.from_config(config), log=lambda _: None).train_rows(0, n)
 
 
 def run_tunix(args) -> dict:

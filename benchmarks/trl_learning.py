@@ -157,7 +157,9 @@ def evaluate_snapshots(out_dir: str, config, clock_by_step: dict, keep: bool = F
   from grpo_jax.train.evaluation import evaluate
   from grpo_jax.train.rollout import scoring_of
   from flax import nnx
+  from grpo_jax.settings import Settings
 
+  config = Settings.from_config(config)
   tokenizer, task = loop.build_tokenizer_and_task(config)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
   graphdef, _ = loop.build_model(config, tokenizer, mesh)

@@ -31,14 +31,12 @@ def _backend_started() -> bool:
   return xla_bridge.backends_are_initialized()
 
 
-def apply(config, log=print) -> None:
-  """Sets the process-wide matmul precision and, when asked, deterministic GPU ops (module docstring).
+def apply(p, log=print) -> None:
+  """Sets the process-wide matmul precision and, when asked, deterministic GPU ops (module docstring). `p`: the
+  run's `precision` section (grpo_jax/settings.py: PrecisionSettings, which checked its values).
 
   Raises ValueError when deterministic mode is asked after a GPU backend has started without the flag.
   """
-  p = config.precision
-  if p.matmul not in MATMUL_PRECISIONS:
-    raise ValueError(f"config.precision.matmul: {p.matmul!r} is not one of {list(MATMUL_PRECISIONS)}")
   jax.config.update("jax_default_matmul_precision", None if p.matmul == "default" else p.matmul)
   if not p.deterministic:
     return

@@ -15,7 +15,6 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "config.md")
-sys.path.insert(0, ROOT)  # this checkout's grpo_jax, not another installed copy
 
 # In grpo_jax/settings.py: `class ModelSettings:` opens a section, `  hf_path: str = ""  # comment` is a key.
 _CLASS = re.compile(r"^class (\w+)")

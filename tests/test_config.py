@@ -128,8 +128,7 @@ def test_rewards_by_import_path_with_dots():
   from grpo_jax.train import loop
   from tests.rewards import isolation_rewards
   c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid", "gsm8k_accuracy"), reward_weights=(0.5, 2.0))
-  checks.validate(c)
-  fns = loop.build_reward_fns(c)
+  fns = loop.build_reward_fns(checks.validate(c))
   assert [(name, weight) for name, _, weight in fns] == [
       ("exact_match", 1.0), ("tests.rewards.isolation_rewards:pid", 0.5), ("gsm8k_accuracy", 2.0)]
   assert fns[1][1] is isolation_rewards.pid

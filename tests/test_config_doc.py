@@ -10,8 +10,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_config_reference_is_up_to_date_and_documents_every_key():
+  # PYTHONPATH: this checkout's grpo_jax, whichever copy the interpreter has installed.
   check = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "config_reference.py"), "--check"],
-                         capture_output=True, text=True, cwd=ROOT)
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
   assert check.returncode == 0, check.stderr
   with open(os.path.join(ROOT, "docs", "config.md")) as f:
     rows = [line for line in f if line.startswith("| `")]

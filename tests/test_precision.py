@@ -12,6 +12,7 @@ import pytest
 
 from grpo_jax import config as config_lib
 from grpo_jax import precision
+from grpo_jax.settings import PrecisionSettings
 from grpo_jax.train import checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,6 +25,11 @@ def _config(matmul="default", deterministic=False):
   return c
 
 
+def _precision(matmul="default", deterministic=False) -> PrecisionSettings:
+  """The run's `precision` section, as grpo_jax.train.loop passes it to precision.apply."""
+  return PrecisionSettings(matmul=matmul, deterministic=deterministic)
+
+
 @pytest.fixture
 def restore_matmul_precision():
   before = jax.config.jax_default_matmul_precision
@@ -33,12 +39,12 @@ def restore_matmul_precision():
 
 @pytest.mark.parametrize("matmul, expected", [("default", None), ("high", "high"), ("highest", "highest")])
 def test_matmul_precision_is_set_process_wide(matmul, expected, restore_matmul_precision):
-  precision.apply(_config(matmul))
+  precision.apply(_precision(matmul))
   assert jax.config.jax_default_matmul_precision == expected
 
 
 def test_highest_precision_matches_float64_on_this_backend(restore_matmul_precision):
-  precision.apply(_config("highest"))
+  precision.apply(_precision("highest"))
   rng = np.random.default_rng(0)
   a, b = rng.normal(size=(64, 256)), rng.normal(size=(256, 32))
   got = jax.jit(jnp.matmul)(jnp.asarray(a, jnp.float32), jnp.asarray(b, jnp.float32))
@@ -53,9 +59,9 @@ def test_unknown_matmul_precision_is_a_config_error_naming_the_field():
 def test_deterministic_mode_sets_the_xla_flag_before_the_backend_starts():
   # A fresh interpreter: the flag must be in XLA_FLAGS when the backend starts, and the backend must accept it.
   code = ("import os, jax\n"
-          "from grpo_jax import config, precision\n"
-          "c = config.get_config(); c.precision.deterministic = True\n"
-          "precision.apply(c)\n"
+          "from grpo_jax import precision\n"
+          "from grpo_jax.settings import PrecisionSettings\n"
+          "precision.apply(PrecisionSettings(deterministic=True))\n"
           "assert precision.DETERMINISTIC_FLAG in os.environ['XLA_FLAGS'].split(), os.environ['XLA_FLAGS']\n"
           "print(float(jax.numpy.ones(3).sum()))\n")
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -71,11 +77,11 @@ def test_deterministic_mode_after_the_backend_started(monkeypatch):
   monkeypatch.setenv("XLA_FLAGS", "")
   messages = []
   if jax.default_backend() == "cpu":
-    precision.apply(_config(deterministic=True), log=messages.append)
+    precision.apply(_precision(deterministic=True), log=messages.append)
     assert messages == ["[precision] deterministic: the CPU backend is deterministic already"]
   else:
     with pytest.raises(ValueError, match=f"the {jax.default_backend()} backend started before the flag"):
-      precision.apply(_config(deterministic=True), log=messages.append)
+      precision.apply(_precision(deterministic=True), log=messages.append)
   assert os.environ["XLA_FLAGS"] == ""
 
 

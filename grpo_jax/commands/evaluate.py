@@ -26,6 +26,7 @@ from grpo_jax import compile_cache, errors, hash_seed
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.settings import Settings
 from grpo_jax.sweep.spec import load_module
 from grpo_jax.train import checks, loop
 from grpo_jax.train.evaluation import evaluate
@@ -56,43 +57,43 @@ def run(argv=None) -> None:
   if args.config:
     preset = args.config.partition(":")[2]
     config = load_module(args.config).get_config(preset or None)
-    checks.validate(config)
     args.base, args.workdir = True, args.config
   else:
-    config = load_run_config(args.workdir)
-  size = args.size or config.eval.size
+    config = load_run_config(args.workdir)  # checked when the run started
   config.eval.pass_k = args.pass_k
   config.eval.pass_k_temperature = config.sampling.temperature if args.temperature is None else args.temperature
-  tokenizer, task = loop.build_tokenizer_and_task(config)
+  settings = checks.validate(config) if args.config else Settings.from_config(config)
+  size = args.size or settings.eval.size
+  tokenizer, task = loop.build_tokenizer_and_task(settings)
   sets = ("heldout", *getattr(task, "transfer_sets", ()))
   if args.set not in sets:  # before the model is loaded
-    raise errors.UserError(f"--set {args.set!r}: the run's task ({config.task.name}) has no such set; its sets: "
+    raise errors.UserError(f"--set {args.set!r}: the run's task ({settings.task.name}) has no such set; its sets: "
                            f"{', '.join(sets)} (transfer sets come from config.task.transfer)")
-  mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+  mesh = sharding_lib.make_mesh(data=settings.mesh.data, fsdp=settings.mesh.fsdp, tensor=settings.mesh.tensor)
   t0 = time.perf_counter()
-  print(f"[model] {'loading ' + config.model.hf_path if config.model.hf_path else 'initializing the model'} ...",
+  print(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...",
         file=sys.stderr, flush=True)
-  graphdef, params = loop.build_model(config, tokenizer, mesh)
+  graphdef, params = loop.build_model(settings, tokenizer, mesh)
   source = "base model"
   if not args.base:
     params, step = restore_run_params(args.workdir, params, args.step)
     source = f"checkpoint {step}"
   print(f"[model] the {source} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
-  _, greedy, pass_k_sampler = loop.make_samplers(graphdef, config, tokenizer)
-  batch_size = min(config.eval.batch_size, len(columns["prompt"]))
+  _, greedy, pass_k_sampler = loop.make_samplers(graphdef, settings, tokenizer)
+  batch_size = min(settings.eval.batch_size, len(columns["prompt"]))
   print(f"[eval] {len(columns['prompt'])} prompts of {args.set}, {batch_size} per sampler call (the first "
         "compiles the sampler) ...", file=sys.stderr, flush=True)
   t0 = time.perf_counter()
   with compile_cache.CompileCounter() as compiled:
     metrics, details = evaluate(
-        greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
-        accuracy_reward=config.eval.accuracy_reward, batch_size=batch_size,
-        max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
+        greedy, params, tokenizer, columns, scoring_of(settings, loop.build_reward_fns(settings)),
+        accuracy_reward=settings.eval.accuracy_reward, batch_size=batch_size,
+        max_prompt_length=settings.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
         pass_k=args.pass_k, pass_k_sampler=pass_k_sampler, on_batch=batch_lines())
   print(f"[eval] done in {time.perf_counter() - t0:.1f} s ({compiled.describe()})", file=sys.stderr, flush=True)
   constant = gym_data.constant_answer(columns,
-                                      full_credit=config.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
+                                      full_credit=settings.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
   completions = details["completions"]
   correct, finished = details["accuracy"] >= 1.0, details["finished"]
   n = len(completions)
@@ -100,7 +101,7 @@ def run(argv=None) -> None:
         f"credit {metrics['eval/full_credit']:.3f}, "
         f"mean length {metrics['eval/mean_length']:.1f} tokens"
         + (f", pass@{args.pass_k} {metrics[f'eval/pass@{args.pass_k}']:.3f} at temperature "
-           f"{config.eval.pass_k_temperature:g}" if args.pass_k else "")
+           f"{settings.eval.pass_k_temperature:g}" if args.pass_k else "")
         + (f"; the one constant answer {constant[0]!r} would score {constant[1]:.3f}" if constant else ""))
   print(f"  finished {finished.mean():.3f} (correct among them {correct[finished].mean() if finished.any() else 0:.3f})"
         f", cut off at max_new_tokens {1 - finished.mean():.3f} (correct among them "
@@ -109,7 +110,7 @@ def run(argv=None) -> None:
     question = columns.get("prompt")[i]
     print(f"  [{'right' if correct[i] else 'wrong'}] ...{question[-40:]!r} -> {completions[i]!r}")
   if args.export:
-    write_hf_model(graphdef, params, config, tokenizer, args.export)
+    write_hf_model(graphdef, params, settings.model.hf_path, tokenizer, args.export)
 
 
 def batch_lines(every_s: float = 10.0, stream=None):

@@ -299,21 +299,21 @@ def load_train_heldout(train_path: str, heldout_path: str | None = None, *,
 
 # --- The dataset task, a plug-in (grpo_jax/data/tasks.py) -----------------------------------------------------------
 
-def _check_dataset(config, in_memory_dataset: bool) -> None:
-  t, s = config.task, Section(config.task, "task")
+def _check_dataset(settings, in_memory_dataset: bool) -> None:
+  t, s = settings.task, Section(settings.task, "task")
   if not t.train_path and not in_memory_dataset:
     s.fail("train_path", "the dataset task needs a data file or directory (JSONL, Parquet, .arrow or a "
            "save_to_disk directory)")
   for key in ("train_path", "heldout_path"):
     if s[key] and not os.path.exists(s[key]):
       s.fail(key, "does not exist")
-  validate_rendered(config)
+  validate_rendered(settings)
   s.at_least(0, "max_rows")
 
 
 @register_task("dataset", check=_check_dataset, takes=("rows",))
-def _dataset(config, tokenizer, log, train_rows=None, heldout_rows=None):
-  t = config.task
+def _dataset(settings, tokenizer, log, train_rows=None, heldout_rows=None):
+  t = settings.task
   needs_tokenizer("dataset", tokenizer)
   field_map = plain_dict(t.field_map) or None
   if train_rows is not None:
@@ -322,18 +322,18 @@ def _dataset(config, tokenizer, log, train_rows=None, heldout_rows=None):
     if heldout_rows is not None:
       heldout = rows_in_memory(heldout_rows, "eval_dataset", field_map)
     else:
-      train, heldout = split_rows(train, t.heldout_fraction, config.seed)
+      train, heldout = split_rows(train, t.heldout_fraction, settings.seed)
   else:
     source = t.train_path
     train, heldout = load_train_heldout(
         t.train_path, t.heldout_path or None, field_map=field_map,
-        heldout_fraction=0.0 if t.heldout_path else t.heldout_fraction, seed=config.seed,
+        heldout_fraction=0.0 if t.heldout_path else t.heldout_fraction, seed=settings.seed,
         train_split=t.train_split or None, heldout_split=t.heldout_split or None, max_rows=t.max_rows or None)
-  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=settings.sampling.max_prompt_length,
                      template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                     seed=config.seed, source=source)
+                     seed=settings.seed, source=source)
   dropped = task.num_dropped
   log(f"[data] {source}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
       f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
-      f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+      f"{settings.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
   return task

@@ -150,21 +150,21 @@ def seed_distance(num_components: int, train_size: int, heldout_size: int) -> in
   return train_size + heldout_size + num_components + 1
 
 
-def validate_config(c) -> None:
-  """The reasoning_gym checks of `config.validate` (GymError naming the key)."""
-  t = c.task
+def validate_config(settings) -> None:
+  """The reasoning_gym checks of the run's settings (GymError naming the key), through the task's plug-in."""
+  t = settings.task
   parts = components(t.name, t.options)
   for key in ("train_size", "heldout_size"):
-    if t[key] < 1:
-      raise GymError(f"config.task.{key}: must be >= 1, got {t[key]}")
+    if getattr(t, key) < 1:
+      raise GymError(f"config.task.{key}: must be >= 1, got {getattr(t, key)}")
   gap = seed_distance(len(parts), t.train_size, t.heldout_size)
   if abs(t.heldout_seed - t.train_seed) < gap:
     raise GymError(f"config.task.heldout_seed: {t.heldout_seed} is within {gap} of task.train_seed="
                    f"{t.train_seed}; reasoning-gym draws item i from seed + i, so the held-out items would repeat "
                    f"training items. Move it at least train_size + heldout_size + {len(parts) + 1} away")
   for key in ("train_seed", "heldout_seed"):
-    if not 0 <= t[key] < 2 ** 31:
-      raise GymError(f"config.task.{key}: must be in [0, 2**31), got {t[key]}")
+    if not 0 <= getattr(t, key) < 2 ** 31:
+      raise GymError(f"config.task.{key}: must be in [0, 2**31), got {getattr(t, key)}")
 
 
 def create(task_name: str, options: Any, seed: int, size: int):
@@ -259,38 +259,38 @@ def constant_answer_metrics(columns: Mapping[str, Sequence], accuracy_reward: st
 
 # --- The task, a plug-in (grpo_jax/data/tasks.py) ---------------------------------------------------------------------
 
-def _check(config, in_memory_dataset: bool) -> None:
+def _check(settings, in_memory_dataset: bool) -> None:
   del in_memory_dataset
-  validate_config(config)
-  validate_rendered(config)
+  validate_config(settings)
+  validate_rendered(settings)
 
 
-def _stop_ids(config, tokenizer) -> tuple[int, ...]:
+def _stop_ids(settings, tokenizer) -> tuple[int, ...]:
   """Answer-only mode: completions also stop where the model closes the <answer> tag."""
-  return closing_tag_ids(tokenizer) if config.task.answer_only else ()
+  return closing_tag_ids(tokenizer) if settings.task.answer_only else ()
 
 
-def _baselines(config, eval_columns) -> dict[str, float]:
+def _baselines(settings, eval_columns) -> dict[str, float]:
   """What one constant answer scores on the held-out rows, the floor to read accuracy against (step 0)."""
-  return constant_answer_metrics(eval_columns, config.eval.accuracy_reward)
+  return constant_answer_metrics(eval_columns, settings.eval.accuracy_reward)
 
 
 @register_task(PREFIX + "<dataset>", check=_check, stop_ids=_stop_ids, baselines=_baselines,
                takes=("options", "answer_only"))  # any reasoning-gym dataset: "reasoning_gym:leg_counting"
-def _reasoning_gym(config, tokenizer, log) -> DatasetTask:
-  t = config.task
+def _reasoning_gym(settings, tokenizer, log) -> DatasetTask:
+  t = settings.task
   needs_tokenizer(t.name, tokenizer)
   data = split(t.name, t.options, train_seed=t.train_seed, train_size=t.train_size,
                heldout_seed=t.heldout_seed, heldout_size=t.heldout_size, answer_only=t.answer_only)
   if not data.heldout:
     raise ValueError(f"config.task.heldout_seed: all {t.heldout_size} held-out questions of {t.name} are also "
                      "training questions (a small generator); give it more room (options) or fewer training items")
-  task = DatasetTask(data.train, data.heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+  task = DatasetTask(data.train, data.heldout, tokenizer, max_prompt_tokens=settings.sampling.max_prompt_length,
                      template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                     seed=config.seed, source=t.name, prefill=ANSWER_PREFILL if t.answer_only else "")
+                     seed=settings.seed, source=t.name, prefill=ANSWER_PREFILL if t.answer_only else "")
   dropped = task.num_dropped
   log(f"[data] {t.name}: {task.num_train} train / {task.num_heldout} held-out prompts; dropped "
       f"{data.num_duplicates} held-out questions that are also training questions, and "
       f"{dropped['train'] + dropped['heldout']} prompts longer than sampling.max_prompt_length="
-      f"{config.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
+      f"{settings.sampling.max_prompt_length} tokens ({dropped['train']} train, {dropped['heldout']} held-out)")
   return task

@@ -264,17 +264,17 @@ class ChainSumTask:
 
 # --- The generated tasks as plug-ins (grpo_jax/data/tasks.py) -------------------------------------------------------
 
-def _check_chain_sum(config, in_memory_dataset: bool) -> None:
+def _check_chain_sum(settings, in_memory_dataset: bool) -> None:
   del in_memory_dataset
-  t, s = config.task, Section(config.task, "task")
+  t, s = settings.task, Section(settings.task, "task")
   if not 2 <= t.min_terms <= t.max_terms <= 12:
     s.fail("min_terms", f"chain_sum needs 2 <= task.min_terms <= task.max_terms <= 12 (task.max_terms="
            f"{t.max_terms})")
   s.within("scratchpad_fraction", 0, 1)
-  if config.model.hf_path:
-    fail("model.hf_path", "the chain_sum task uses its own character tokenizer; leave it empty", config.model.hf_path)
+  if settings.model.hf_path:
+    fail("model.hf_path", "the chain_sum task uses its own character tokenizer; leave it empty", settings.model.hf_path)
   task = ChainSumTask(t.min_terms, t.max_terms)
-  sampling = Section(config.sampling, "sampling")
+  sampling = Section(settings.sampling, "sampling")
   if sampling["max_prompt_length"] < task.max_prompt_chars:
     sampling.fail("max_prompt_length", f"shorter than the longest chain_sum prompt ({task.max_prompt_chars} "
                   f"characters at task.max_terms={t.max_terms})")
@@ -283,29 +283,29 @@ def _check_chain_sum(config, in_memory_dataset: bool) -> None:
                   f"({task.max_answer_chars + 1} at task.max_terms={t.max_terms})")
 
 
-def _check_tool_arithmetic(config, in_memory_dataset: bool) -> None:
+def _check_tool_arithmetic(settings, in_memory_dataset: bool) -> None:
   del in_memory_dataset
-  Section(config.task, "task").within("tool_fraction", 0, 1)
+  Section(settings.task, "task").within("tool_fraction", 0, 1)
 
 
 @register_task("addition")
-def _addition(config, tokenizer, log):
-  t = config.task
-  task = AdditionTask(t.num_digits, t.heldout_fraction, config.seed)
+def _addition(settings, tokenizer, log):
+  t = settings.task
+  task = AdditionTask(t.num_digits, t.heldout_fraction, settings.seed)
   if tokenizer is not None:
     task.tokenizer = tokenizer
   return task
 
 
 @register_task("chain_sum", check=_check_chain_sum)
-def _chain_sum(config, tokenizer, log):
-  t = config.task
+def _chain_sum(settings, tokenizer, log):
+  t = settings.task
   no_tokenizer("chain_sum", tokenizer)
-  return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, config.seed, t.scratchpad_fraction)
+  return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, settings.seed, t.scratchpad_fraction)
 
 
 @register_task("tool_arithmetic", check=_check_tool_arithmetic)
-def _tool_arithmetic(config, tokenizer, log):
-  t = config.task
+def _tool_arithmetic(settings, tokenizer, log):
+  t = settings.task
   no_tokenizer("tool_arithmetic", tokenizer)
-  return ToolArithmeticTask(t.heldout_fraction, config.seed, t.tool_fraction)
+  return ToolArithmeticTask(t.heldout_fraction, settings.seed, t.tool_fraction)

@@ -12,11 +12,12 @@ A task offers
 Tasks are plug-ins of equal standing: each registers itself in `TASKS` under its `config.task.name`,
 
     @register_task("name", check=..., stop_ids=..., baselines=..., takes=(...))
-    def build(config, tokenizer, log): ...   # -> a task; tokenizer: the checkpoint's (model.hf_path) or None
+    def build(settings, tokenizer, log): ...   # -> a task; tokenizer: the checkpoint's (model.hf_path) or None
 
-with what it brings besides its rows: `check(config, in_memory_dataset)`, its config checks (ConfigError naming
-key and value, run by `validate_config`); `stop_ids(config, tokenizer)`, token ids that also end its completions;
-`baselines(config, eval_columns)`, step-0 metrics to read accuracy against (e.g. CONSTANT_ANSWER_METRIC); and
+where `settings` is the run's frozen settings tree (grpo_jax/settings.py: `settings.task`, `settings.seed`, ...),
+with what it brings besides its rows: `check(settings, in_memory_dataset)`, its checks (ConfigError naming
+key and value, run by `validate_config`); `stop_ids(settings, tokenizer)`, token ids that also end its completions;
+`baselines(settings, eval_columns)`, step-0 metrics to read accuracy against (e.g. CONSTANT_ANSWER_METRIC); and
 `takes`, the optional keys of `config.task` it reads ("options", "answer_only", "transfer"; "rows": a notebook's
 datasets in memory), which any other task refuses. The built-in plug-ins (`BUILTIN_TASKS`):
   "addition", "chain_sum", "tool_arithmetic"  generated tasks with character tokens (`synthetic.py`);
@@ -68,8 +69,8 @@ class TaskPlugin:
   baselines: Callable | None = None
   takes: frozenset = frozenset()
 
-  def __call__(self, config, tokenizer, log, **rows):
-    return self.build(config, tokenizer, log, **rows)
+  def __call__(self, settings, tokenizer, log, **rows):
+    return self.build(settings, tokenizer, log, **rows)
 
 
 def register_task(name: str, *, check: Callable | None = None, stop_ids: Callable | None = None,
@@ -200,33 +201,33 @@ class DatasetTask:
     return self._as_columns(self._transfer[name][:n])
 
 
-def make_task(config, log: Callable[[str], None] = print, train_rows: Iterable[dict] | None = None,
+def make_task(settings, log: Callable[[str], None] = print, train_rows: Iterable[dict] | None = None,
               heldout_rows: Iterable[dict] | None = None):
   """The task named by `config.task.name`, its tokenizer from `config.model.hf_path` when that is set.
 
   `train_rows` / `heldout_rows`: a notebook's rows in memory (a list of dicts or a `datasets.Dataset`), for a task
   that takes them ("rows"; the dataset task: instead of task.train_path / task.heldout_path; without
   `heldout_rows`, task.heldout_fraction of the train rows are held out)."""
-  t = config.task
+  t = settings.task
   plugin = TASKS.get(t.name)
   if train_rows is not None and "rows" not in plugin.takes:
     raise ValueError(f"a train_dataset needs a task that takes rows in memory (config.task.name = "
                      f"{_takers('rows')}), not {t.name!r}")
-  tokenizer = load_hf_tokenizer(storage.local_dir(config.model.hf_path)) if config.model.hf_path else None
+  tokenizer = load_hf_tokenizer(storage.local_dir(settings.model.hf_path)) if settings.model.hf_path else None
   rows = {} if train_rows is None else {"train_rows": train_rows, "heldout_rows": heldout_rows}
-  return plugin(config, tokenizer, log, **rows)
+  return plugin(settings, tokenizer, log, **rows)
 
 
-def task_stop_ids(config, tokenizer) -> tuple[int, ...]:
+def task_stop_ids(settings, tokenizer) -> tuple[int, ...]:
   """The token ids that end the configured task's completions besides `stop_ids(tokenizer)` (its stop rules)."""
-  plugin = TASKS.get(config.task.name)
-  return tuple(plugin.stop_ids(config, tokenizer)) if plugin.stop_ids else ()
+  plugin = TASKS.get(settings.task.name)
+  return tuple(plugin.stop_ids(settings, tokenizer)) if plugin.stop_ids else ()
 
 
-def eval_baselines(config, eval_columns: dict) -> dict[str, float]:
+def eval_baselines(settings, eval_columns: dict) -> dict[str, float]:
   """The configured task's step-0 metrics on its held-out columns (e.g. CONSTANT_ANSWER_METRIC), or {}."""
-  plugin = TASKS.get(config.task.name)
-  return dict(plugin.baselines(config, eval_columns)) if plugin.baselines else {}
+  plugin = TASKS.get(settings.task.name)
+  return dict(plugin.baselines(settings, eval_columns)) if plugin.baselines else {}
 
 
 def _takers(key: str) -> str:
@@ -235,32 +236,32 @@ def _takers(key: str) -> str:
   return ", ".join(names) or "none"
 
 
-def validate_config(config, in_memory_dataset: bool = False) -> None:
+def validate_config(settings, in_memory_dataset: bool = False) -> None:
   """Checks `config.task` and what the named task needs of the rest (a tokenizer from model.hf_path or none,
   prompt and answer widths): the task's own checks, then that no other task's optional key is set; raises
   ConfigError naming key and value. `in_memory_dataset`: the task's rows come from a notebook's `train_dataset`
   (grpo_jax/train/inputs.py), not from its files."""
-  t, s = config.task, Section(config.task, "task")
+  t, s = settings.task, Section(settings.task, "task")
   s.registered("name", TASKS)
   s.within("heldout_fraction", 0, 1, open_low=True, open_high=True)
   plugin = TASKS.get(t.name)
   if plugin.check is not None:
-    plugin.check(config, in_memory_dataset)
+    plugin.check(settings, in_memory_dataset)
   for key, what in OPTIONAL_KEYS.items():
-    if t[key] and key not in plugin.takes:
+    if getattr(t, key) and key not in plugin.takes:
       message = f"only {_takers(key)} tasks {what}, not {t.name!r}"
       if key == "options":
         fail("task.options", message)
       s.fail(key, message)
 
 
-def validate_rendered(config) -> None:
+def validate_rendered(settings) -> None:
   """Checks of the tasks whose rows are rendered with a template and the checkpoint's tokenizer (dataset,
   reasoning_gym)."""
-  t, s = config.task, Section(config.task, "task")
-  if not config.model.hf_path:
+  t, s = settings.task, Section(settings.task, "task")
+  if not settings.model.hf_path:
     fail("model.hf_path", f"the {t.name} task needs a Hugging Face checkpoint directory (its tokenizer encodes the "
-         "prompts)", config.model.hf_path)
+         "prompts)", settings.model.hf_path)
   s.one_of("template", templates.TEMPLATES)
   if t.prefill_think and t.template == "plain":
     s.fail("prefill_think", "needs the r1_zero or chat template (the plain template asks for no <think>)")
@@ -278,9 +279,9 @@ def needs_tokenizer(name: str, tokenizer, what: str = "its tokenizer encodes the
     raise ValueError(f"config.model.hf_path: the {name} task needs a checkpoint directory ({what})")
 
 
-def transfer_names(config) -> list[str]:
+def transfer_names(settings) -> list[str]:
   """The names in `config.task.transfer` (comma-separated)."""
-  return [name.strip() for name in config.task.transfer.split(",") if name.strip()]
+  return [name.strip() for name in settings.task.transfer.split(",") if name.strip()]
 
 
 def plain_dict(mapping) -> dict:

@@ -95,28 +95,28 @@ def transfer_rows(name: str, num_digits: int, heldout_fraction: float, n: int,
 
 # --- The task, a plug-in (grpo_jax/data/tasks.py) ---------------------------------------------------------------------
 
-def _check(config, in_memory_dataset: bool) -> None:
+def _check(settings, in_memory_dataset: bool) -> None:
   del in_memory_dataset
-  if not config.model.hf_path:
+  if not settings.model.hf_path:
     fail("model.hf_path", "the word_arithmetic task needs a Hugging Face checkpoint directory (its tokenizer "
-         "and chat template)", config.model.hf_path)
-  for name in transfer_names(config):
+         "and chat template)", settings.model.hf_path)
+  for name in transfer_names(settings):
     if name not in TRANSFER_SETS:
-      Section(config.task, "task").fail("transfer", f"{name!r} is not one of {list(TRANSFER_SETS)}")
+      Section(settings.task, "task").fail("transfer", f"{name!r} is not one of {list(TRANSFER_SETS)}")
 
 
 @register_task("word_arithmetic", check=_check, takes=("transfer",))
-def _word_arithmetic(config, tokenizer, log):
-  t = config.task
+def _word_arithmetic(settings, tokenizer, log):
+  t = settings.task
   needs_tokenizer("word_arithmetic", tokenizer, "its tokenizer and chat template")
   # The plain template (base models): few-shot equations to continue; otherwise the English question.
   style = "few_shot" if t.template == "plain" else "question"
   train, heldout = split(t.num_digits, t.heldout_fraction, style)
-  transfer = {name: transfer_rows(name, t.num_digits, t.heldout_fraction, config.eval.size, style)
-              for name in transfer_names(config)}
-  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=config.sampling.max_prompt_length,
+  transfer = {name: transfer_rows(name, t.num_digits, t.heldout_fraction, settings.eval.size, style)
+              for name in transfer_names(settings)}
+  task = DatasetTask(train, heldout, tokenizer, max_prompt_tokens=settings.sampling.max_prompt_length,
                      template=t.template, system_prompt=t.system_prompt, prefill_think=t.prefill_think,
-                     seed=config.seed, source="word_arithmetic", transfer=transfer)
+                     seed=settings.seed, source="word_arithmetic", transfer=transfer)
   log(f"[data] word_arithmetic: {task.num_train} train / {task.num_heldout} held-out prompts"
       + (f", transfer sets {', '.join(task.transfer_sets)}" if task.transfer_sets else ""))
   return task

@@ -1,5 +1,6 @@
-"""Building a run's parts from its config: tokenizer and task, model, reward functions, loss settings, samplers,
-and the placement of rollout batches on the mesh. The launcher and the Python API (`loop.train`) both come here.
+"""Building a run's parts from its settings (grpo_jax/settings.py, checked once by grpo_jax/train/checks.py):
+tokenizer and task, model, reward functions, loss settings, samplers, and the placement of rollout batches on
+the mesh. The launcher, the Python API (`loop.train`) and the commands that load a run all come here.
 """
 from __future__ import annotations
 
@@ -28,23 +29,22 @@ from grpo_jax.train.step import RolloutBatch
 logger = logging.getLogger(__name__)
 
 
-def build_tokenizer_and_task(config, log=print, inputs: RunInputs = RunInputs()):
+def build_tokenizer_and_task(settings: Settings, log=print, inputs: RunInputs = RunInputs()):
   """log: where the task's one-line data report goes (the main process's console on multi-host runs)."""
   # grpo_jax/data/tasks.py; the tokenizer is the checkpoint's with hf_path.
-  task = make_task(config, log=log, train_rows=inputs.train_dataset, heldout_rows=inputs.eval_dataset)
+  task = make_task(settings, log=log, train_rows=inputs.train_dataset, heldout_rows=inputs.eval_dataset)
   return task.tokenizer, task
 
 
-def build_model(config, tokenizer, mesh):
+def build_model(settings: Settings, tokenizer, mesh):
   """(graphdef, params) with params placed on `mesh` by their logical-axis shardings; with `model.lora_rank` > 0
   the model carries LoRA adapters (grpo_jax/model/lora.py), drawn from the seed's own stream."""
-  m = config.model
-  lora_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+  m = settings.model
+  lora_key = jax.random.fold_in(jax.random.key(settings.seed), 1)
   if m.hf_path:
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, mesh=mesh)
-    Settings.from_config(config).check_context(model.cfg.max_position_embeddings,
-                                               f"max_position_embeddings of {m.hf_path}/config.json")
+    settings.check_context(model.cfg.max_position_embeddings, f"max_position_embeddings of {m.hf_path}/config.json")
     if not m.lora_rank:
       return nnx.split(model)
     graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
@@ -66,20 +66,20 @@ def build_model(config, tokenizer, mesh):
   shardings = sharding_lib.param_shardings(abstract, mesh)
   # One compiled initializer (initializing eagerly compiles one small program per parameter).
   init = jax.jit(lambda key: nnx.split(make(key))[1], out_shardings=shardings)
-  return graphdef, init(jax.random.fold_in(jax.random.key(config.seed), 0))
+  return graphdef, init(jax.random.fold_in(jax.random.key(settings.seed), 0))
 
 
-def build_reward_fns(config, inputs: RunInputs = RunInputs()):
-  gates = config.reward_gates  # name -> format reward: the named reward counts only where the format is right.
+def build_reward_fns(settings: Settings, inputs: RunInputs = RunInputs()):
+  gates = settings.reward_gates  # name -> format reward: the named reward counts only where the format is right.
   fns = [(name, gate_on_format(name, gates[name]) if name in gates else get_reward(name), float(weight))
-         for name, weight in Settings.from_config(config).configured_rewards.items()]
+         for name, weight in settings.configured_rewards.items()]
   clash = {name for name, _, _ in fns} & {name for name, _, _ in inputs.reward_specs()}
   if clash:
     raise ValueError(f"reward_funcs: {sorted(clash)} is also a reward of the config; rename the callable")
   fns += inputs.reward_specs()
-  g = config.grpo
+  g = settings.grpo
   if g.overlong_buffer > 0:
-    fns.append(("overlong_penalty", make_overlong_reward(config.sampling.max_new_tokens, g.overlong_buffer,
+    fns.append(("overlong_penalty", make_overlong_reward(settings.sampling.max_new_tokens, g.overlong_buffer,
                                                          g.overlong_penalty_factor), 1.0))
   return fns
 
@@ -89,19 +89,19 @@ def loss_config(settings: Settings) -> LossConfig:
   return LossConfig.from_settings(settings.grpo, settings.completion_width)
 
 
-def make_samplers(graphdef, config, tokenizer):
+def make_samplers(graphdef, settings: Settings, tokenizer):
   """(training sampler, greedy evaluation sampler, pass@k sampler or None); with `env.name`, episode samplers
   (grpo_jax/sampling/episodes.py) around samplers that also stop at the environment's stop strings."""
-  s, e = config.sampling, config.env
+  s, e = settings.sampling, settings.env
   make_env = env_factory(e.name) if e.name else None
   extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()
-  extra_stops += task_stop_ids(config, tokenizer)  # the task's own stop rules (grpo_jax/data/tasks.py)
+  extra_stops += task_stop_ids(settings, tokenizer)  # the task's own stop rules (grpo_jax/data/tasks.py)
   common = dict(stop_ids=tuple(stop_ids(tokenizer)) + extra_stops, pad_id=tokenizer.pad_token_id)
   # Prompts are padded to the smallest of the update's widths (grpo.length_buckets) that holds the longest one:
   # at most that many prompt shapes per run, each compiled once. A later turn's context (prompt and episode so
   # far) is padded likewise, to buckets of their combined width.
   context = s.max_prompt_length + (e.max_episode_tokens if make_env else 0)
-  buckets = dict(prompt_widths=bucket_widths(context, config.grpo.length_buckets))
+  buckets = dict(prompt_widths=bucket_widths(context, settings.grpo.length_buckets))
 
   def sampler(cfg: SamplingConfig):
     turn = Sampler(graphdef, cfg, **buckets)
@@ -114,8 +114,8 @@ def make_samplers(graphdef, config, tokenizer):
   train = sampler(SamplingConfig.from_config(s, **common))
   greedy = sampler(SamplingConfig.from_config(s, greedy=True, top_k=0, top_p=1.0, **common))
   pass_k = None
-  if config.eval.pass_k > 0:
-    pass_k = sampler(SamplingConfig.from_config(s, temperature=config.eval.pass_k_temperature, top_k=0, top_p=1.0,
+  if settings.eval.pass_k > 0:
+    pass_k = sampler(SamplingConfig.from_config(s, temperature=settings.eval.pass_k_temperature, top_k=0, top_p=1.0,
                                                 **common))
   return train, greedy, pass_k
 

@@ -30,7 +30,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax.settings import DISTRIBUTED
 
 logger = logging.getLogger(__name__)
 
@@ -39,23 +38,21 @@ BATCH_SPEC = PartitionSpec(("data", "fsdp"))
 _ENV_VARS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "TPU_WORKER_HOSTNAMES", "MEGASCALE_COORDINATOR_ADDRESS")
 
 
-def initialize(config) -> bool:
-  """Starts jax.distributed when the config or the environment asks for it; True if it is (now) running.
+def initialize(d) -> bool:
+  """Starts jax.distributed when the run's `distributed` section `d` (grpo_jax/settings.py: DistributedSettings)
+  or the environment asks for it; True if it is (now) running.
 
-  config.distributed.enabled: "auto" (default: initialize when `coordinator_address` is set, or the environment
+  d.enabled: "auto" (default: initialize when `coordinator_address` is set, or the environment
   has JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES, a SLURM job of more than one task, or a GKE TPU slice),
   "yes" (always: JAX detects the cluster; use it on Cloud TPU VM pod slices), "no". `coordinator_address`,
   `num_processes` (0: JAX_NUM_PROCESSES or the cluster's), `process_id` (-1: JAX_PROCESS_ID or the cluster's)
   and `local_device_ids` ("": JAX's default; under SLURM that is the one GPU numbered SLURM_LOCALID) are passed
   through when set. Must run before any other JAX call touches the devices.
   """
-  d = config.get("distributed") if hasattr(config, "get") else None
-  enabled = d.enabled if d is not None else "auto"
-  if enabled not in DISTRIBUTED:
-    raise ValueError(f"config.distributed.enabled: {enabled!r} is not one of {list(DISTRIBUTED)}")
+  enabled = d.enabled
   if enabled == "no":
     return False
-  address = d.coordinator_address if d is not None else ""
+  address = d.coordinator_address
   slurm_tasks = _env_int("SLURM_NTASKS") or 1
   if enabled == "auto" and not address and slurm_tasks <= 1 and not any(v in os.environ for v in _ENV_VARS):
     return False
@@ -66,13 +63,13 @@ def initialize(config) -> bool:
     kwargs["coordinator_address"] = address
   # Config first, then JAX_NUM_PROCESSES / JAX_PROCESS_ID (read here: JAX itself reads only the coordinator's
   # address from the environment), else JAX's cluster detection (SLURM, TPU, ...).
-  num_processes = d.num_processes if d is not None and d.num_processes > 0 else _env_int("JAX_NUM_PROCESSES")
-  process_id = d.process_id if d is not None and d.process_id >= 0 else _env_int("JAX_PROCESS_ID")
+  num_processes = d.num_processes if d.num_processes > 0 else _env_int("JAX_NUM_PROCESSES")
+  process_id = d.process_id if d.process_id >= 0 else _env_int("JAX_PROCESS_ID")
   if num_processes is not None:
     kwargs["num_processes"] = num_processes
   if process_id is not None:
     kwargs["process_id"] = process_id
-  if d is not None and d.local_device_ids:
+  if d.local_device_ids:
     kwargs["local_device_ids"] = [int(i) for i in str(d.local_device_ids).split(",")]
   jax.distributed.initialize(**kwargs)
   logger.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),

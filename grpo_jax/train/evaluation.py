@@ -5,15 +5,19 @@ full_credit = the share of them whose accuracy reward is >= 1 (the same for a 0/
 gives partial credit, as reasoning-gym's default one does for an answer inside a longer line).
 pass@k = fraction of prompts for which at least one of k sampled completions scores >= 1 on that reward.
 Prompts go through the sampler in fixed-size batches (the last one padded by repetition), so evaluation
-compiles one sampler program however many prompts there are.
+compiles one sampler program however many prompts there are. `RunEvaluation` is a training run's: its held-out
+and transfer sets, fixed once.
 """
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 import jax
 import numpy as np
 
+from grpo_jax import compile_cache
+from grpo_jax.data import tasks
 from grpo_jax.sampling.episodes import EpisodeResult
 from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
 
@@ -69,3 +73,50 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
     return metrics, {"completions": completions, "accuracy": accuracy,
                      "finished": ~np.asarray(out.truncated_B, bool)}
   return metrics
+
+
+class RunEvaluation:
+  """A training run's evaluation of its policy at a step: held-out metrics eval/*, and at the first and last step
+  transfer/<name>/* for each of the task's transfer sets (built once: the rows, the task's step-0 baselines).
+  Each evaluation's seconds go to `seconds[step]` (the loop logs them as timing/eval_s), not into the metrics,
+  which checkpoints and the warm start's log keep."""
+
+  def __init__(self, settings, task, tokenizer, greedy_sampler, pass_k_sampler, scoring: Scoring, base_key, log,
+               time_split):
+    self.settings, self.tokenizer, self.scoring, self.base_key = settings, tokenizer, scoring, base_key
+    self.greedy_sampler, self.pass_k_sampler = greedy_sampler, pass_k_sampler
+    self.log, self.time_split = log, time_split
+    self.columns = task.eval_rows(settings.eval.size)
+    # the task's step-0 metrics, e.g. what one constant answer scores: the floor to read accuracy against
+    self.baselines = tasks.eval_baselines(settings, self.columns)
+    self.transfer_columns = {name: task.transfer_rows(name, settings.eval.size)
+                             for name in getattr(task, "transfer_sets", ())}
+    self.seconds: dict[int, float] = {}
+
+  def __call__(self, params, step: int) -> dict:
+    t0 = time.perf_counter()
+    first = not self.seconds and step == 0  # the one evaluation before any progress line: say what it does
+    if first:
+      self.log(f"[eval] step 0: greedy completions of {len(self.columns['prompt'])} held-out prompts (the first "
+               "call compiles the sampler) ...")
+    with self.time_split.phase("eval"), compile_cache.CompileCounter() as compiled:
+      metrics = self._metrics(params, step)
+    self.seconds[step] = time.perf_counter() - t0
+    if first:
+      self.log(f"[eval] step 0: held-out accuracy {metrics['eval/accuracy']:.3f} in {self.seconds[step]:.1f} s "
+               f"({compiled.describe()})")
+    return metrics
+
+  def _metrics(self, params, step: int) -> dict:
+    e, num_steps = self.settings.eval, self.settings.num_steps
+    kwargs = dict(accuracy_reward=e.accuracy_reward, max_prompt_length=self.settings.sampling.max_prompt_length,
+                  batch_size=min(e.batch_size, e.size), key=jax.random.fold_in(self.base_key, 10_000_000 + step))
+    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.columns, self.scoring, pass_k=e.pass_k,
+                       pass_k_sampler=self.pass_k_sampler, **kwargs)
+    if step == 0:
+      metrics.update(self.baselines)
+    if step in (0, num_steps):
+      for name, columns in self.transfer_columns.items():
+        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.scoring, **kwargs)
+        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
+    return metrics

@@ -62,27 +62,28 @@ def restore_run_params(workdir: str, params, step: int | None = None):
   return lora.join(adapters, base), step
 
 
-def write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> str:
+def write_hf_model(graphdef, params, hf_path: str, tokenizer, out: str, log=print) -> str:
   """Writes the policy `nnx.merge(graphdef, params)` to `out` (module docstring); returns `out`. LoRA adapters
   are merged into the weights they adapt (`lora.merged`): the result is a plain checkpoint of the base's shapes.
 
-  Call it on every process of a multi-host run (the parameters are gathered); process 0 writes. A gs:// or
+  `hf_path`: the run's model.hf_path, whose files (tokenizer, generation config) are carried over ("": a fresh
+  model). Call it on every process of a multi-host run (the parameters are gathered); process 0 writes. A gs:// or
   s3:// `out` is written to a local temporary directory first, then copied file by file.
   """
   if storage.is_url(out):
     import tempfile
     with tempfile.TemporaryDirectory(prefix="grpo_export_") as local:
-      _write_hf_model(graphdef, params, config, tokenizer, local, log=lambda *_: None)
+      _write_hf_model(graphdef, params, hf_path, tokenizer, local, log=lambda *_: None)
       if jax.process_index() == 0:
         for name in sorted(os.listdir(local)):
           storage.copy(os.path.join(local, name), storage.join(out, name))
         log(f"[export] wrote {out}")
     return out
-  return _write_hf_model(graphdef, params, config, tokenizer, out, log)
+  return _write_hf_model(graphdef, params, hf_path, tokenizer, out, log)
 
 
-def _write_hf_model(graphdef, params, config, tokenizer, out: str, log=print) -> str:
-  source = storage.local_dir(config.model.hf_path) if config.model.hf_path else None
+def _write_hf_model(graphdef, params, hf_path, tokenizer, out: str, log=print) -> str:
+  source = storage.local_dir(hf_path) if hf_path else None
   model = nnx.merge(graphdef, params)
   if lora.has_adapters(model):
     model = lora.merged(model)

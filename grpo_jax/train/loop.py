@@ -52,19 +52,20 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
       "preemption_notice", "")) as preemption:
     settings = checks.validate(config, in_memory_dataset=train_dataset is not None,
                                reward_callables=[name for name, _, _ in inputs.reward_specs()])
-    precision.apply(config)         # before the backend starts: the deterministic-ops flag is read then
-    distributed.initialize(config)  # multi-host: before anything touches the devices
-    compile_cache.enable(config.compile_cache_dir)
+    config_json = config.to_json_best_effort(indent=2, sort_keys=True)  # what config.json and checkpoints keep
+    precision.apply(settings.precision)  # before the backend starts: the deterministic-ops flag is read then
+    distributed.initialize(settings.distributed)  # multi-host: before anything touches the devices
+    compile_cache.enable(settings.compile_cache_dir)
     main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
     log_console = print if main else (lambda *args, **kwargs: None)
     preemption.log, preemption.collective = log_console, jax.process_count() > 1
     preemption.install()  # again: jax.distributed took SIGTERM for its own preemption notifier
     try:
       if main:  # the lock file is the only thing written before the settings are checked
-        with workdir_lib.WorkdirLock(workdir, config.checkpoint.get("lease_ttl_s", 60.0), log_console):
-          workdir_lib.check_resumable(config, workdir, log_console)
-          return _train(config, settings, workdir, time_split, main, log_console, inputs, preemption)
-      return _train(config, settings, workdir, time_split, main, log_console, inputs, preemption)
+        with workdir_lib.WorkdirLock(workdir, settings.checkpoint.lease_ttl_s, log_console):
+          workdir_lib.check_resumable(config, workdir, log_console)  # the saved config.json against this one
+          return _train(settings, config_json, workdir, time_split, main, log_console, inputs, preemption)
+      return _train(settings, config_json, workdir, time_split, main, log_console, inputs, preemption)
     except errors.Preempted as e:
       log_console(f"[preempted] {e.reason}: exiting {preemption.seconds_since_request():.1f} s after it with code "
                   f"{errors.EXIT_PREEMPTED}; " + ("nothing was lost: " if e.step is not None else "") +
@@ -72,10 +73,10 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
       raise
 
 
-def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main: bool, log_console,
+def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeSplit, main: bool, log_console,
            inputs: RunInputs, preemption: Preemption) -> Summary:
-  wd = workdir_lib.Workdir(config, workdir, main, log_console, time_split)
-  run = Run(config, settings, inputs, log_console, time_split)
+  wd = workdir_lib.Workdir(settings, config_json, workdir, main, log_console, time_split)
+  run = Run(settings, inputs, log_console, time_split)
   bar = first_step = None
   try:
     state = _restore(run, wd)
@@ -89,22 +90,22 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
         wd.writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
         wd.save(run, state)
       last_eval = wd.last_eval(state)
-      g = config.grpo
+      g = settings.grpo
       constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
-      log_console(f"[start] step {state.step}/{config.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
+      log_console(f"[start] step {state.step}/{settings.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
                   + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
-                  f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.updates_per_step} "
+                  f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.settings.updates_per_step} "
                   "update(s)/step")
-      first_step = compile_cache.CompileCounter().start() if state.step < config.num_steps else None
+      first_step = compile_cache.CompileCounter().start() if state.step < settings.num_steps else None
       if first_step is not None:
         log_console(f"[step {state.step + 1}] compiling and running the first step (persistent compilation cache: "
                     f"{jax.config.jax_compilation_cache_dir or 'off'}) ...")
-      bar = metrics_lib.ProgressBar(config.num_steps, state.step, config.log.progress_bar and main)
+      bar = metrics_lib.ProgressBar(settings.num_steps, state.step, settings.log.progress_bar and main)
       bar.accuracy = last_eval["eval/accuracy"]
       nonfinite_steps = 0  # consecutive steps whose every update was skipped
       time_split.steps_begin()
       preempted = False
-      for step in range(state.step + 1, config.num_steps + 1):
+      for step in range(state.step + 1, settings.num_steps + 1):
         if preempted := preemption.stop_requested():
           break
         t0 = time.time()
@@ -115,15 +116,15 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
         if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
           break
         state, step_metrics = run.update(sampled, batch, step)
-        nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.updates_per_step else 0
+        nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.settings.updates_per_step else 0
         if nonfinite_steps >= MAX_NONFINITE_STEPS:
-          raise _diverged(config, step, nonfinite_steps, step_metrics)
+          raise _diverged(settings, step, nonfinite_steps, step_metrics)
         wd.checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
-        metrics = _step_metrics(run, rollout, step_metrics, step, time.time() - t0)
+        metrics = _step_metrics(rollout, step_metrics, time.time() - t0)
         time_split.add_step(metrics)
         if time_split.launch_s is not None:
           metrics["timing/since_launch_s"] = time_split.since_launch()
-        if step % config.eval.every == 0 or step == config.num_steps:
+        if step % settings.eval.every == 0 or step == settings.num_steps:
           last_eval = run.evaluate(state.params, step)
           metrics.update(last_eval, **_eval_time(run, step))
         wd.log_step(step, metrics, rollout, bar)
@@ -133,7 +134,7 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
             bar.write(f"[step {step}] done in {metrics['step_time']:.1f} s ({first_step.describe()})")
           first_step = None
         stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
-        if step % config.checkpoint.every == 0 or step == config.num_steps or stop:
+        if step % settings.checkpoint.every == 0 or step == settings.num_steps or stop:
           wd.writer.flush()
           wd.save(run, state)
         if stop:
@@ -143,9 +144,9 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
       if preempted or preemption.reason is not None:  # (a signal during the last step: that step is saved)
         wd.stop_preempted(run, state, preemption)
       time_split.steps_end()
-    if config.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
-      write_hf_model(run.policy.graphdef, state.params, config, run.tokenizer, storage.join(workdir, EXPORT_DIR),
-                     log=log_console)
+    if settings.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
+      write_hf_model(run.policy.graphdef, state.params, settings.model.hf_path, run.tokenizer,
+                     storage.join(workdir, EXPORT_DIR), log=log_console)
   finally:  # also when interrupted: flush what was logged, release the helper's and orbax's threads.
     if first_step is not None:
       first_step.stop()
@@ -159,7 +160,7 @@ def _train(config, settings: Settings, workdir: str, time_split: TimeSplit, main
 def _restore(run: Run, wd: Workdir) -> RunState | None:
   """The run state of the latest readable checkpoint in the workdir, or None (refusing to start afresh over a
   run's history)."""
-  config, workdir, main, log = run.config, wd.path, wd.main, wd.log
+  settings, workdir, main, log = run.settings, wd.path, wd.main, wd.log
   restored = None
   if wd.checkpointer.all_steps():
     template = run.new_state(run.initial_params, 0, 0, {}, "")
@@ -169,9 +170,9 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
     workdir_lib.refuse_to_overwrite_history(workdir)
     return None
   meta = restored.meta
-  if meta.get("seed") != config.seed:
+  if meta.get("seed") != settings.seed:
     raise errors.ConfigError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
-                     f"{config.seed}; use another workdir")
+                     f"{settings.seed}; use another workdir")
   # Legacy checkpoints (no run id) count as this run's.
   own = meta.get("run_id") in (None, workdir_lib.read_run_id(workdir))
   if not own:
@@ -188,7 +189,7 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
 def _start(run: Run, wd: Workdir) -> RunState:
   """The starting point of a new run: another run's (warmstart.init_checkpoint), this run's own saved warm
   start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
-  config, workdir, main, log = run.config, wd.path, wd.main, wd.log
+  settings, workdir, main, log = run.settings, wd.path, wd.main, wd.log
   run_id = workdir_lib.new_run_id(workdir, main)
   # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
@@ -196,15 +197,15 @@ def _start(run: Run, wd: Workdir) -> RunState:
   params, data_position = policy.base_part(run.initial_params), 0
   own_start = storage.join(workdir, WARMSTART_DIR)
   start_saved = checkpoint_lib.has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
-  source = config.warmstart.init_checkpoint or (own_start if config.warmstart.enabled and start_saved else "")
+  source = settings.warmstart.init_checkpoint or (own_start if settings.warmstart.enabled and start_saved else "")
   if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
     params, data_position, initial_eval = workdir_lib.load_starting_point(source, params, workdir, main, log)
-  elif config.warmstart.enabled:
-    s = config.sampling
+  elif settings.warmstart.enabled:
+    s = settings.sampling
     params, info = run_warmstart(
-        config.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=policy.base_graphdef, params=params,
+        settings.warmstart, task=run.task, tokenizer=run.tokenizer, graphdef=policy.base_graphdef, params=params,
         max_prompt_length=s.max_prompt_length, max_new_tokens=run.settings.completion_width,
-        chunk_size=config.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
+        chunk_size=settings.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
     if main:
       storage.write_text(storage.join(workdir, metrics_lib.WARMSTART_FILE),
@@ -212,24 +213,23 @@ def _start(run: Run, wd: Workdir) -> RunState:
     data_position, initial_eval = info["rows"], info["eval"]
   else:
     initial_eval = run.evaluate(policy.from_base(params), 0)
-  if (config.warmstart.enabled or config.warmstart.init_checkpoint) and not start_saved:
+  if (settings.warmstart.enabled or settings.warmstart.init_checkpoint) and not start_saved:
     # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
     save_initial_state(own_start, params, {"data_position": int(data_position), "initial_eval": initial_eval,
-                                           "seed": int(config.seed), "config": json.loads(wd.cfg_json)},
-                       config.checkpoint.verify)
+                                           "seed": int(settings.seed), "config": json.loads(wd.cfg_json)},
+                       settings.checkpoint.verify)
   return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
 
 
 def _eval_time(run: Run, step: int) -> dict[str, float]:
   """{"timing/eval_s": seconds} of this process's evaluation at `step` (none after a resume from a checkpoint)."""
-  seconds = run.eval_seconds.pop(step, None)
+  seconds = run.evaluate.seconds.pop(step, None)
   return {} if seconds is None else {"timing/eval_s": seconds}
 
 
-def _step_metrics(run: Run, rollout, step_metrics: dict, step: int, step_time: float) -> dict[str, Any]:
+def _step_metrics(rollout, step_metrics: dict, step_time: float) -> dict[str, Any]:
   metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
   metrics.update({k: float(v) for k, v in step_metrics.items()})
-  metrics["learning_rate"] = float(run.schedule((step - 1) * run.updates_per_step))
   metrics["step_time"] = step_time
   metrics["tokens_per_s"] = rollout.num_tokens / step_time
   # What the timed phases (sampling, rewards, reference, update) leave: data, tokenizing, placement, logging.
@@ -237,9 +237,9 @@ def _step_metrics(run: Run, rollout, step_metrics: dict, step: int, step_time: f
   return metrics
 
 
-def _diverged(config, step: int, nonfinite_steps: int, step_metrics: dict) -> FloatingPointError:
+def _diverged(settings, step: int, nonfinite_steps: int, step_metrics: dict) -> FloatingPointError:
   return FloatingPointError(
       f"steps {step - nonfinite_steps + 1}..{step}: every update had a non-finite loss, gradient or result "
       f"and was skipped (grad_norm {float(step_metrics['grad_norm'])}); the last checkpoint holds finite "
-      f"parameters. Likely causes: a learning rate too high (optim.learning_rate={config.optim.learning_rate}"
-      f"), float16 overflow (model.dtype={config.model.dtype}), or a reward of NaN/inf.")
+      f"parameters. Likely causes: a learning rate too high (optim.learning_rate={settings.optim.learning_rate}"
+      f"), float16 overflow (model.dtype={settings.model.dtype}), or a reward of NaN/inf.")

@@ -257,9 +257,9 @@ class ProgressBar:
       self._bar.close()
 
 
-def wandb_init_kwargs(config, workdir: str, run_id: str, cfg_json: str) -> dict | None:
-  """`wandb.init` keyword arguments of the run (config.log.wandb*), or None when W&B logging is off."""
-  lg = config.log
+def wandb_init_kwargs(lg, workdir: str, run_id: str, cfg_json: str) -> dict | None:
+  """`wandb.init` keyword arguments of the run (its `log` section `lg`: log.wandb*), or None when W&B logging is
+  off."""
   if not lg.wandb:
     return None
   return dict(project=lg.wandb_project, entity=lg.wandb_entity or None, mode=lg.wandb_mode,

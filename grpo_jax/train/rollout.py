@@ -64,7 +64,7 @@ class Scoring(NamedTuple):
 
 
 class RolloutSettings(NamedTuple):
-  """What a rollout needs besides the sampler and the prompts: built once per run (`from_config`)."""
+  """What a rollout needs besides the sampler and the prompts: built once per run (`from_settings`)."""
   group_size: int                 # G
   max_prompt_length: int
   scoring: Scoring
@@ -74,15 +74,17 @@ class RolloutSettings(NamedTuple):
   mask_truncated: bool = False    # DAPO: completions that hit max_new_tokens get no loss
 
   @classmethod
-  def from_config(cls, config, reward_fns: Sequence[RewardSpec]) -> "RolloutSettings":
-    g = config.grpo
-    return cls(group_size=g.group_size, max_prompt_length=config.sampling.max_prompt_length,
-               scoring=scoring_of(config, reward_fns), advantage=g.advantage, std_ddof=g.std_ddof,
+  def from_settings(cls, settings, reward_fns: Sequence[RewardSpec]) -> "RolloutSettings":
+    """From the run's settings (grpo_jax/settings.py)."""
+    g = settings.grpo
+    return cls(group_size=g.group_size, max_prompt_length=settings.sampling.max_prompt_length,
+               scoring=scoring_of(settings, reward_fns), advantage=g.advantage, std_ddof=g.std_ddof,
                advantage_eps=g.advantage_eps, mask_truncated=g.mask_truncated_completions)
 
 
-def scoring_of(config, reward_fns: Sequence[RewardSpec]) -> Scoring:
-  return Scoring(reward_fns, config.reward_timeout_s, config.reward_fallback, config.reward_isolation)
+def scoring_of(settings, reward_fns: Sequence[RewardSpec]) -> Scoring:
+  """The run's reward functions with its settings' timeout, fallback and isolation."""
+  return Scoring(reward_fns, settings.reward_timeout_s, settings.reward_fallback, settings.reward_isolation)
 
 
 class Rollout(NamedTuple):

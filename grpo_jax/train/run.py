@@ -1,4 +1,4 @@
-"""One run's parts, built once from its config, and the state they act on.
+"""One run's parts, built once from its settings, and the state they act on.
 
 `Run` holds the data, the model and its policy (grpo_jax/train/policy.py), the samplers, the rewards and the
 compiled programs (each traced once per shape it sees), and does a step's phases: `rollout` (prompts -> G
@@ -19,11 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import compile_cache
-from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import build, distributed
-from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train.evaluation import RunEvaluation
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
@@ -52,22 +50,19 @@ class RunState(NamedTuple):
 class Run:
   """The fixed parts of one run: data, policy, samplers, rewards, and the compiled programs."""
 
-  def __init__(self, config, settings: Settings, inputs: RunInputs, log, time_split: TimeSplit | None = None):
-    """`settings`: the config's checked tree (grpo_jax/train/checks.py: validate); the builders of the data, the
-    model and the samplers still read the ConfigDict."""
-    self.config, self.settings = config, settings
+  def __init__(self, settings: Settings, inputs: RunInputs, log, time_split: TimeSplit | None = None):
+    """`settings`: the run's checked settings tree (grpo_jax/train/checks.py: validate)."""
+    self.settings = settings
     self.time_split = time_split or TimeSplit()  # evaluations and checkpoint saves add their seconds to it
-    self.eval_seconds: dict[int, float] = {}       # step -> its last evaluation's seconds
-    g, s = config.grpo, config.sampling
-    self.tokenizer, self.task = build.build_tokenizer_and_task(config, log=log, inputs=inputs)
-    self.mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
+    g, s = settings.grpo, settings.sampling
+    self.tokenizer, self.task = build.build_tokenizer_and_task(settings, log=log, inputs=inputs)
+    self.mesh = sharding_lib.make_mesh(data=settings.mesh.data, fsdp=settings.mesh.fsdp, tensor=settings.mesh.tensor)
     t0 = time.perf_counter()
-    log(f"[model] {'loading ' + config.model.hf_path if config.model.hf_path else 'initializing the model'} ...")
-    graphdef, self.initial_params = build.build_model(config, self.tokenizer, self.mesh)
+    log(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...")
+    graphdef, self.initial_params = build.build_model(settings, self.tokenizer, self.mesh)
     n = sum(x.size for x in jax.tree.leaves(self.initial_params))
     log(f"[model] {f'{n / 1e6:.1f}M' if n >= 1e6 else f'{n / 1e3:.0f}k'} parameters "
-        f"({config.model.param_dtype}, compute {config.model.dtype}) in {time.perf_counter() - t0:.1f} s")
-    self.log = log
+        f"({settings.model.param_dtype}, compute {settings.model.dtype}) in {time.perf_counter() - t0:.1f} s")
     # Fixed shardings in and out, so the donated outputs feed the next call without a recompile.
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
     copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
@@ -76,32 +71,29 @@ class Run:
       log(line)
     self.place = build.BatchPlacer(self.mesh)
     mini, micro, repeats = settings.mini_batch_size, settings.micro_batch_size, settings.prompt_repeats
-    self.updates_per_step = settings.updates_per_step
-    self.schedule = learning_rate_schedule(settings.optim, settings.num_steps, self.updates_per_step)
+    self.schedule = learning_rate_schedule(settings.optim, settings.num_steps, settings.updates_per_step)
     self.optimizer = make_optimizer(settings.optim, self.schedule)
     trainable = self.policy.trainable_part(self.initial_params)
     opt_sh = opt_state_shardings(jax.eval_shape(self.optimizer.init, trainable), trainable,
                                  self.mesh)  # shapes only: the state itself is made once, by new_state
     self.train_step = jax.jit(make_train_step(
         graphdef, self.optimizer, build.loss_config(settings), num_iterations=g.num_iterations, mini_batch_size=mini,
-        micro_batch_size=micro, temperature=s.temperature, chunk_size=config.model.logprob_chunk_size,
+        micro_batch_size=micro, temperature=s.temperature, chunk_size=settings.model.logprob_chunk_size,
         prompt_repeats=repeats, trainable=self.policy.trainable),
         donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
     self.ref_logprobs = jax.jit(make_logprob_fn(self.policy.base_graphdef, temperature=s.temperature,
-                                                chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
+                                                chunk_size=settings.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=repeats))
-    self.sampler, self.greedy_sampler, self.pass_k_sampler = make_samplers(graphdef, config, self.tokenizer)
-    self.rollout_settings = RolloutSettings.from_config(config, build.build_reward_fns(config, inputs))
-    self.base_key = jax.random.key(config.seed)
-    self.eval_columns = self.task.eval_rows(config.eval.size)
-    # the task's step-0 metrics, e.g. what one constant answer scores: the floor to read accuracy against
-    self.baselines = tasks.eval_baselines(config, self.eval_columns)
-    self.transfer_columns = {name: self.task.transfer_rows(name, config.eval.size)
-                             for name in getattr(self.task, "transfer_sets", ())}
+    sampler, greedy_sampler, pass_k_sampler = make_samplers(graphdef, settings, self.tokenizer)
+    self.rollout_settings = RolloutSettings.from_settings(settings, build.build_reward_fns(settings, inputs))
+    self.base_key = jax.random.key(settings.seed)
+    # evaluate(params, step) -> metrics; evaluate.seconds[step]: its time
+    self.evaluate = RunEvaluation(settings, self.task, self.tokenizer, greedy_sampler, pass_k_sampler,
+                                  self.rollout_settings.scoring, self.base_key, log, self.time_split)
     # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
     self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
                                distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
-    self.global_sampler = distributed.GlobalSampler(self.sampler, self.offset * g.group_size)
+    self.sampler = distributed.GlobalSampler(sampler, self.offset * g.group_size)
 
   def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
                 wall_before: float = 0.0) -> RunState:
@@ -116,50 +108,18 @@ class Run:
   def save_checkpoint(self, checkpointer, state: RunState, elapsed_s: float, cfg_json: str) -> None:
     """Saves `state` as checkpoint `state.step`. elapsed_s: seconds this run (its run id) has spent up to this
     checkpoint, over all its processes."""
-    key_data = jax.random.key_data(jax.random.key(self.config.seed))
+    key_data = jax.random.key_data(jax.random.key(self.settings.seed))
     meta = {"step": int(state.step), "run_id": state.run_id, "data_position": int(state.data_position),
-            "seed": int(self.config.seed), "rng_key_data": np.asarray(key_data).tolist(),
+            "seed": int(self.settings.seed), "rng_key_data": np.asarray(key_data).tolist(),
             "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json),
             **self.policy.checkpoint_meta(state.params)}
     with self.time_split.phase("checkpoint"):
       checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
 
-  def evaluate(self, params, step: int) -> dict:
-    """Held-out metrics eval/*; at the first and last step also transfer/<name>/* for each transfer set. The
-    seconds it took go to `eval_seconds[step]` (the loop logs them as timing/eval_s), not into the metrics,
-    which checkpoints and the warm start's log keep."""
-    t0 = time.perf_counter()
-    first = not self.eval_seconds and step == 0  # the one evaluation before any progress line: say what it does
-    if first:
-      self.log(f"[eval] step 0: greedy completions of {len(self.eval_columns['prompt'])} held-out prompts (the "
-               "first call compiles the sampler) ...")
-    with self.time_split.phase("eval"), compile_cache.CompileCounter() as compiled:
-      metrics = self._evaluate(params, step)
-    self.eval_seconds[step] = time.perf_counter() - t0
-    if first:
-      self.log(f"[eval] step 0: held-out accuracy {metrics['eval/accuracy']:.3f} in {self.eval_seconds[step]:.1f} s "
-               f"({compiled.describe()})")
-    return metrics
-
-  def _evaluate(self, params, step: int) -> dict:
-    c = self.config
-    kwargs = dict(accuracy_reward=c.eval.accuracy_reward, max_prompt_length=c.sampling.max_prompt_length,
-                  batch_size=min(c.eval.batch_size, c.eval.size),
-                  key=jax.random.fold_in(self.base_key, 10_000_000 + step))
-    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.eval_columns, self.rollout_settings.scoring,
-                       pass_k=c.eval.pass_k, pass_k_sampler=self.pass_k_sampler, **kwargs)
-    if step == 0:
-      metrics.update(self.baselines)
-    if step in (0, c.num_steps):
-      for name, columns in self.transfer_columns.items():
-        transfer = evaluate(self.greedy_sampler, params, self.tokenizer, columns, self.rollout_settings.scoring, **kwargs)
-        metrics.update({f"transfer/{name}/" + k.split("/", 1)[1]: v for k, v in transfer.items()})
-    return metrics
-
   def rollout(self, state: RunState, step: int) -> tuple[RolloutBatch, Any, RunState]:
     """(the step's batch on the mesh, reference log-probs included; the Rollout; `state` past the training rows
     the rollout used, which the update continues from)."""
-    g = self.config.grpo
+    g = self.settings.grpo
     position = state.data_position
 
     def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
@@ -170,16 +130,16 @@ class Run:
 
     key = jax.random.fold_in(self.base_key, step)
     if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-      rollout = collect_dynamic_rollout(self.global_sampler, state.params, self.tokenizer, next_columns,
+      rollout = collect_dynamic_rollout(self.sampler, state.params, self.tokenizer, next_columns,
                                         self.rollout_settings, key, max_rounds=g.dynamic_sampling_max_rounds,
                                         all_done=distributed.all_true)
     else:
-      rollout = collect_rollout(self.global_sampler, state.params, self.tokenizer, next_columns(), self.rollout_settings,
+      rollout = collect_rollout(self.sampler, state.params, self.tokenizer, next_columns(), self.rollout_settings,
                                 key)
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
     one_process = jax.process_count() == 1
     check_prompt_runs(rollout.batch, self.settings.prompt_repeats)
-    batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.config.sampling.max_prompt_length)
+    batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.settings.sampling.max_prompt_length)
                        if one_process else rollout.batch)
     ref_params = self.policy.reference(state.params, state.ref_params)
     if ref_params is not None:
@@ -194,8 +154,9 @@ class Run:
     params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
     metrics = jax.device_get(metrics)  # waits for the update
     metrics["timing/update_s"] = time.perf_counter() - t0
+    metrics["learning_rate"] = self.schedule((step - 1) * self.settings.updates_per_step)  # the step's first
     ref = state.ref_params
-    every = self.config.grpo.ref_reset_every
+    every = self.settings.grpo.ref_reset_every
     if ref is not None and every and step % every == 0:
       ref = self.policy.new_reference(params)  # iterative GRPO: the reference becomes the policy
     return state._replace(params=params, opt_state=opt_state, ref_params=ref, step=step), metrics

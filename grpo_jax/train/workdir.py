@@ -56,24 +56,22 @@ class Summary:
             f"({delta:+.1f} points) after {self.steps} GRPO steps in {self.wall_s:.0f}s; curves: {plot}")
 
 
-def prepare(config, workdir: str, main: bool) -> str:
-  """Creates the workdir, marks the run unfinished and writes config.json; returns the config's JSON."""
+def prepare(cfg_json: str, workdir: str, main: bool) -> None:
+  """Creates the workdir, marks the run unfinished and writes config.json (`cfg_json`: the run's config as JSON)."""
   storage.makedirs(workdir)
   # The summary marks a finished run; this one is not yet.
   if main:
     storage.remove(storage.join(workdir, SUMMARY_FILE))
-  cfg_json = config.to_json_best_effort(indent=2, sort_keys=True)
   if main:
     storage.write_text(storage.join(workdir, "config.json"), cfg_json)
-  return cfg_json
 
 
-def finish(config, workdir: str, state, last_eval: dict, time_split, main: bool, log) -> Summary:
+def finish(settings, workdir: str, state, last_eval: dict, time_split, main: bool, log) -> Summary:
   """The plot and summary.json of a run that reached its last step (or was stopped by a callback);
   `time_split`: grpo_jax.train.timing.TimeSplit of this process."""
   t_start = time_split.t_start
   plot_path = None
-  if config.log.plot and main:
+  if settings.log.plot and main:
     plot_path = plot_runs([workdir], storage.join(workdir, PLOT_FILE))
   this_process = time.time() - t_start
   summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
@@ -214,27 +212,30 @@ class Workdir:
   """The workdir side of one run, made once and passed once: config.json, the checkpoints, metrics.jsonl and the
   samples (process 0 writes files; every process takes part in a checkpoint), the curves, and the run's clock.
 
-    wd = Workdir(config, path, main, log, time_split)   # config.json written, no history opened yet
+    wd = Workdir(settings, cfg_json, path, main, log, time_split)  # config.json written, no history opened yet
     wd.open_history(state, fresh)                      # metrics.jsonl (TensorBoard, W&B) from the state's step on
     wd.log_step(step, metrics, rollout, bar); wd.save(run, state)
     wd.close()                                         # also when interrupted
   """
 
-  def __init__(self, config, path: str, main: bool, log, time_split):
-    self.config, self.path, self.main, self.log, self.time_split = config, path, main, log, time_split
-    self.cfg_json = prepare(config, path, main)
-    k = config.checkpoint
-    self.checkpointer = checkpoint_lib.Checkpointer(storage.join(path, CHECKPOINT_DIR), k.keep, k.verify,
-                                                    k.get("async_save", True))
-    self.curves = CurvesRefresher(path, storage.join(path, PLOT_FILE), config.log.plot and main, log=log)
+  def __init__(self, settings, cfg_json: str, path: str, main: bool, log, time_split):
+    """`settings`: the run's (grpo_jax/settings.py); `cfg_json`: its config as the user wrote it, in JSON (what
+    config.json and each checkpoint's metadata keep)."""
+    self.settings, self.path, self.main, self.log, self.time_split = settings, path, main, log, time_split
+    self.cfg_json = cfg_json
+    prepare(cfg_json, path, main)
+    k = settings.checkpoint
+    self.checkpointer = checkpoint_lib.Checkpointer(storage.join(path, CHECKPOINT_DIR), k.keep, k.verify, k.async_save)
+    self.curves = CurvesRefresher(path, storage.join(path, PLOT_FILE), settings.log.plot and main, log=log)
     self.writer = None
     self.saved_step: int | None = None  # the newest checkpoint this process started from or saved
 
   def open_history(self, state, fresh: bool) -> None:
     """The metrics writer of a run starting at `state` (a resume drops the rows logged after its step)."""
-    self.writer = (metrics_lib.MetricsWriter(self.path, tensorboard=self.config.log.tensorboard,
+    lg = self.settings.log
+    self.writer = (metrics_lib.MetricsWriter(self.path, tensorboard=lg.tensorboard,
                                              resume_step=None if fresh else state.step,
-                                             wandb=metrics_lib.wandb_init_kwargs(self.config, self.path, state.run_id,
+                                             wandb=metrics_lib.wandb_init_kwargs(lg, self.path, state.run_id,
                                                                                  self.cfg_json))
                    if self.main else NullWriter())
     self.saved_step = None if fresh else state.step
@@ -258,7 +259,7 @@ class Workdir:
   def log_step(self, step: int, metrics: dict, rollout, bar) -> None:
     """metrics.jsonl (every log.every steps, evaluation steps and the last), samples, the progress bar; after an
     evaluation, a fresh curves.png (the run's end draws its own)."""
-    c = self.config
+    c = self.settings
     if step % c.log.every == 0 or "eval/accuracy" in metrics or step == c.num_steps:
       self.writer.write(step, metrics)
     if self.main and c.log.num_samples and (step % c.log.samples_every == 0 or step == 1):
@@ -304,7 +305,7 @@ class Workdir:
     self.writer.flush()
 
   def finish(self, state, last_eval: dict) -> Summary:
-    return finish(self.config, self.path, state, last_eval, self.time_split, self.main, self.log)
+    return finish(self.settings, self.path, state, last_eval, self.time_split, self.main, self.log)
 
   def close(self) -> None:
     """Flushes what was logged and releases the helper and orbax's threads."""

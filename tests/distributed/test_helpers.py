@@ -8,6 +8,7 @@ import pytest
 
 from grpo_jax import config as config_lib
 from grpo_jax.model import sharding
+from grpo_jax.settings import Settings
 from grpo_jax.train import distributed, offload
 from grpo_jax.train import checks
 
@@ -25,15 +26,20 @@ def no_cluster(monkeypatch):
   return started
 
 
+def _initialize(config) -> bool:
+  """What grpo_jax.train.loop does: the config's `distributed` section, checked, to distributed.initialize."""
+  return distributed.initialize(Settings.from_config(config).distributed)
+
+
 def test_initialize_only_when_asked(no_cluster, monkeypatch):
   c = config_lib.get_config()
-  assert distributed.initialize(c) is False and no_cluster == []      # auto, nothing in the environment
+  assert _initialize(c) is False and no_cluster == []      # auto, nothing in the environment
   monkeypatch.setenv("SLURM_NTASKS", "1")
-  assert distributed.initialize(c) is False                           # a one-task SLURM job: one process
+  assert _initialize(c) is False                           # a one-task SLURM job: one process
   monkeypatch.setenv("SLURM_NTASKS", "4")
-  assert distributed.initialize(c) is True and no_cluster[-1] == {}   # JAX's SLURM detection does the rest
+  assert _initialize(c) is True and no_cluster[-1] == {}   # JAX's SLURM detection does the rest
   c.distributed.enabled = "no"
-  assert distributed.initialize(c) is False and len(no_cluster) == 1
+  assert _initialize(c) is False and len(no_cluster) == 1
 
 
 def test_initialize_passes_config_then_environment(no_cluster, monkeypatch):
@@ -42,12 +48,12 @@ def test_initialize_passes_config_then_environment(no_cluster, monkeypatch):
   c.distributed.num_processes = 4
   c.distributed.local_device_ids = "0,1"
   monkeypatch.setenv("JAX_PROCESS_ID", "3")
-  assert distributed.initialize(c)
+  assert _initialize(c)
   assert no_cluster[-1] == dict(coordinator_address="node0:1234", num_processes=4, process_id=3,
                                 local_device_ids=[0, 1])
   monkeypatch.setenv("JAX_PROCESS_ID", "three")
   with pytest.raises(ValueError, match="JAX_PROCESS_ID='three' is not an integer"):
-    distributed.initialize(c)
+    _initialize(c)
   c.distributed.enabled = "maybe"
   with pytest.raises(ValueError, match="config.distributed.enabled"):
     checks.validate(c)

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
 from grpo_jax.data.char_tokenizer import CharTokenizer
+from grpo_jax.settings import Settings
 from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.data.tasks import DatasetTask, load_hf_tokenizer, make_task, stop_ids
 from grpo_jax.train.loop import build_reward_fns
@@ -32,7 +33,7 @@ def test_over_long_prompt_is_dropped_and_counted(fixture_paths, tmp_path):
                                                                        "answer": "x\n#### 3240"}])
   heldout = write_jsonl(str(tmp_path / "test.jsonl"), records[10:])
   lines = []
-  task = make_task(_gsm8k_config(train, heldout), log=lines.append)
+  task = make_task(Settings.from_config(_gsm8k_config(train, heldout)), log=lines.append)
 
   tokenizer = load_hf_tokenizer(fixture_paths["checkpoint"])
   long_text = tokenizer.apply_chat_template([{"role": "user", "content": LONG_QUESTION}], tokenize=False,
@@ -53,10 +54,10 @@ def test_over_long_prompt_is_dropped_and_counted(fixture_paths, tmp_path):
 
 def test_train_stream_is_a_function_of_seed_and_position(fixture_paths):
   c = _gsm8k_config(fixture_paths["gsm8k"])
-  task = make_task(c, log=lambda _: None)
+  task = make_task(Settings.from_config(c), log=lambda _: None)
   n = task.num_train
   full = task.train_rows(0, 3 * n)
-  again = make_task(c, log=lambda _: None)
+  again = make_task(Settings.from_config(c), log=lambda _: None)
   assert again.train_rows(5, 2 * n) == {k: v[5:5 + 2 * n] for k, v in full.items()}  # resume mid-epoch
   epochs = [full["question"][i * n:(i + 1) * n] for i in range(3)]
   assert all(sorted(e) == sorted(epochs[0]) for e in epochs) and epochs[0] != epochs[1]
@@ -66,7 +67,7 @@ def test_train_stream_is_a_function_of_seed_and_position(fixture_paths):
   gold = {r["question"]: r["answer"].rsplit("####", 1)[1].strip().replace(",", "") for r in gsm8k_records()}
   assert all(gold[q] == a for q, a in zip(full["question"], full["answer"]))
   c.seed = 1
-  assert make_task(c, log=lambda _: None).train_rows(0, n)["question"] != epochs[0]
+  assert make_task(Settings.from_config(c), log=lambda _: None).train_rows(0, n)["question"] != epochs[0]
 
 
 def test_stop_ids(fixture_paths):
@@ -95,7 +96,7 @@ def test_bos_is_written_into_the_prompt_text_when_the_tokenizer_adds_one():
 
 def test_reward_gate_scores_accuracy_only_with_the_format(fixture_paths):
   c = load_experiment("countdown")("test")
-  fns = {name: (fn, w) for name, fn, w in build_reward_fns(c)}
+  fns = {name: (fn, w) for name, fn, w in build_reward_fns(Settings.from_config(c))}
   assert {name: w for name, (_, w) in fns.items()} == {"countdown": 1.0, "format_strict_prefilled": 0.1}
   completions = [" 3+4 is 7 </think> <answer>3 + 4</answer>",  # right, in format
                  " <answer>3 + 4</answer>",                    # right, but the think block never closes

@@ -20,6 +20,7 @@ from grpo_jax.model import lora
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import export as export_lib
+from grpo_jax.settings import Settings
 from grpo_jax.train import loop
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
@@ -115,8 +116,9 @@ def _lora_config(num_steps=4):
 
 def _params(workdir, config, step=None):
   mesh = sharding_lib.make_mesh()
-  tokenizer, _ = loop.build_tokenizer_and_task(config, log=lambda *a, **k: None)
-  graphdef, template = loop.build_model(config, tokenizer, mesh)
+  settings = Settings.from_config(config)
+  tokenizer, _ = loop.build_tokenizer_and_task(settings, log=lambda *a, **k: None)
+  graphdef, template = loop.build_model(settings, tokenizer, mesh)
   params, _ = export_lib.restore_run_params(workdir, template, step)
   return graphdef, params
 
