@@ -23,6 +23,7 @@ the task, its reward, 24 new tokens (an answer, not a worked solution), 100 step
 (`grpo.dynamic_sampling`: the model starts low, so most groups' rewards are all equal; only the others are
 trained on, up to 4 sampler calls a step) set below.
 """
+from grpo_jax import config as config_lib
 from grpo_jax.sweep import spec
 from grpo_jax.data.reasoning_gym import ANSWER_ONLY_SYSTEM_PROMPT
 
@@ -78,7 +79,10 @@ def get_config(preset: str | None = None):
   c.task.heldout_seed = 1_000_000
   c.task.system_prompt = ANSWER_ONLY_SYSTEM_PROMPT
   c.task.answer_only = True   # the prompt ends in "<answer>"; the completion stops at "</"
-  c.task.transfer = ""
+  # The word_arithmetic keys of the base experiment, which a reasoning_gym task does not read (left at their
+  # defaults: a key the task does not read is refused when set).
+  base = config_lib.get_config().task
+  c.task.transfer, c.task.num_digits, c.task.heldout_fraction = "", base.num_digits, base.heldout_fraction
 
   # The verifier's full credit only: its partial credit for a line that contains the answer is exploitable.
   c.rewards = {"reasoning_gym_full_credit": 1.0}

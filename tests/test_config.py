@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -176,3 +177,24 @@ def test_an_unknown_key_gets_its_replacement_or_the_closest_keys(monkeypatch):
   assert "did you mean config.optim.eps?" in message("eps")
   assert "did you mean" not in message("grpo.zzz") and "\n" not in message("grpo.epsilon")
   assert "optim.learning_rate" in config_lib.keys() and "optim" in config_lib.keys()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"task.template": "chat"}, "config.task.template='chat': only dataset, reasoning_gym, word_arithmetic tasks "
+                                "read task.template, not 'addition' (leave it at its default 'plain')"),
+    ({"task.min_terms": 2}, "config.task.min_terms=2: only chain_sum tasks read task.min_terms, not 'addition'"),
+    ({"task.tool_fraction": 0.9}, "config.task.tool_fraction=0.9: only tool_arithmetic tasks read"),
+])
+def test_a_task_key_the_named_task_does_not_read_is_refused(overrides, message):
+  """config.task is the union of the tasks' keys: one the named task would ignore must keep its default."""
+  with pytest.raises(ValueError, match="^" + re.escape(message)):
+    checks.validate(_config(**overrides))
+
+
+def test_every_task_key_is_read_by_some_task_and_each_task_declares_what_it_reads():
+  from grpo_jax.data import tasks
+  takers = {key: [name for name in tasks.TASKS if key in tasks.TASKS.get(name).takes] for key in tasks.task_keys()}
+  assert not [key for key, names in takers.items() if not names]  # no key of config.task that no task reads
+  assert tasks.TASKS.get("addition").takes == {"num_digits", "heldout_fraction"}
+  with pytest.raises(ValueError, match=r"register_task\('mine'\): takes \['num_digit'\], not keys of config.task"):
+    tasks.register_task("mine", takes=("num_digit",))(lambda settings, tokenizer, log: None)

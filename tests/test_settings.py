@@ -67,3 +67,14 @@ def test_a_saved_config_with_old_keys_and_missing_sections_builds():
   s = Settings.from_config(saved)
   assert (s.seed, s.optim.learning_rate, s.optim.b2, s.env.name, s.reward_funcs) == (3, 1e-5, 0.999, "", ())
   assert s.optim == dataclasses.replace(OptimSettings(), learning_rate=1e-5)
+
+
+def test_a_fresh_models_config_takes_the_model_sections_shape_fields():
+  from grpo_jax.model import ModelConfig
+  m = Settings.from_config({"model": {"hidden_size": 96, "num_heads": 6, "num_kv_heads": 2, "remat": True,
+                                      "dtype": "bfloat16", "lora_rank": 4}}).model
+  cfg = ModelConfig.fresh(m, vocab_size=50)
+  assert cfg == ModelConfig(vocab_size=50, hidden_size=96, intermediate_size=256, num_layers=2, num_heads=6,
+                            num_kv_heads=2, head_dim=16, max_position_embeddings=32, rope_theta=10000.0,
+                            rms_norm_eps=1e-6, tie_word_embeddings=False, param_dtype="float32", dtype="bfloat16",
+                            remat=True, attention="einsum")

@@ -29,7 +29,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from grpo_jax.config_checks import Section
-from grpo_jax.data.tasks import DatasetTask, needs_tokenizer, plain_dict, register_task, validate_rendered
+from grpo_jax.data.tasks import (RENDER_KEYS, DatasetTask, needs_tokenizer, plain_dict, register_task,
+                                 validate_rendered)
 from grpo_jax.rewards.answers import last_boxed
 
 COUNTDOWN_QUESTION = ("Using the numbers {numbers}, create an equation that equals {target}. You can use basic "
@@ -311,7 +312,9 @@ def _check_dataset(settings, in_memory_dataset: bool) -> None:
   s.at_least(0, "max_rows")
 
 
-@register_task("dataset", check=_check_dataset, takes=("rows",))
+@register_task("dataset", check=_check_dataset,
+               takes=("train_path", "train_split", "heldout_path", "heldout_split", "field_map", "max_rows",
+                      "heldout_fraction", *RENDER_KEYS, "rows"))
 def _dataset(settings, tokenizer, log, train_rows=None, heldout_rows=None):
   t = settings.task
   needs_tokenizer("dataset", tokenizer)

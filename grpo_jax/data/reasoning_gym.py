@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from grpo_jax.data.tasks import (CONSTANT_ANSWER_METRIC, DatasetTask, needs_tokenizer, register_task,
+from grpo_jax.data.tasks import (CONSTANT_ANSWER_METRIC, RENDER_KEYS, DatasetTask, needs_tokenizer, register_task,
                                  validate_rendered)
 from grpo_jax.rewards.reasoning_gym import INSTALL_HINT, VERSION, GymError, import_gym, score_answer  # noqa: F401
 
@@ -276,7 +276,8 @@ def _baselines(settings, eval_columns) -> dict[str, float]:
 
 
 @register_task(PREFIX + "<dataset>", check=_check, stop_ids=_stop_ids, baselines=_baselines,
-               takes=("options", "answer_only"))  # any reasoning-gym dataset: "reasoning_gym:leg_counting"
+               takes=("options", "answer_only", "train_size", "train_seed", "heldout_size", "heldout_seed",
+                      *RENDER_KEYS))  # any reasoning-gym dataset: "reasoning_gym:leg_counting"
 def _reasoning_gym(settings, tokenizer, log) -> DatasetTask:
   t = settings.task
   needs_tokenizer(t.name, tokenizer)

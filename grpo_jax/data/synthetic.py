@@ -288,7 +288,7 @@ def _check_tool_arithmetic(settings, in_memory_dataset: bool) -> None:
   Section(settings.task, "task").within("tool_fraction", 0, 1)
 
 
-@register_task("addition")
+@register_task("addition", takes=("num_digits", "heldout_fraction"))
 def _addition(settings, tokenizer, log):
   t = settings.task
   task = AdditionTask(t.num_digits, t.heldout_fraction, settings.seed)
@@ -297,14 +297,15 @@ def _addition(settings, tokenizer, log):
   return task
 
 
-@register_task("chain_sum", check=_check_chain_sum)
+@register_task("chain_sum", check=_check_chain_sum,
+               takes=("min_terms", "max_terms", "scratchpad_fraction", "heldout_fraction"))
 def _chain_sum(settings, tokenizer, log):
   t = settings.task
   no_tokenizer("chain_sum", tokenizer)
   return ChainSumTask(t.min_terms, t.max_terms, t.heldout_fraction, settings.seed, t.scratchpad_fraction)
 
 
-@register_task("tool_arithmetic", check=_check_tool_arithmetic)
+@register_task("tool_arithmetic", check=_check_tool_arithmetic, takes=("tool_fraction", "heldout_fraction"))
 def _tool_arithmetic(settings, tokenizer, log):
   t = settings.task
   no_tokenizer("tool_arithmetic", tokenizer)

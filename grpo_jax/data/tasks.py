@@ -15,11 +15,14 @@ Tasks are plug-ins of equal standing: each registers itself in `TASKS` under its
     def build(settings, tokenizer, log): ...   # -> a task; tokenizer: the checkpoint's (model.hf_path) or None
 
 where `settings` is the run's frozen settings tree (grpo_jax/settings.py: `settings.task`, `settings.seed`, ...),
-with what it brings besides its rows: `check(settings, in_memory_dataset)`, its checks (ConfigError naming
-key and value, run by `validate_config`); `stop_ids(settings, tokenizer)`, token ids that also end its completions;
-`baselines(settings, eval_columns)`, step-0 metrics to read accuracy against (e.g. CONSTANT_ANSWER_METRIC); and
-`takes`, the optional keys of `config.task` it reads ("options", "answer_only", "transfer"; "rows": a notebook's
-datasets in memory), which any other task refuses. The built-in plug-ins (`BUILTIN_TASKS`):
+with what it brings besides its rows: `takes`, its section of `config.task`, the keys it reads ("rows": it also
+takes a notebook's datasets in memory); `check(settings, in_memory_dataset)`, its checks of them (ConfigError
+naming key and value, run by `validate_config`); `stop_ids(settings, tokenizer)`, token ids that also end its
+completions; and `baselines(settings, eval_columns)`, step-0 metrics to read accuracy against (e.g.
+CONSTANT_ANSWER_METRIC). `config.task` stays one flat section for the user (experiment files, `--config.task.X`),
+the union of the tasks' keys; a key that the named task does not take must keep its default, or the run is
+refused before anything starts (a `task.num_digits` set for a dataset task would otherwise be ignored silently).
+The built-in plug-ins (`BUILTIN_TASKS`):
   "addition", "chain_sum", "tool_arithmetic"  generated tasks with character tokens (`synthetic.py`);
   "dataset"   question/answer rows from local files (`datasets.py`) or a notebook's rows, rendered with a prompt
               template (`templates.py`, `DatasetTask`);
@@ -46,15 +49,21 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.templates import tokenize_prompts
 from grpo_jax.model import hf_io
 from grpo_jax.registry import Registry, same_definition
+from grpo_jax.settings import TaskSettings
 
 # The modules whose import registers the built-in tasks (module docstring).
 BUILTIN_TASKS = ("grpo_jax.data.synthetic", "grpo_jax.data.datasets", "grpo_jax.data.word_arithmetic",
                  "grpo_jax.data.reasoning_gym")
 # name -> TaskPlugin; tokenizer: the checkpoint's (config.model.hf_path) or None.
 TASKS = Registry("task", builtins=BUILTIN_TASKS)
-# The optional keys of config.task, what a task that reads one does with it (the error for any other task).
-OPTIONAL_KEYS = {"options": "take options", "answer_only": "have an answer-only mode",
-                 "transfer": "have transfer sets"}
+# The keys of config.task that every task reads: its name, and the old name of heldout_fraction (moved to it
+# before the checks). Each task names the others it reads (`takes`).
+SHARED_KEYS = ("name", "holdout_fraction")
+# The keys of the tasks whose rows are rendered with a prompt template and the checkpoint's tokenizer.
+RENDER_KEYS = ("template", "system_prompt", "prefill_think")
+# What a task that reads one of these keys does with it (the error for any other task).
+WHAT_KEYS_DO = {"options": "take options", "answer_only": "have an answer-only mode",
+                "transfer": "have transfer sets"}
 # A task's step-0 metric: what one constant answer scores on its held-out rows (the floor to read accuracy
 # against; the start line prints it, sweep reports tabulate it).
 CONSTANT_ANSWER_METRIC = "eval/constant_answer"
@@ -75,12 +84,14 @@ class TaskPlugin:
 
 def register_task(name: str, *, check: Callable | None = None, stop_ids: Callable | None = None,
                   baselines: Callable | None = None, takes: Sequence[str] = (), overwrite: bool = False):
-  """Decorator: registers the builder `build(config, tokenizer, log[, train_rows, heldout_rows])` as the task
+  """Decorator: registers the builder `build(settings, tokenizer, log[, train_rows, heldout_rows])` as the task
   `name` (a name ending in "<...>" is a pattern, e.g. "reasoning_gym:<dataset>"), with what it brings besides
-  rows (module docstring); returns the builder unchanged."""
-  unknown = set(takes) - set(OPTIONAL_KEYS) - {"rows"}
+  rows (module docstring); returns the builder unchanged. `takes`: the keys of `config.task` it reads besides
+  its name (TaskSettings' fields), and "rows" if it takes datasets in memory."""
+  unknown = set(takes) - set(task_keys()) - {"rows"}
   if unknown:
-    raise ValueError(f"register_task({name!r}): takes {sorted(unknown)}, not among {[*OPTIONAL_KEYS, 'rows']}")
+    raise ValueError(f"register_task({name!r}): takes {sorted(unknown)}, not keys of config.task "
+                     f"({', '.join(task_keys())}) or 'rows'")
 
   def decorator(build: Callable) -> Callable:
     plugin = TaskPlugin(build, check, stop_ids, baselines, frozenset(takes))
@@ -230,9 +241,14 @@ def eval_baselines(settings, eval_columns: dict) -> dict[str, float]:
   return dict(plugin.baselines(settings, eval_columns)) if plugin.baselines else {}
 
 
+def task_keys() -> tuple[str, ...]:
+  """The keys of config.task that some tasks read and others do not (all but SHARED_KEYS)."""
+  return tuple(f.name for f in dataclasses.fields(TaskSettings) if f.name not in SHARED_KEYS)
+
+
 def _takers(key: str) -> str:
   """The tasks that read an optional key, as names ("reasoning_gym" for the pattern "reasoning_gym:<dataset>")."""
-  names = [name.split(":<", 1)[0] for name in TASKS if key in TASKS.get(name).takes]
+  names = sorted(name.split(":<", 1)[0] for name in TASKS if key in TASKS.get(name).takes)
   return ", ".join(names) or "none"
 
 
@@ -247,12 +263,16 @@ def validate_config(settings, in_memory_dataset: bool = False) -> None:
   plugin = TASKS.get(t.name)
   if plugin.check is not None:
     plugin.check(settings, in_memory_dataset)
-  for key, what in OPTIONAL_KEYS.items():
-    if getattr(t, key) and key not in plugin.takes:
-      message = f"only {_takers(key)} tasks {what}, not {t.name!r}"
-      if key == "options":
-        fail("task.options", message)
-      s.fail(key, message)
+  defaults = TaskSettings()
+  for key in task_keys():
+    if key in plugin.takes or getattr(t, key) == getattr(defaults, key):
+      continue
+    what = WHAT_KEYS_DO.get(key, f"read task.{key}")
+    message = (f"only {_takers(key)} tasks {what}, not {t.name!r} (leave it at its default "
+               f"{getattr(defaults, key)!r})")
+    if isinstance(getattr(t, key), dict):
+      fail(f"task.{key}", message)
+    s.fail(key, message)
 
 
 def validate_rendered(settings) -> None:

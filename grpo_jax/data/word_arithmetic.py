@@ -26,7 +26,7 @@ import numpy as np
 
 from grpo_jax.config_checks import Section, fail
 from grpo_jax.data.synthetic import _hash
-from grpo_jax.data.tasks import DatasetTask, needs_tokenizer, register_task, transfer_names
+from grpo_jax.data.tasks import RENDER_KEYS, DatasetTask, needs_tokenizer, register_task, transfer_names
 
 TRANSFER_SETS = ("three_digit", "reworded")
 _SPLIT, _ORDER, _PHRASE = 11, 12, 13   # hash stream ids.
@@ -105,7 +105,7 @@ def _check(settings, in_memory_dataset: bool) -> None:
       Section(settings.task, "task").fail("transfer", f"{name!r} is not one of {list(TRANSFER_SETS)}")
 
 
-@register_task("word_arithmetic", check=_check, takes=("transfer",))
+@register_task("word_arithmetic", check=_check, takes=("num_digits", "heldout_fraction", "transfer", *RENDER_KEYS))
 def _word_arithmetic(settings, tokenizer, log):
   t = settings.task
   needs_tokenizer("word_arithmetic", tokenizer, "its tokenizer and chat template")

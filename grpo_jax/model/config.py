@@ -126,6 +126,14 @@ class ModelConfig:
   def attention_scale(self) -> float:
     return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
+  @classmethod
+  def fresh(cls, model, vocab_size: int) -> "ModelConfig":
+    """A fresh (randomly initialized) model's shape from the run's `model` section (grpo_jax/settings.py:
+    ModelSettings), whose fields of the same names are this one's (its shape, norms, dtypes, remat, attention);
+    `vocab_size`: the resolved one (the section's 0 means the tokenizer's)."""
+    shared = {f.name for f in dataclasses.fields(cls)} & {f.name for f in dataclasses.fields(model)}
+    return cls(**{**{name: getattr(model, name) for name in shared}, "vocab_size": vocab_size})
+
   def replace(self, **kw) -> "ModelConfig":
     return dataclasses.replace(self, **kw)
 

@@ -52,12 +52,7 @@ def build_model(settings: Settings, tokenizer, mesh):
   vocab = m.vocab_size or tokenizer.vocab_size
   if vocab < tokenizer.vocab_size:
     raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
-  cfg = ModelConfig(vocab_size=vocab, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
-                    num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-                    head_dim=m.head_dim, max_position_embeddings=m.max_position_embeddings,
-                    rope_theta=m.rope_theta, rms_norm_eps=m.rms_norm_eps,
-                    tie_word_embeddings=m.tie_word_embeddings, param_dtype=m.param_dtype, dtype=m.dtype,
-                    remat=m.remat, attention=m.attention)
+  cfg = ModelConfig.fresh(m, vocab)
 
   def make(key):
     return lora_lib.add_configured_adapters(Transformer(cfg, rngs=nnx.Rngs(params=key)), m, lora_key)

@@ -44,7 +44,7 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   advantages.validate_config(settings.grpo)
   objective.validate_config(settings.grpo)
   warmstart.validate_config(settings.warmstart)
-  tasks.validate_config(config, in_memory_dataset)
+  tasks.validate_config(settings, in_memory_dataset)
   envs.validate_config(settings.env)
   rewards.validate_config(settings, reward_callables)
   model_config.validate_config(settings.model)  # after the task's checks: those say what model.hf_path it needs

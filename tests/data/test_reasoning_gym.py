@@ -95,6 +95,10 @@ def _config(name="reasoning_gym:leg_counting", **task):
   return c
 
 
+# _config's reasoning_gym keys back at their defaults: an addition task refuses any it does not read.
+_ADDITION = dict(template="plain", train_size=10000, heldout_size=500)
+
+
 @pytest.mark.parametrize("task, message", [
     (dict(name="reasoning_gym:leg_countin"), "config.task.name: 'reasoning_gym:leg_countin' is not a reasoning-gym "
                                              "dataset; did you mean reasoning_gym:leg_counting"),
@@ -105,8 +109,9 @@ def _config(name="reasoning_gym:leg_counting", **task):
     (dict(heldout_seed=50), "config.task.heldout_seed: 50 is within 122 of task.train_seed=1"),
     (dict(name="reasoning_gym:composite", options={"datasets": {"chain_sum": -1.0}}),
      "config.task.options.datasets.chain_sum.weight: must be a positive number"),
-    (dict(name="addition", options={"x": 1}), "config.task.options: only reasoning_gym tasks take options"),
-    (dict(name="addition", answer_only=True), "config.task.answer_only=True: only reasoning_gym tasks have an answer-only"),
+    (dict(name="addition", options={"x": 1}, **_ADDITION), "config.task.options: only reasoning_gym tasks take options"),
+    (dict(name="addition", answer_only=True, **_ADDITION),
+     "config.task.answer_only=True: only reasoning_gym tasks have an answer-only"),
 ])
 def test_config_errors_name_key_and_fix(task, message):
   with pytest.raises(ValueError, match="^" + re.escape(message)):
