@@ -19,6 +19,8 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
                      then the sampler alone (tokens/s at 256 x 512) and a profile of one sampler call: kernels
                      launched per decode step, the GPU's busy fraction, the kernels that take the time
   compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
+  decode_segments    the sampler alone with sampling.decode_segment=128 (each 128-step segment of the decode
+                     attends to the cache slots filled by its end): tokens/s against the first part's sampler
   step_cudnn_attention  the same steps with cuDNN's flash attention in the update and reference
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
   trl_qwen2.5-0.5b   TRL's GRPOTrainer (benchmarks/step_bench.py's TRL side) at the same settings, same shape
@@ -57,6 +59,8 @@ def parts(smoke: bool) -> list[dict]:
            budget=240, minimum=120),
       dict(name="compile_cached", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "1"], budget=50, minimum=30,
            needs="step_qwen2.5-0.5b"),
+      dict(name="decode_segments", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-segment",
+                                         "4" if smoke else "128"], budget=60, minimum=40, needs="step_qwen2.5-0.5b"),
       # The update with cuDNN's flash attention (model.attention="cudnn"; XLA's "jax" path in --smoke on a CPU).
       dict(name="step_cudnn_attention", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--attention",
                                               "jax" if smoke else "cudnn"], budget=120, minimum=70,
@@ -151,7 +155,8 @@ def headline(r: dict) -> str:
     m = r["median"]
     bits.append("step {step_s:.2f} s (sample {sample_s:.2f}, reference {reference_s:.2f}, update {update_s:.2f})"
                 .format(**m))
-  for key, fmt in (("sampler_tokens_per_s", "sampler {:,.0f} tokens/s"), ("peak_bytes", "peak {:.2f} GiB"),
+  for key, fmt in (("sampler_tokens_per_s", "sampler {:,.0f} tokens/s"), ("decode_segment", "decode_segment {}"),
+                   ("peak_bytes", "peak {:.2f} GiB"),
                    ("launch_to_first_step_s", "launch to first step {:.1f} s"), ("compile_s", "compile {:.1f} s"),
                    ("cache_loads", "{} programs from the cache"), ("kernels_per_decode_step", "{:.0f} kernels/token"),
                    ("gpu_busy_fraction", "GPU busy {:.0%} of the sampler call"),
@@ -397,16 +402,19 @@ def child_step(args, result: Result) -> None:
 
 
 def child_sampler(args, result: Result) -> None:
-  """The sampler alone at the recipe's shapes (no update is compiled): tokens/s under this process's XLA_FLAGS."""
+  """The sampler alone at the recipe's shapes (no update is compiled): tokens/s under this process's XLA_FLAGS
+  and `--decode-segment`."""
   import jax
 
   import memory_fit
   cfg, config = recipe_at(args.model, args.smoke)
+  config.sampling.decode_segment = args.decode_segment
   step, _, _, graphdef, optimizer = memory_fit.build_update(cfg, config)  # traced lazily: nothing compiles
   rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=progress)
   G = config.grpo.group_size
   prompts = sampler_prompts(rig, {"prompt_tokens": 150 * config.grpo.prompts_per_step * G})
-  result.update(model=args.model, xla_flags=os.environ.get("XLA_FLAGS", ""), device=jax.devices()[0].device_kind)
+  result.update(model=args.model, xla_flags=os.environ.get("XLA_FLAGS", ""), device=jax.devices()[0].device_kind,
+                decode_segment=args.decode_segment)
   result.update(time_sampler(rig, prompts, calls=3))
 
 
@@ -480,6 +488,7 @@ def main(argv=None) -> int:
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
   p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--attention", default="", help=argparse.SUPPRESS)
+  p.add_argument("--decode-segment", type=int, default=0, help=argparse.SUPPRESS)
   p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if not args.child:

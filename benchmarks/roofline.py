@@ -83,6 +83,7 @@ class Workload(NamedTuple):
   prompt_width: int = 256             # P of the sampler
   new_tokens: int = 512               # C of the sampler
   decode_steps: int | None = None     # token steps the decode ran (None: C - 1, the whole loop)
+  decode_segment: int = 0             # sampling.decode_segment: the loop as written attends to its segment's slots
   update_prompt_width: int = 256
   update_completion_width: int = 512
   micro_batch: int = 16               # rows per forward/backward
@@ -166,13 +167,17 @@ def prefill(cfg, num_params: int, w: Workload) -> Phase:
 
 def decode_keys_L(cfg, w: Workload, filled: bool = True) -> list[float]:
   """Mean keys per step and layer over the decode: step t (1..C-1) has written P + t slots (a sliding layer
-  holds at most its window); `filled=False`: the whole cache of S slots, as the loop attends now."""
+  holds at most its window); `filled=False`: the slots the loop as written attends to, the whole cache of S
+  slots, or with `w.decode_segment` = L those of step t's segment, P + its end (sampler.decode_segments)."""
   P, C, S = w.prompt_width, w.new_tokens, w.prompt_width + w.new_tokens
   steps = range(1, C)
+  L = w.decode_segment if 0 < w.decode_segment < C else C
+  width = {t: P + min(C, (t // L + 1) * L) for t in steps}  # the cache slots of step t's segment
   out = []
   for i in range(cfg.num_layers):
-    cap = min(cfg.sliding_window, S) if cfg.is_sliding(i) else S
-    out.append(cap if not filled else sum(min(cap, P + t) for t in steps) / max(1, len(steps)))
+    cap = (lambda slots: min(cfg.sliding_window, slots)) if cfg.is_sliding(i) else (lambda slots: slots)
+    keys = [cap(P + t) if filled else cap(width[t]) for t in steps]
+    out.append(sum(keys) / max(1, len(keys)))
   return out
 
 
@@ -418,6 +423,8 @@ def main(argv=None):
                  "or in the compute dtype (compute: casts hoisted out of the loop)")
   p.add_argument("--decode-keys", choices=("filled", "cache"), default="filled",
                  help="decode reads the filled cache slots (filled: the floor) or all S slots (cache: as written)")
+  p.add_argument("--decode-segment", type=int, default=0,
+                 help="with --decode-keys cache: the loop in segments of this many steps (sampling.decode_segment)")
   p.add_argument("--measured", help="a benchmarks/gpu_campaign.py JSON: measured seconds against the floor")
   args = p.parse_args(argv)
 
@@ -429,6 +436,8 @@ def main(argv=None):
     w = w._replace(update_prompt_width=up, update_completion_width=uc)
   if args.decode_steps is not None:
     w = w._replace(decode_steps=args.decode_steps)
+  if args.decode_segment:
+    w = w._replace(decode_segment=args.decode_segment)
   if args.micro_batch:
     w = w._replace(micro_batch=args.micro_batch, prompt_repeats=math.gcd(args.micro_batch, w.group)
                    if w.prompt_repeats > 1 else 1)

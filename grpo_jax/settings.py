@@ -190,12 +190,16 @@ class SamplingSettings:
   temperature: float = 1.0        # sampling temperature; the loss uses log-probs at the same temperature.
   top_k: int = 0                  # 0: off.
   top_p: float = 1.0              # 1.0: off.
+  decode_segment: int = 0         # >0: decode in segments of this many token steps, each attending only to the
+                                  # cache slots filled by its end: fewer KV-cache bytes read per token step (an
+                                  # accelerator's decode is bound by them), the same tokens; the cache is copied
+                                  # once per segment (briefly twice its size). 0: one loop over the whole cache.
 
   def __post_init__(self):
     s = Section(self, "sampling")
     s.at_least(1, "max_prompt_length", "max_new_tokens")
     s.positive("temperature")
-    s.at_least(0, "top_k")
+    s.at_least(0, "top_k", "decode_segment")
     s.within("top_p", 0, 1, open_low=True)
 
 

@@ -170,3 +170,15 @@ def test_measured_table_matches_the_device_and_lists_failed_parts(tmp_path, caps
   assert rl.measured_rows(data)[1]["status"] == "model 'my-model' is not a preset"
   assert [rl.device_peak(d) for d in ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "TPU v5 lite", "cpu")] == [
       "H100 SXM", None, "TPU v5e", None]
+
+
+def test_decode_keys_of_the_loop_as_written_with_and_without_segments():
+  """P = 2, C = 5: steps 1..4 attend to all 7 slots; in segments of 2 (ends 2, 4, 5: widths 4, 6, 7) step 1 to 4
+  slots, steps 2-3 to 6 and step 4 to 7; a sliding layer (window 8 > 7) the same, and the filled slots 2 + t."""
+  w = rl.Workload(prompt_width=2, new_tokens=5)
+  assert rl.decode_keys_L(QWEN, w, filled=False) == [7.0, 7.0]
+  assert rl.decode_keys_L(QWEN, w._replace(decode_segment=2), filled=False) == [(4 + 6 + 6 + 7) / 4] * 2
+  assert rl.decode_keys_L(GEMMA, w._replace(decode_segment=2), filled=True) == [(3 + 4 + 5 + 6) / 4] * 3
+  long = rl.Workload(prompt_width=4, new_tokens=12, decode_segment=4)  # widths 8, 12, 16: the window (8) caps
+  sliding, _, full = rl.decode_keys_L(GEMMA, long, filled=False)
+  assert (sliding, full) == ((3 * 8 + 4 * 8 + 4 * 8) / 11, (3 * 8 + 4 * 12 + 4 * 16) / 11)

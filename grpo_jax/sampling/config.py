@@ -22,6 +22,8 @@ class SamplingConfig:
   greedy: argmax instead of sampling (temperature then only affects the returned log-probs).
   stop_ids: a row stops after emitting any of these; the stop token is part of the completion (mask 1).
   pad_id: emitted (mask 0, log-prob 0) after a row stopped, and used to left-pad prompts.
+  decode_segment: 0, or decode in segments of this many token steps, each over the cache slots filled by its
+    end (grpo_jax/sampling/sampler.py: `decode_segments`); the same tokens, fewer KV-cache bytes read per step.
   """
   max_new_tokens: int
   temperature: float = 1.0
@@ -30,6 +32,7 @@ class SamplingConfig:
   greedy: bool = False
   stop_ids: tuple[int, ...] = ()
   pad_id: int = 0
+  decode_segment: int = 0
 
   def __post_init__(self):
     # Accept any iterable of ints for stop_ids but store a tuple so the config stays hashable.
@@ -47,11 +50,14 @@ class SamplingConfig:
       raise ValueError(f"SamplingConfig.stop_ids={self.stop_ids!r}: token ids must be >= 0")
     if self.pad_id < 0:
       raise ValueError(f"SamplingConfig.pad_id={self.pad_id!r}: expected a token id >= 0")
+    if not isinstance(self.decode_segment, int) or self.decode_segment < 0:
+      raise ValueError(f"SamplingConfig.decode_segment={self.decode_segment!r}: expected an int >= 0 (0: one "
+                       "segment)")
 
   @classmethod
   def from_config(cls, sampling, **fields) -> "SamplingConfig":
     """From a run's `sampling` section (grpo_jax/settings.py's SamplingSettings, or the ConfigDict it is built
-    from: max_new_tokens, temperature, top_k, top_p); `fields` (the tokenizer's stop_ids and pad_id, greedy, ...)
+    from: max_new_tokens, temperature, top_k, top_p, decode_segment); `fields` (the tokenizer's stop_ids and pad_id, greedy, ...)
     are set or replaced by the caller."""
     section = {f.name: getattr(sampling, f.name) for f in dataclasses.fields(cls) if hasattr(sampling, f.name)}
     return cls(**{**section, **fields})

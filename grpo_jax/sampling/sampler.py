@@ -14,6 +14,12 @@ first real token is position 0). Query rows attend to prompt slots holding real 
 slots already written. Prefill and every loop step run the model's own cached forward (`Transformer.__call__`
 with T = P, then T = 1), which updates the KV cache (`init_cache`: keys [B, K, H, S], values [B, K, S, H]) in
 place. The rotary tables and the uniforms of every step are computed once per call, outside the loop.
+Decode segments (`SamplingConfig.decode_segment` = L > 0): the loop runs in segments of L token steps, and
+segment k's cache holds only the P + (k + 1) L slots filled by its end (the prefill writes P + L; each later
+segment pads the cache to its width, `transformer.extend_cache`), so a token step reads the KV cache of the
+slots written so far, rounded up to L, not all S: on average about P + C / 2 + L / 2 slots. The tokens and
+log-probs are those of one segment (attention to an unwritten slot is masked out either way); the price is a
+cache copy per segment, when the old and the new cache briefly coexist. `decode_segments` gives the widths.
 Sliding-window layers (Gemma 3) keep only their window: their cache is a ring buffer of
 min(sliding_window, S) slots (`transformer.init_cache`), so a long completion pays global-attention memory in
 global layers alone.
@@ -43,7 +49,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax.model.logprobs import positions_from_mask
 from grpo_jax.model.sharding import logical_to_spec
-from grpo_jax.model.transformer import cast_for_compute, init_cache
+from grpo_jax.model.transformer import cast_for_compute, extend_cache, init_cache
 from grpo_jax.sampling.buckets import bucket_size, left_pad
 from grpo_jax.sampling.config import SamplingConfig
 from grpo_jax.sampling.select import select_next_token
@@ -58,6 +64,15 @@ class SampleResult(NamedTuple):
   logp_BxC: np.ndarray             # float32 log_softmax(logits / T)[token]; 0 where the mask is 0
   lengths_B: np.ndarray            # int32 completion lengths (sum of the mask)
   truncated_B: np.ndarray          # bool, no stop id within max_new_tokens
+
+
+def decode_segments(P: int, C: int, segment: int) -> list[tuple[int, int]]:
+  """(end step, cache width) of each decode segment: steps [previous end, end) run on a cache of `width` = P +
+  end slots, which holds every key they attend to (step t writes slot P + t - 1). One segment of width P + C
+  when `segment` is 0 or >= C."""
+  if not segment or segment >= C:
+    return [(C, P + C)]
+  return [(end, P + end) for end in [*range(segment, C, segment), C]]
 
 
 def state_mesh(state) -> jax.sharding.Mesh | None:
@@ -143,8 +158,10 @@ class Sampler:
     # `mesh` (static) is the mesh the batch is split over, or None; `repeats` (static) is G.
     self._prefill = jax.jit(self._prefill_fn, static_argnames=("mesh", "repeats"))
     self._prompt_rope = jax.jit(self._prompt_rope_fn)
-    # The cache and the output buffers produced by prefill are updated in place by the loop.
-    self._decode = jax.jit(self._decode_fn, donate_argnums=(1, 2), static_argnames="mesh")
+    # The cache and the output buffers produced by prefill are updated in place by the loop. With several decode
+    # segments the cache grows (each segment pads it), so the prefill's cannot be the output: not donated.
+    one_segment = len(decode_segments(0, cfg.max_new_tokens, cfg.decode_segment)) == 1
+    self._decode = jax.jit(self._decode_fn, donate_argnums=(1, 2) if one_segment else (2,), static_argnames="mesh")
 
   # ---- traced programs ----
 
@@ -163,10 +180,10 @@ class Sampler:
     R, P = prompt_RxP.shape
     B = R * repeats
     C = cfg.max_new_tokens
-    S = P + C
+    S = decode_segments(P, C, cfg.decode_segment)[0][1]  # the cache slots of the first decode segment
     cache = _split_batch(init_cache(model.cfg, R, S), mesh)
     causal_PxS = jnp.arange(S)[None, :] <= jnp.arange(P)[:, None]
-    key_ok_RxS = jnp.pad(prompt_mask_RxP.astype(bool), ((0, 0), (0, C)))
+    key_ok_RxS = jnp.pad(prompt_mask_RxP.astype(bool), ((0, 0), (0, S - P)))
     attn_RxPxS = causal_PxS[None] & key_ok_RxS[:, None, :]
     hidden_RxPxD, cache = model(prompt_RxP, None, attn_RxPxS, cache, 0, rope_cos_sin=rope_cos_sin)
     # Left padding puts every row's last prompt token in column P - 1.
@@ -195,27 +212,31 @@ class Sampler:
     model = nnx.merge(self.graphdef, cast_for_compute(state, nnx.merge(self.graphdef, state).cfg))
     B, P = prompt_mask_BxP.shape
     C = cfg.max_new_tokens
-    S = P + C
     prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1).astype(jnp.int32)
-    key_ok_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, C)), constant_values=True)
-    slots_S = jnp.arange(S)
     # Every step's uniforms and rotary tables at once, before the loop: one kernel each per call rather than
     # per step (and the tables are not re-evaluated inside each layer's fused kernels).
     u_CxB = jax.random.uniform(jax.random.fold_in(key, 1), (C, B))
     # Step t feeds the token emitted at step t - 1, at position prompt_len + t - 1.
     rope_BxC = model.rope_tables(prompt_len_B[:, None] + jnp.arange(C)[None, :] - 1)
 
-    def cond(carry):
-      _, d = carry
-      return (d.step < C) & ~jnp.all(d.done_B)
+    def segment_loop(cache, dec, end: int, S: int):
+      """Steps up to `end` (exclusive) on a cache of S slots."""
+      key_ok_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, S - P)), constant_values=True)
+      slots_S = jnp.arange(S)
 
-    def steps(carry):
-      # With the batch split over devices, "every row done" is a cross-device reduction: test it once per
-      # `stop_check_every` steps rather than at every step (finished rows just emit masked pad tokens).
-      n = jnp.minimum(self.stop_check_every, C - carry[1].step)
-      return jax.lax.fori_loop(0, n, lambda _, c: step(c), carry)
+      def cond(carry):
+        _, d = carry
+        return (d.step < end) & ~jnp.all(d.done_B)
 
-    def step(carry):
+      def steps(carry):
+        # With the batch split over devices, "every row done" is a cross-device reduction: test it once per
+        # `stop_check_every` steps rather than at every step (finished rows just emit masked pad tokens).
+        n = jnp.minimum(self.stop_check_every, end - carry[1].step)
+        return jax.lax.fori_loop(0, n, lambda _, c: step(c, key_ok_BxS, slots_S), carry)
+
+      return jax.lax.while_loop(cond, steps, (cache, dec))
+
+    def step(carry, key_ok_BxS, slots_S):
       cache, d = carry
       t = d.step
       slot = P + t - 1  # where the previous token's key/value goes
@@ -234,8 +255,14 @@ class Sampler:
                     done_B=d.done_B | (active_B & self._is_stop(token_B)))
       return cache, d
 
-    # Returning the cache lets XLA alias the donated input buffers to it, so the loop updates them in place.
-    cache, dec = jax.lax.while_loop(cond, steps, (cache, dec))
+    # Returning the cache lets XLA alias the donated input buffers to it, so the loop updates them in place
+    # (with several segments, each later segment's loop updates its own padded copy in place).
+    width = None
+    for end, S in decode_segments(P, C, cfg.decode_segment):
+      if width is not None:
+        cache = _split_batch(extend_cache(model.cfg, cache, S - width), mesh)
+      cache, dec = segment_loop(cache, dec, end, S)
+      width = S
     return cache, _replicate(dec, mesh)
 
   def _is_stop(self, token_B):
