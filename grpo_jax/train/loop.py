@@ -94,7 +94,7 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
       constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
       log_console(f"[start] step {state.step}/{settings.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
                   + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
-                  f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {run.settings.updates_per_step} "
+                  f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {settings.updates_per_step} "
                   "update(s)/step")
       first_step = compile_cache.CompileCounter().start() if state.step < settings.num_steps else None
       if first_step is not None:
@@ -116,7 +116,7 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
         if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
           break
         state, step_metrics = run.update(sampled, batch, step)
-        nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == run.settings.updates_per_step else 0
+        nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == settings.updates_per_step else 0
         if nonfinite_steps >= MAX_NONFINITE_STEPS:
           raise _diverged(settings, step, nonfinite_steps, step_metrics)
         wd.checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later

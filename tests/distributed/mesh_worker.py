@@ -87,6 +87,9 @@ def main(tmp: str):
   loss_cfg = LossConfig(beta=0.04, epsilon_low=0.2)
   batch_np = _batch()
   sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=6, temperature=1.0, stop_ids=(1,), pad_id=0))
+  # The decode in segments of 2 steps: the cache grows between them and must stay split over the devices.
+  segmented = Sampler(graphdef, SamplingConfig(max_new_tokens=6, temperature=1.0, stop_ids=(1,), pad_id=0,
+                                               decode_segment=2))
   prompts = [list(map(int, rng_row)) for rng_row in np.random.default_rng(2).integers(2, 64, (8, 5))]
   key = jax.random.key(42)
 
@@ -111,6 +114,9 @@ def main(tmp: str):
     repeated = sampler.generate(params, [p for p in prompts for _ in range(2)], key)
     # Rows of the sampler's KV cache on each device (the batch of 8 prompts split over data * fsdp).
     cache_rows = sampler.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1, CFG.head_dim))[0]
+    in_segments = segmented.generate(params, prompts, key)
+    segmented_rows = segmented.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1,
+                                                                CFG.head_dim))[0]
     batch = BatchPlacer(mesh)(batch_np)
     batch_layout = _layout(batch._replace(ref_logp_BxC=None))
     batch = batch._replace(ref_logp_BxC=ref_fn(offloader.fetch(ref), batch))
@@ -118,7 +124,10 @@ def main(tmp: str):
                   batch=batch_layout)
     params, opt_state, metrics = step(params, opt_state, batch)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    result = dict(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, grouped_equal=bool(
+    result = dict(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, segmented_cache_rows=segmented_rows,
+                  segmented_equal=bool(np.array_equal(in_segments.completion_BxC, tokens.completion_BxC)
+                                       and np.allclose(in_segments.logp_BxC, tokens.logp_BxC, atol=1e-5)),
+                  grouped_equal=bool(
         np.array_equal(grouped.completion_BxC, repeated.completion_BxC) and
         np.array_equal(grouped.prompt_BxP, repeated.prompt_BxP)) and np.allclose(
             grouped.logp_BxC, repeated.logp_BxC, atol=1e-5), param_shardings_kept=all(

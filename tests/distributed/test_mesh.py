@@ -70,6 +70,9 @@ def test_sampling_on_mesh_gives_the_same_tokens(result, mesh):
   assert result[mesh]["sampler_cache_rows"] == (2 if mesh == "(2, 2, 2)" else 1)
   assert result["(1, 1, 1)"]["sampler_cache_rows"] == 8
   assert result[mesh]["grouped_equal"]
+  # sampling.decode_segment: the same tokens, the grown cache still split over the devices
+  assert result[mesh]["segmented_equal"]
+  assert result[mesh]["segmented_cache_rows"] == result[mesh]["sampler_cache_rows"]
 
 
 @pytest.mark.parametrize("target", ["(8, 1, 1)", "(1, 2, 4)", "(1, 1, 1)"])
