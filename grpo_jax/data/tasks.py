@@ -254,7 +254,7 @@ def _takers(key: str) -> str:
 
 def validate_config(settings, in_memory_dataset: bool = False) -> None:
   """Checks `config.task` and what the named task needs of the rest (a tokenizer from model.hf_path or none,
-  prompt and answer widths): the task's own checks, then that no other task's optional key is set; raises
+  prompt and answer widths): the task's own checks, then that every key it does not take is at its default; raises
   ConfigError naming key and value. `in_memory_dataset`: the task's rows come from a notebook's `train_dataset`
   (grpo_jax/train/inputs.py), not from its files."""
   t, s = settings.task, Section(settings.task, "task")

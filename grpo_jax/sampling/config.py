@@ -57,7 +57,7 @@ class SamplingConfig:
   @classmethod
   def from_config(cls, sampling, **fields) -> "SamplingConfig":
     """From a run's `sampling` section (grpo_jax/settings.py's SamplingSettings, or the ConfigDict it is built
-    from: max_new_tokens, temperature, top_k, top_p, decode_segment); `fields` (the tokenizer's stop_ids and pad_id, greedy, ...)
-    are set or replaced by the caller."""
+    from: max_new_tokens, temperature, top_k, top_p, decode_segment); `fields` (the tokenizer's stop_ids and
+    pad_id, greedy, ...) are set or replaced by the caller."""
     section = {f.name: getattr(sampling, f.name) for f in dataclasses.fields(cls) if hasattr(sampling, f.name)}
     return cls(**{**section, **fields})

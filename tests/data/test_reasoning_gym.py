@@ -109,7 +109,8 @@ _ADDITION = dict(template="plain", train_size=10000, heldout_size=500)
     (dict(heldout_seed=50), "config.task.heldout_seed: 50 is within 122 of task.train_seed=1"),
     (dict(name="reasoning_gym:composite", options={"datasets": {"chain_sum": -1.0}}),
      "config.task.options.datasets.chain_sum.weight: must be a positive number"),
-    (dict(name="addition", options={"x": 1}, **_ADDITION), "config.task.options: only reasoning_gym tasks take options"),
+    (dict(name="addition", options={"x": 1}, **_ADDITION),
+     "config.task.options: only reasoning_gym tasks take options"),
     (dict(name="addition", answer_only=True, **_ADDITION),
      "config.task.answer_only=True: only reasoning_gym tasks have an answer-only"),
 ])
