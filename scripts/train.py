@@ -1,5 +1,5 @@
 """`grpo-train`, for a checkout without console commands (a Ray job's working directory)."""
-from grpo_jax.commands.train import main
+from grpo_jax.commands.launch import train
 
 if __name__ == "__main__":
-  main()
+  train()

@@ -58,8 +58,11 @@ def test_the_first_waits_say_what_compiled_and_what_the_cache_gave(tmp_path):
   import subprocess
   import sys
 
+  env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # not the suite's cache
+
   def counted(cache_dir: str) -> str:  # a fresh process: nothing in JAX's in-memory caches
-    done = subprocess.run([sys.executable, "-c", _COUNTED, cache_dir], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", _COUNTED, cache_dir], capture_output=True, text=True, timeout=120,
+                          env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
 

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 PRINT_HASH = """
 import sys
@@ -54,3 +55,20 @@ def test_isomorphic_strings_questions_are_the_same_in_every_pinned_process(tmp_p
                             "seed=3, size=8)])")
   assert _run(tmp_path, pin=True, hash_seed=None, code=code) == _run(tmp_path, pin=True, hash_seed=None, code=code)
   assert _run(tmp_path, pin=False, hash_seed="1", code=code) != _run(tmp_path, pin=False, hash_seed="2", code=code)
+
+
+def test_the_commands_that_import_jax_pin_the_seed_before_they_import_it():
+  """grpo-train and grpo-evaluate (and scripts/train.py, scripts/evaluate.py) start in grpo_jax/commands/launch.py,
+  which imports no JAX: the re-execution that pins the seed then costs one interpreter start, not JAX's import."""
+  import configparser
+  setup = configparser.ConfigParser()
+  setup.read(os.path.join(ROOT, "setup.cfg"))
+  scripts = dict(line.split(" = ") for line in setup["options.entry_points"]["console_scripts"].split("\n") if line)
+  assert scripts["grpo-train"] == "grpo_jax.commands.launch:train"
+  assert scripts["grpo-evaluate"] == "grpo_jax.commands.launch:evaluate"
+  for name in ("train", "evaluate"):
+    with open(os.path.join(ROOT, "scripts", f"{name}.py")) as f:
+      assert f"from grpo_jax.commands.launch import {name}\n" in f.read()
+  probe = "import sys, grpo_jax.commands.launch; print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
+  assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                        check=True).stdout.strip() == "[]"

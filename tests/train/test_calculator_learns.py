@@ -18,14 +18,15 @@ def test_calculator_episodes_learn_to_call_the_tool(tmp_path):
   config = load_experiment("calculator")(None)
   config.warmstart.eval_every = 20
   config.warmstart.target_accuracy = 0.05  # a shorter warm start than the experiment's (0.1)
-  config.num_steps = 20
-  config.eval.every = 20
+  config.num_steps = 14
+  config.eval.every = 14
   config.eval.size = 128
-  config.checkpoint.every = 20
+  config.checkpoint.every = 14
   config.log.plot = False
   workdir = str(tmp_path / "calculator")
   summary = loop.train(config, workdir)
   before, after = _evals(workdir)[0], _evals(workdir)[-1]
-  # Measured: held-out accuracy 8.6% -> 54.7%, greedy messages per episode 1.16 -> 1.95.
+  # Measured (14 steps): held-out accuracy 8.6% -> 41.4%, greedy messages per episode 1.16 -> 1.79 (20 steps: 54.7%,
+  # 1.95; 10 steps: 28.9%, 1.62).
   assert after["eval/episodes/turns"] > before["eval/episodes/turns"] + 0.2
   assert summary.accuracy_after >= summary.accuracy_before + 0.2
