@@ -3,7 +3,8 @@ with float64 numpy or with transformers.
 
 XLA reads `--xla_gpu_deterministic_ops` once, when the backend starts, so it is set here, before any test
 touches a device: on a GPU, a killed and resumed run must end bitwise identical (tests/train/test_loop.py).
-CPUs ignore the flag. `float32_matmuls` pins matmuls to full float32 (on NVIDIA GPUs the default is TF32,
+CPUs ignore the flag. On a CPU-only JAX, tests compile with XLA's optimizations off (tests/xla_compiler.py).
+`float32_matmuls` pins matmuls to full float32 (on NVIDIA GPUs the default is TF32,
 ~1e-3 relative, beyond the tolerances of the parity tests); on CPUs it changes nothing.
 
 Ray writes each local instance's logs and uploaded working directories under $RAY_TMPDIR/ray (default /tmp/ray)
@@ -30,6 +31,7 @@ import jax
 import pytest
 
 from grpo_jax.precision import DETERMINISTIC_FLAG
+from tests import xla_compiler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
@@ -58,6 +60,7 @@ def pytest_unconfigure(config):
 
 if DETERMINISTIC_FLAG not in os.environ.get("XLA_FLAGS", "").split():
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + DETERMINISTIC_FLAG).strip()
+xla_compiler.add_fast_compile()  # on a CPU-only JAX: tests/xla_compiler.py
 
 
 @pytest.fixture

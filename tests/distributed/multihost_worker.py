@@ -16,7 +16,7 @@ import sys
 
 workdir, pid, nproc, port, local_devices = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
     int(sys.argv[5])
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={local_devices}"
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={local_devices}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402

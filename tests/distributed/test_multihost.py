@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.xla_compiler import FAST_COMPILE
+
 WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 # data=2 spans the two processes, fsdp=2 the two devices of each; the overlong penalty (a length-dependent
 # reward) makes the advantages non-zero, so the updates really move the parameters. The two-process run keeps
@@ -27,11 +29,15 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def _worker_env() -> dict[str, str]:
+  """The workers set their own device count; of this process's XLA_FLAGS they keep the suite's fast compilation."""
+  return dict(os.environ, XLA_FLAGS=" ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f in FAST_COMPILE))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("multihost")
-  env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)
+  env = _worker_env()
   port = str(_free_port())
   cmds = [[sys.executable, WORKER, str(root / "two"), str(i), "2", port, "2", *RUN_ARGS] for i in range(2)]
   cmds.append([sys.executable, WORKER, str(root / "one"), "0", "1", "0", "1", *REF_ARGS])
@@ -95,8 +101,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_saved_step_and_the_resume
   """Process 1 alone gets SIGTERM as its second update starts: both processes finish that step, save it together
   and exit 75; the same commands started again end with the parameters of the uninterrupted two-process run."""
   root, _ = runs
-  env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)
+  env = _worker_env()
 
   def launch(extra: dict[int, list[str]]) -> list[tuple[int, str]]:
     port = str(_free_port())

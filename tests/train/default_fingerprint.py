@@ -1,9 +1,10 @@
 """The default experiment's behaviour as one digest: its metrics (timings aside) and its final parameters.
 
-  python -m tests.train.default_fingerprint [--full] [--record]
+  python -m tests.train.default_fingerprint [--full] [--record] [--out FILE]
 
 prints this CPU's digests of the default experiment cut short (or, with --full, of the default experiment as it
-is: 500 steps, a few minutes) and with --record stores them in default_fingerprint.json.
+is: 500 steps, a few minutes), with --record stores them in default_fingerprint.json, and with --out writes
+them to FILE as JSON.
 
 Recorded before the train/ redesign (issue 30), so that test_default_fingerprint.py can check, bit for bit, that
 a refactor changed no number. XLA's CPU code depends on the CPU's vector instructions, so digests are stored per
@@ -19,6 +20,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 RECORD = os.path.join(HERE, "default_fingerprint.json")
 TIMING = ("step_time", "tokens_per_s")
 # Metrics added after the digests were recorded: new numbers, not changed ones, so left out of the digest.
@@ -97,6 +99,9 @@ def main(argv):
   kind = "full" if "--full" in argv else "test"
   got = run(kind == "full")
   print(json.dumps({cpu_signature(): {kind: got}}, indent=2))
+  if "--out" in argv:
+    with open(argv[argv.index("--out") + 1], "w") as f:
+      json.dump({cpu_signature(): {kind: got}}, f)
   if "--record" in argv:
     records = {}
     if os.path.exists(RECORD):
