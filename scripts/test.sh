@@ -4,4 +4,4 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh" test
 cd "$root"
-exec "$root/.venv/bin/python" -m pytest -q -n 2 --dist loadfile "$@"
+exec "$root/.venv/bin/python" -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"

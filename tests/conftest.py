@@ -53,6 +53,35 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes",
                   int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 
 
+# The longest test files first (their seconds in a whole run, 2-core VM, 2026-11-27), the others after them in
+# collection order: each file runs on one worker (scripts/test.sh: --dist loadfile --no-loadscope-reorder), and
+# a long file started last kept one worker busy minutes after the other had finished.
+LONGEST_FIRST = (
+    "tests/sweep/test_ray_cluster.py",          # 146 s
+    "tests/train/test_calculator_learns.py",    # 100-130
+    "tests/train/test_loop.py",                 # 92
+    "tests/train/test_faults.py",               # 89
+    "tests/sweep/test_ray.py",                  # 86
+    "tests/distributed/test_mesh.py",           # 78
+    "tests/recipes/test_recipes.py",            # 75
+    "tests/train/test_default_fingerprint.py",  # 45-58
+    "tests/test_first_day.py",                  # 45-55
+    "tests/distributed/test_multihost.py",      # 50
+    "tests/distributed/test_memory_estimate.py",  # 50
+    "tests/model/test_gemma3.py",               # 47
+    "tests/train/test_lora_learns.py",          # 46
+    "tests/train/test_lora_training.py",        # 44
+    "tests/model/test_shared_prompt.py",        # 43
+    "tests/rewards/test_isolation.py",          # 41
+    "tests/train/test_step.py",                 # 40
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 def pytest_unconfigure(config):
   if _MADE_CACHE:
     shutil.rmtree(os.environ["GRPO_JAX_SUITE_XLA_CACHE"], ignore_errors=True)
