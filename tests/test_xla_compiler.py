@@ -10,6 +10,7 @@ def test_fast_compile_is_added_once_and_an_explicit_choice_is_kept(monkeypatch):
   xla_compiler.add_fast_compile(env)
   assert env["XLA_FLAGS"].split() == ["--xla_gpu_deterministic_ops=true", *xla_compiler.FAST_COMPILE]
   assert xla_compiler.default_compiler_env(env)["XLA_FLAGS"] == "--xla_gpu_deterministic_ops=true"
+  assert xla_compiler.fast_flags(env) == list(xla_compiler.FAST_COMPILE)
   mine = {"XLA_FLAGS": "--xla_backend_optimization_level=2"}
   xla_compiler.add_fast_compile(mine)
   assert mine == {"XLA_FLAGS": "--xla_backend_optimization_level=2"}

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.xla_compiler import FAST_COMPILE
+from tests.xla_compiler import fast_flags
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,8 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 def env_with_devices(n: int) -> dict[str, str]:
   """This process's environment with `n` virtual CPU devices and the repository importable (and the suite's fast
   compilation where this process has it: tests/xla_compiler.py)."""
-  fast = [f for f in os.environ.get("XLA_FLAGS", "").split() if f in FAST_COMPILE]
-  env = dict(os.environ, XLA_FLAGS=" ".join([f"--xla_force_host_platform_device_count={n}", *fast]),
+  env = dict(os.environ, XLA_FLAGS=" ".join([f"--xla_force_host_platform_device_count={n}", *fast_flags()]),
              JAX_PLATFORMS="cpu")
   env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
   return env

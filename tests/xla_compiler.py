@@ -27,6 +27,11 @@ def add_fast_compile(environ=os.environ) -> None:
     environ["XLA_FLAGS"] = " ".join([flags, *FAST_COMPILE]).strip()
 
 
+def fast_flags(environ=os.environ) -> list[str]:
+  """The FAST_COMPILE flags environ's XLA_FLAGS has: what a worker that sets its own XLA_FLAGS keeps."""
+  return [f for f in environ.get("XLA_FLAGS", "").split() if f in FAST_COMPILE]
+
+
 def default_compiler_env(environ=os.environ) -> dict[str, str]:
   """A copy of environ for a process that compiles with XLA's default optimizations."""
   env = dict(environ)

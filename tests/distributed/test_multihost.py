@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.xla_compiler import FAST_COMPILE
+from tests.xla_compiler import fast_flags
 
 WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 # data=2 spans the two processes, fsdp=2 the two devices of each; the overlong penalty (a length-dependent
@@ -31,7 +31,7 @@ def _free_port() -> int:
 
 def _worker_env() -> dict[str, str]:
   """The workers set their own device count; of this process's XLA_FLAGS they keep the suite's fast compilation."""
-  return dict(os.environ, XLA_FLAGS=" ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f in FAST_COMPILE))
+  return dict(os.environ, XLA_FLAGS=" ".join(fast_flags()))
 
 
 @pytest.fixture(scope="module")

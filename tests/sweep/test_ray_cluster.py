@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from grpo_jax.sweep import progress, ray_backend, report, run_sweep, runner, spec  # noqa: E402
 from tests.sweep.conftest import REPO  # noqa: E402
-from tests.xla_compiler import FAST_COMPILE  # noqa: E402
+from tests.xla_compiler import fast_flags  # noqa: E402
 
 CONFIG = "experiments/default.py:test"
 COMMON = {"log.plot": False, "log.tensorboard": False}
@@ -163,8 +163,8 @@ MULTIHOST = {"warmstart.enabled": False, "eval.every": 100, "checkpoint.every": 
 def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_path):
   from ray.cluster_utils import Cluster
   # Compiled as the reference below is (the suite's fast compilation, where it has it: tests/xla_compiler.py).
-  fast = [f for f in os.environ.get("XLA_FLAGS", "").split() if f in FAST_COMPILE]
-  two_devices = {"XLA_FLAGS": " ".join(["--xla_force_host_platform_device_count=2", *fast]), "JAX_PLATFORMS": "cpu"}
+  two_devices = {"XLA_FLAGS": " ".join(["--xla_force_host_platform_device_count=2", *fast_flags()]),
+                 "JAX_PLATFORMS": "cpu"}
   cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
   try:
     cluster.add_node(num_cpus=1)
