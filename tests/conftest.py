@@ -37,12 +37,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
-_MADE_CACHE = "GRPO_JAX_SUITE_XLA_CACHE" not in os.environ  # the first process: pytest alone, or xdist's controller
+# The first process (pytest alone, or xdist's controller) makes the directory; its workers inherit the variable.
+_MADE_CACHE = None if os.environ.get("JAX_COMPILATION_CACHE_DIR") else tempfile.mkdtemp(prefix="grpo_jax-xla-")
 if _MADE_CACHE:
-  _MADE_CACHE = not os.environ.get("JAX_COMPILATION_CACHE_DIR")
-  os.environ["GRPO_JAX_SUITE_XLA_CACHE"] = (os.environ.get("JAX_COMPILATION_CACHE_DIR")
-                                            or tempfile.mkdtemp(prefix="grpo_jax-xla-"))
-os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["GRPO_JAX_SUITE_XLA_CACHE"]
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _MADE_CACHE
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # JAX read its environment when it was imported, above.
@@ -84,7 +82,7 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_unconfigure(config):
   if _MADE_CACHE:
-    shutil.rmtree(os.environ["GRPO_JAX_SUITE_XLA_CACHE"], ignore_errors=True)
+    shutil.rmtree(_MADE_CACHE, ignore_errors=True)
 
 
 if DETERMINISTIC_FLAG not in os.environ.get("XLA_FLAGS", "").split():
