@@ -3,8 +3,8 @@ optimizations off (`FAST_COMPILE`): the suite's tiny models spend most of their 
 whole suite's test time fell from 2,255 s to 1,628 s (2-core VM, 2026-11-27). The programs then run slower and
 round differently, so what depends on XLA's default code runs in a subprocess with `default_compiler_env()`:
 the recorded fingerprints (tests/train/test_default_fingerprint.py) and the runs that must learn by a margin
-measured with it (`train_with_default_compiler` in tests/train/conftest.py). The persistent compilation cache keys programs by
-XLA_FLAGS too, so the two kinds never load each other's programs."""
+measured with it (`train_with_default_compiler` in tests/train/conftest.py). The persistent compilation cache
+keys programs by XLA_FLAGS too, so the two kinds never load each other's programs."""
 from __future__ import annotations
 
 import importlib.metadata
