@@ -21,6 +21,9 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
   compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
   decode_segments    the sampler alone with sampling.decode_segment=128 (each 128-step segment of the decode
                      attends to the cache slots filled by its end): tokens/s against the first part's sampler
+  decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:
+                     one Triton kernel per layer and token step, over the filled slots only): tokens/s, and the
+                     kernel's outputs against XLA's einsum path at the recipe's shapes (max abs difference)
   step_cudnn_attention  the same steps with cuDNN's flash attention in the update and reference
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
   trl_qwen2.5-0.5b   TRL's GRPOTrainer (benchmarks/step_bench.py's TRL side) at the same settings, same shape
@@ -61,6 +64,8 @@ def parts(smoke: bool) -> list[dict]:
            needs="step_qwen2.5-0.5b"),
       dict(name="decode_segments", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-segment",
                                          "4" if smoke else "128"], budget=60, minimum=40, needs="step_qwen2.5-0.5b"),
+      dict(name="decode_pallas", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-attention", "pallas"],
+           budget=60, minimum=40, needs="step_qwen2.5-0.5b"),
       # The update with cuDNN's flash attention (model.attention="cudnn"; XLA's "jax" path in --smoke on a CPU).
       dict(name="step_cudnn_attention", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--attention",
                                               "jax" if smoke else "cudnn"], budget=120, minimum=70,
@@ -164,6 +169,9 @@ def headline(r: dict) -> str:
     if r.get(key) is not None:
       value = r[key] / 1024 ** 3 if key == "peak_bytes" else r[key]
       bits.append(fmt.format(value))
+  if r.get("pallas_vs_einsum"):
+    bits.append("one layer's decode attention {pallas_us} us (Pallas) vs {einsum_us} us (einsum), max |diff| "
+                "{max_abs_diff:.3g}".format(**r["pallas_vs_einsum"]))
   return "; ".join(bits)
 
 
@@ -402,20 +410,53 @@ def child_step(args, result: Result) -> None:
 
 
 def child_sampler(args, result: Result) -> None:
-  """The sampler alone at the recipe's shapes (no update is compiled): tokens/s under this process's XLA_FLAGS
-  and `--decode-segment`."""
+  """The sampler alone at the recipe's shapes (no update is compiled): tokens/s under this process's XLA_FLAGS,
+  `--decode-segment` and `--decode-attention` (with "pallas", first the kernel against the einsum path)."""
   import jax
 
   import memory_fit
-  cfg, config = recipe_at(args.model, args.smoke)
+  cfg, config = recipe_at(args.model, args.smoke, decode_attention=args.decode_attention)
   config.sampling.decode_segment = args.decode_segment
+  if args.decode_attention == "pallas":
+    result.update(pallas_vs_einsum=decode_kernel_check(cfg, config))
   step, _, _, graphdef, optimizer = memory_fit.build_update(cfg, config)  # traced lazily: nothing compiles
   rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=progress)
   G = config.grpo.group_size
   prompts = sampler_prompts(rig, {"prompt_tokens": 150 * config.grpo.prompts_per_step * G})
   result.update(model=args.model, xla_flags=os.environ.get("XLA_FLAGS", ""), device=jax.devices()[0].device_kind,
-                decode_segment=args.decode_segment)
+                decode_segment=args.decode_segment, decode_attention=cfg.decode_attention)
   result.update(time_sampler(rig, prompts, calls=3))
+
+
+def decode_kernel_check(cfg, config) -> dict:
+  """The Pallas decode kernel against the einsum reference on random bf16 inputs of the recipe's cache shape,
+  half of it filled: max abs difference and each one's seconds per call (one layer, one token step)."""
+  import jax
+  import jax.numpy as jnp
+
+  from grpo_jax.model import decode_attention as kernel
+  B = config.grpo.prompts_per_step * config.grpo.group_size
+  S = config.sampling.max_prompt_length + config.sampling.max_new_tokens
+  K, G, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+  keys = jax.random.split(jax.random.key(0), 4)
+  q = jax.random.normal(keys[0], (B, K, G, H), jnp.bfloat16)
+  k = jax.random.normal(keys[1], (B, K, H, S), jnp.bfloat16)
+  v = jax.random.normal(keys[2], (B, K, S, H), jnp.bfloat16)
+  ok = jax.random.uniform(keys[3], (B, S)) > 0.1
+  length = jnp.int32(S // 2)
+  fast = jax.jit(lambda *a: kernel.decode_attention(*a, scale=cfg.attention_scale))
+  slow = jax.jit(lambda *a: kernel.reference_decode_attention(*a, scale=cfg.attention_scale))
+  out = {"shape_BxKxGxHxS": [B, K, G, H, S], "filled": int(length)}
+  for name, fn in (("pallas", fast), ("einsum", slow)):
+    fn(q, k, v, ok, length).block_until_ready()
+    t0 = time.perf_counter()
+    for _ in range(20):
+      y = fn(q, k, v, ok, length)
+    y.block_until_ready()
+    out[f"{name}_us"] = round((time.perf_counter() - t0) / 20 * 1e6, 1)
+  diff = jnp.abs(fast(q, k, v, ok, length).astype(jnp.float32) - slow(q, k, v, ok, length).astype(jnp.float32))
+  out["max_abs_diff"] = float(jnp.max(diff))
+  return out
 
 
 def child_trl(args, result: Result) -> None:
@@ -489,6 +530,7 @@ def main(argv=None) -> int:
   p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--attention", default="", help=argparse.SUPPRESS)
   p.add_argument("--decode-segment", type=int, default=0, help=argparse.SUPPRESS)
+  p.add_argument("--decode-attention", default="einsum", help=argparse.SUPPRESS)
   p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
   args = p.parse_args(argv)
   if not args.child:

@@ -67,7 +67,7 @@ def model_config(name: str, config):
   m = config.model
   cfg = me.model_config(name, m.param_dtype, m.dtype)
   context = config.sampling.max_prompt_length + config.sampling.max_new_tokens
-  return cfg.replace(remat=m.remat, attention=m.attention,
+  return cfg.replace(remat=m.remat, attention=m.attention, decode_attention=m.decode_attention,
                      max_position_embeddings=max(cfg.max_position_embeddings, context))
 
 

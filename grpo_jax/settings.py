@@ -61,6 +61,8 @@ class ModelSettings:
   remat: bool = False             # rematerialize decoder layers in the backward pass (saves memory).
   attention: str = "einsum"       # the update's attention: "einsum", "jax" (jax.nn.dot_product_attention, XLA)
                                   # or "cudnn" (its cuDNN flash attention; NVIDIA GPUs, bfloat16 compute).
+  decode_attention: str = "einsum"  # the sampler's token steps: "einsum" (XLA) or "pallas" (one kernel per layer
+                                  # over the filled cache slots; NVIDIA GPUs, or the CPU's slow interpreter).
   share_prompt_forward: bool = True  # the update and the reference run each prompt once for its G rows (where
                                   # micro-batches hold whole groups, or parts of one): fewer FLOPs, same values.
   logprob_chunk_size: int = 128   # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].

@@ -20,6 +20,9 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 # "jax": jax.nn.dot_product_attention's XLA implementation (the same math); "cudnn": its cuDNN flash-attention
 # kernel on NVIDIA GPUs (bfloat16/float16 compute), which never materializes the [T, S] score matrix.
 ATTENTION = ("einsum", "jax", "cudnn")
+# How the sampler's token steps attend to the KV cache: "einsum" (XLA), or "pallas", one Pallas kernel per layer
+# that reads only the filled slots (grpo_jax/model/decode_attention.py; NVIDIA GPUs, the CPU's interpreter).
+DECODE_ATTENTION = ("einsum", "pallas")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +64,7 @@ class ModelConfig:
   dtype: str = "float32"         # compute dtype of activations and matmuls.
   remat: bool = False            # jax.checkpoint each decoder layer.
   attention: str = "einsum"      # one of ATTENTION
+  decode_attention: str = "einsum"  # one of DECODE_ATTENTION
   family: str = "llama"          # HF model_type written by save_pretrained: llama, qwen2, qwen3, gemma3_text.
   # Sliding-window attention (Gemma 3). layer_types: one of FULL / SLIDING per layer (None: all FULL). A
   # SLIDING layer's query at index t sees keys at indices t - sliding_window < s <= t (transformers' window:
@@ -78,6 +82,9 @@ class ModelConfig:
         raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected one of {sorted(DTYPES)}")
     if self.attention not in ATTENTION:
       raise ValueError(f"ModelConfig.attention={self.attention!r}: expected one of {list(ATTENTION)}")
+    if self.decode_attention not in DECODE_ATTENTION:
+      raise ValueError(f"ModelConfig.decode_attention={self.decode_attention!r}: expected one of "
+                       f"{list(DECODE_ATTENTION)}")
     if self.attention == "cudnn" and self.dtype not in ("bfloat16", "float16"):
       raise ValueError(f"ModelConfig.attention='cudnn' needs dtype bfloat16 or float16 (cuDNN flash attention), "
                        f"got dtype={self.dtype!r}")
@@ -129,7 +136,7 @@ class ModelConfig:
   @classmethod
   def fresh(cls, model, vocab_size: int) -> "ModelConfig":
     """A fresh (randomly initialized) model's shape from the run's `model` section (grpo_jax/settings.py:
-    ModelSettings), whose fields of the same names are this one's (its shape, norms, dtypes, remat, attention);
+    ModelSettings), whose fields of the same names are this one's (its shape, norms, dtypes, remat, attentions);
     `vocab_size`: the resolved one (the section's 0 means the tokenizer's)."""
     shared = {f.name for f in dataclasses.fields(cls)} & {f.name for f in dataclasses.fields(model)}
     return cls(**{**{name: getattr(model, name) for name in shared}, "vocab_size": vocab_size})
@@ -154,6 +161,7 @@ def validate_config(model) -> None:
   Its numbers, and the context a fresh model must hold (`Settings.check_context`): grpo_jax/settings.py."""
   s = Section(model, "model")  # its numbers: grpo_jax/settings.py's ModelSettings
   s.one_of("attention", ATTENTION)
+  s.one_of("decode_attention", DECODE_ATTENTION)
   s.one_of("param_dtype", tuple(DTYPES))
   s.one_of("dtype", tuple(DTYPES))
   if s["attention"] == "cudnn" and s["dtype"] == "float32":

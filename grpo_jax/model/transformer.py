@@ -34,6 +34,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig
+from grpo_jax.model.decode_attention import decode_attention
 
 
 class LayerCache(NamedTuple):
@@ -235,6 +236,10 @@ class Attention(nnx.Module):
       if T > 1 and cfg.attention != "einsum":  # a prefill, or a training forward over a shared prompt's cache
         out = _library_attention(q, jnp.transpose(k_all, (0, 3, 1, 2)).astype(dt),
                                  jnp.swapaxes(v_all, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention, scale)
+      elif T == 1 and cfg.decode_attention == "pallas":
+        # A ring's slots are all filled once it wraps (the mask says which are); the others up to cache_index.
+        filled = v_all.shape[2] if ring else cache_index + 1
+        out = decode_attention(q[:, 0], k_all, v_all, attn_mask_BxTxS[:, 0], filled, scale)[:, None]
       else:
         out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
                       "bkgth,bkhs,bksh", dt, scale)

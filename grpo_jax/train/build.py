@@ -43,7 +43,7 @@ def build_model(settings: Settings, tokenizer, mesh):
   lora_key = jax.random.fold_in(jax.random.key(settings.seed), 1)
   if m.hf_path:
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
-                                  attention=m.attention, mesh=mesh)
+                                  attention=m.attention, decode_attention=m.decode_attention, mesh=mesh)
     settings.check_context(model.cfg.max_position_embeddings, f"max_position_embeddings of {m.hf_path}/config.json")
     if not m.lora_rank:
       return nnx.split(model)
