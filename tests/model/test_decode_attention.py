@@ -20,6 +20,9 @@ from grpo_jax.model.config import FULL, SLIDING
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train import checks
 
+# On a GPU float32 dots default to TF32 outside the kernel; the comparisons here are of float32 math.
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
 
 def numpy_attention(q, k, v, key_ok, length, scale):
   """float64: q [B, K, G, H], keys [B, K, H, S], values [B, K, S, H]; zeros for a query that sees no key."""
