@@ -18,9 +18,12 @@ head), keys [B, K, H, S], values [B, K, S, H], key_ok [B, S] (the step's attenti
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
+
+log = logging.getLogger(__name__)
 
 
 def _pallas_modules():
@@ -111,6 +114,13 @@ def reference_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, leng
                     preferred_element_type=jnp.float32).astype(q_BxKxGxH.dtype)
 
 
+@functools.cache
+def _warn_interpreted(platform: str) -> None:
+  """Once per process (each layer of each traced program would say it again)."""
+  log.warning("model.decode_attention='pallas' on %s runs in Pallas' interpreter, which is for tests and slow; "
+              "decode_attention='einsum' is XLA's compiled path", platform)
+
+
 def check_supported(head_dim: int, platform: str) -> None:
   """Raises ValueError where the kernel cannot run: Triton needs a power-of-two head_dim >= 16; TPUs have no
   Triton (their Pallas backend is Mosaic, for which this kernel is not written)."""
@@ -145,6 +155,8 @@ def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale:
   that sees no key gets zeros. Keys and values are cast to q's dtype (the cache may be stored wider)."""
   platform = jax.default_backend()
   check_supported(q_BxKxGxH.shape[-1], platform)
+  if platform != "gpu":
+    _warn_interpreted(platform)
   dt = q_BxKxGxH.dtype
   return _decode_attention(q_BxKxGxH, k_BxKxHxS.astype(dt), v_BxKxSxH.astype(dt), key_ok_BxS, length, scale,
                            platform != "gpu")
