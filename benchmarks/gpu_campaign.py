@@ -24,6 +24,9 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
   decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:
                      one Triton kernel per layer and token step, over the filled slots only): tokens/s, and the
                      kernel's outputs against XLA's einsum path at the recipe's shapes (max abs difference)
+  step_update_plan   the same steps with the update's micro-batch size and remat that `roofline.py --plan` picks
+                     for this device (the fastest floor whose memory estimate fits; on an H100 at 0.5B: 32 rows,
+                     remat off), against the recipe's 16 rows with remat
   step_cudnn_attention  the same steps with cuDNN's flash attention in the update and reference
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
   trl_qwen2.5-0.5b   TRL's GRPOTrainer (benchmarks/step_bench.py's TRL side) at the same settings, same shape
@@ -66,6 +69,9 @@ def parts(smoke: bool) -> list[dict]:
                                          "4" if smoke else "128"], budget=60, minimum=40, needs="step_qwen2.5-0.5b"),
       dict(name="decode_pallas", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-attention", "pallas"],
            budget=60, minimum=40, needs="step_qwen2.5-0.5b"),
+      # The update with the micro-batch size and remat that roofline.py's plan picks for this device (--plan).
+      dict(name="step_update_plan", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--plan"], budget=120,
+           minimum=70, needs="step_qwen2.5-0.5b"),
       # The update with cuDNN's flash attention (model.attention="cudnn"; XLA's "jax" path in --smoke on a CPU).
       dict(name="step_cudnn_attention", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--attention",
                                               "jax" if smoke else "cudnn"], budget=120, minimum=70,
@@ -169,6 +175,9 @@ def headline(r: dict) -> str:
     if r.get(key) is not None:
       value = r[key] / 1024 ** 3 if key == "peak_bytes" else r[key]
       bits.append(fmt.format(value))
+  if r.get("update_plan"):
+    bits.append("update plan: micro-batch {micro_batch}, remat {remat} (estimate {estimate_gib} GiB)"
+                .format(**r["update_plan"]))
   if r.get("pallas_vs_einsum"):
     bits.append("one layer's decode attention {pallas_us} us (Pallas) vs {einsum_us} us (einsum), max |diff| "
                 "{max_abs_diff:.3g}".format(**r["pallas_vs_einsum"]))
@@ -378,6 +387,8 @@ def child_step(args, result: Result) -> None:
   cache = enable_cache(args.scratch)
   clock = CompileClock()
   cfg, config = recipe_at(args.model, args.smoke, **({"attention": args.attention} if args.attention else {}))
+  if args.plan:
+    cfg, config = with_update_plan(cfg, config, jax.devices()[0].device_kind, result)
   B, P, C, _, micro = memory_fit.shapes(config)
   result.update(model=args.model, recipe=RECIPE, attention=config.model.attention,
                 device=jax.devices()[0].device_kind, rows=B, prompt_len=P,
@@ -407,6 +418,24 @@ def child_step(args, result: Result) -> None:
       result.update(profile_sampler(rig, prompts, args.out, args.scratch))
       progress(f"profile: {result.get('kernels_per_decode_step')} kernels per decode step")
     result.update(xla_update_bytes=memory_fit.compiled_update_bytes(step, abstract_params, abstract_opt, config))
+
+
+def with_update_plan(cfg, config, device_kind: str, result: Result):
+  """(cfg, config) with the update's micro-batch size and remat that roofline.choose_update_plan picks for this
+  device (an H100's plan on a device roofline.py has no figures for, as on a CPU in --smoke)."""
+  import roofline
+  device = roofline.device_peak(device_kind) or "H100 SXM"
+  w = roofline.config_workload(config)
+  plan = roofline.choose_update_plan(roofline.update_plans(cfg, roofline.num_params(cfg), w), device)
+  if plan is None:
+    raise SystemExit(f"roofline.py: no micro-batch fits {device} for {RECIPE}")
+  config.grpo.micro_batch_size, config.model.remat = plan["micro_batch"], plan["remat"]
+  result.update(update_plan={"device": device, "micro_batch": plan["micro_batch"], "remat": plan["remat"],
+                             "estimate_gib": round(plan["memory"] / 2 ** 30, 2),
+                             "floor_s": round(plan["floor_s"][device], 4),
+                             "recipe": {"micro_batch": w.micro_batch, "remat": w.remat}})
+  progress(f"update plan for {device}: micro-batch {plan['micro_batch']}, remat {plan['remat']}")
+  return cfg.replace(remat=plan["remat"]), config
 
 
 def child_sampler(args, result: Result) -> None:
@@ -529,6 +558,7 @@ def main(argv=None) -> int:
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
   p.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--attention", default="", help=argparse.SUPPRESS)
+  p.add_argument("--plan", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--decode-segment", type=int, default=0, help=argparse.SUPPRESS)
   p.add_argument("--decode-attention", default="einsum", help=argparse.SUPPRESS)
   p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)

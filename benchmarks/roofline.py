@@ -5,6 +5,7 @@
   python benchmarks/roofline.py --model gemma3-1b                 # any grpo_jax/commands/memory_estimate.py preset
   python benchmarks/roofline.py --update-widths 192,384 --decode-steps 400   # a measured run's trimmed widths
   python benchmarks/roofline.py --measured campaign.json          # fraction of the floor a GPU run reached
+  python benchmarks/roofline.py --plan                            # the update's micro-batch and remat per device
 
 The recipe (default experiments/gsm8k.py) is taken as written: prompts x G rows, prompt width P, C new tokens,
 compute and parameter dtypes, remat, beta (the reference pass), micro-batch and its shared prompt forward
@@ -66,6 +67,18 @@ PEAKS = {
     "H200": (989e12, 4.8e12),
     "TPU v5e": (197e12, 819e9),
 }
+# Device memory per chip, bytes: what nvidia-smi reports as the total (H100 SXM 80GB: 81559 MiB; H200: 143771 MiB,
+# docs/results.md's campaign of 2026-11-26) and Google Cloud's TPU v5e page ("16 GiB" HBM2 per chip).
+HBM_BYTES = {
+    "H100 SXM": 81559 * 2 ** 20,
+    "H200": 143771 * 2 ** 20,
+    "TPU v5e": 16 * 2 ** 30,
+}
+# Of it, an update plan may use MEM_FRACTION (JAX's pool: scripts/train.py sets XLA_PYTHON_CLIENT_MEM_FRACTION to
+# 0.95) x PLAN_MARGIN: grpo_jax/commands/memory_estimate.py's figure was 6% under XLA's peak for the 0.5B update on
+# an H200 (docs/results.md), and the pool fragments.
+MEM_FRACTION = 0.95
+PLAN_MARGIN = 0.8
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # How the decode loop reads the weights. The forward casts each float32 weight to the compute dtype at its use
 # (`self.q_DxNxH[...].astype(dt)`), and XLA:GPU kept those casts inside the sampler's `lax.while_loop` (jax 0.11.2
@@ -92,6 +105,7 @@ class Workload(NamedTuple):
   remat: bool = True
   reference: bool = True              # beta > 0
   old_logprobs: bool = False          # not on-policy (num_iterations > 1 or several mini-batches): one more forward
+  offload_ref: bool = False           # model.offload_ref_params: the reference's weights in host memory
   param_dtype: str = "float32"
   dtype: str = "bfloat16"
 
@@ -275,15 +289,85 @@ def num_params(cfg) -> int:
 
 def recipe_workload(spec: str) -> Workload:
   """The Workload of `experiments/<recipe>.py[:preset]` as written."""
+  return config_workload(memory_fit.recipe_config(spec))
+
+
+def config_workload(c) -> Workload:
+  """The Workload of a run config (a recipe's ConfigDict)."""
   from grpo_jax.settings import Settings
-  c = memory_fit.recipe_config(spec)
   B, P, C, mini, micro = memory_fit.shapes(c)
   return Workload(prompts=c.grpo.prompts_per_step, group=c.grpo.group_size, prompt_width=P, new_tokens=C,
                   update_prompt_width=P, update_completion_width=C, micro_batch=micro,
                   prompt_repeats=Settings.from_config(c).prompt_repeats, logprob_chunk=c.model.logprob_chunk_size,
-                  remat=bool(c.model.remat), reference=c.grpo.beta > 0,
+                  remat=bool(c.model.remat), reference=c.grpo.beta > 0, offload_ref=bool(c.model.offload_ref_params),
                   old_logprobs=not (c.grpo.num_iterations == 1 and mini == B),
                   param_dtype=c.model.param_dtype, dtype=c.model.dtype)
+
+
+# ---- the update's micro-batch size and remat, chosen from the floor and the memory estimate ----
+
+def with_micro_batch(w: Workload, micro: int) -> Workload:
+  """`w` with `micro` rows per forward/backward; the shared prompt forward keeps gcd(micro, G) rows per prompt."""
+  return w._replace(micro_batch=micro, prompt_repeats=math.gcd(micro, w.group) if w.prompt_repeats > 1 else 1)
+
+
+def run_memory_bytes(cfg, w: Workload) -> int:
+  """grpo_jax/commands/memory_estimate.py's bytes per device for the run on one device: parameters, gradients,
+  AdamW, the reference, the sampler's KV cache and the update's activations (with or without remat). The KV cache
+  is freed before the update, so it stands as headroom there."""
+  from grpo_jax.commands import memory_estimate as me
+  est = me.estimate(cfg, me.Mesh(1, 1, 1), me.Workload(
+      sampler_batch=w.rows, prompt_len=w.prompt_width, new_tokens=w.new_tokens, micro_batch=w.micro_batch,
+      logprob_chunk=w.logprob_chunk, use_ref=w.reference, offload_ref=w.offload_ref,
+      prompt_repeats=w.prompt_repeats))
+  return est["total_remat"] if w.remat else est["total"]
+
+
+def update_plans(cfg, n: int, w: Workload) -> list[dict]:
+  """Every (micro-batch, remat) the recipe could run its update with: micro-batches that are powers of two and
+  divide the rows, remat on and off. Each: micro_batch, remat, flops, bytes (the update phase), memory (bytes per
+  device, run_memory_bytes), and per PEAKS device floor_s and fits (memory <= HBM x MEM_FRACTION x PLAN_MARGIN)."""
+  plans = []
+  for micro in (2 ** i for i in range(w.rows.bit_length())):
+    if w.rows % micro:
+      continue
+    for remat in (True, False):
+      v = with_micro_batch(w, micro)._replace(remat=remat)
+      ph, memory = update(cfg, n, v), run_memory_bytes(cfg, v)
+      plans.append({"micro_batch": micro, "remat": remat, "flops": ph.flops, "bytes": ph.bytes, "memory": memory,
+                    "floor_s": {d: floor_s(ph.flops, ph.bytes, *pk) for d, pk in PEAKS.items()},
+                    "fits": {d: memory <= HBM_BYTES[d] * MEM_FRACTION * PLAN_MARGIN for d in PEAKS}})
+  return plans
+
+
+def choose_update_plan(plans: list[dict], device: str) -> dict | None:
+  """The plan that fits `device` with the lowest floor; within 1% of it, the largest micro-batch (fewer, larger
+  matmuls), then remat off. None when nothing fits (shard the model: --mesh, docs/scaling.md)."""
+  fitting = [p for p in plans if p["fits"][device]]
+  if not fitting:
+    return None
+  best = min(p["floor_s"][device] for p in fitting)
+  near = [p for p in fitting if p["floor_s"][device] <= 1.01 * best]
+  return max(near, key=lambda p: (p["micro_batch"], not p["remat"]))
+
+
+def plan_table(plans: list[dict], w: Workload) -> str:
+  head = ("| micro-batch | remat | update FLOPs | memory (estimate) | "
+          + " | ".join(f"{d} floor" for d in PEAKS) + " |\n|" + "---|" * (4 + len(PEAKS)))
+  lines = [head]
+  chosen = {d: choose_update_plan(plans, d) for d in PEAKS}
+  for p in plans:
+    cells = []
+    for d in PEAKS:
+      cell = _seconds(p["floor_s"][d]) if p["fits"][d] else "does not fit"
+      cells.append(f"**{cell}**" if chosen[d] is p else cell)
+    as_written = p["micro_batch"] == w.micro_batch and p["remat"] == w.remat
+    lines.append(f"| {p['micro_batch']}{' (recipe)' if as_written else ''} | {'on' if p['remat'] else 'off'} "
+                 f"| {_si(p['flops'])} | {p['memory'] / 2 ** 30:.1f} GiB | " + " | ".join(cells) + " |")
+  lines.append("Chosen (bold): " + "; ".join(
+      f"{d}: " + (f"micro-batch {c['micro_batch']}, remat {'on' if c['remat'] else 'off'}" if c else "none fits")
+      for d, c in chosen.items()))
+  return "\n".join(lines)
 
 
 # ---- a measured run (benchmarks/gpu_campaign.py's JSON) ----
@@ -426,6 +510,8 @@ def main(argv=None):
   p.add_argument("--decode-segment", type=int, default=0,
                  help="with --decode-keys cache: the loop in segments of this many steps (sampling.decode_segment)")
   p.add_argument("--measured", help="a benchmarks/gpu_campaign.py JSON: measured seconds against the floor")
+  p.add_argument("--plan", action="store_true",
+                 help="the update's micro-batch size and remat per device: floor and memory estimate of each choice")
   args = p.parse_args(argv)
 
   w = recipe_workload(args.recipe)
@@ -439,8 +525,7 @@ def main(argv=None):
   if args.decode_segment:
     w = w._replace(decode_segment=args.decode_segment)
   if args.micro_batch:
-    w = w._replace(micro_batch=args.micro_batch, prompt_repeats=math.gcd(args.micro_batch, w.group)
-                   if w.prompt_repeats > 1 else 1)
+    w = with_micro_batch(w, args.micro_batch)
   if args.measured:
     with open(args.measured) as f:
       data = json.load(f)
@@ -453,8 +538,14 @@ def main(argv=None):
   for name in args.model or ["qwen2.5-0.5b", "qwen2.5-1.5b"]:
     cfg, n = model_and_params(name, w)
     print(describe(name, n, w))
-    print(table(phases(cfg, n, w, args.decode_weights, args.decode_keys == "filled")))
+    if args.plan:
+      print(plan_table(update_plans(cfg, n, w), w))
+    else:
+      print(table(phases(cfg, n, w, args.decode_weights, args.decode_keys == "filled")))
     print()
+  if args.plan:
+    print(f"A plan fits where the estimate is at most {MEM_FRACTION} x {PLAN_MARGIN} of the device's memory "
+          f"({', '.join(f'{d} {b / 2 ** 30:.1f} GiB' for d, b in HBM_BYTES.items())}).")
   peaks = "; ".join(f"{d} {f / 1e12:.0f} TFLOP/s bf16 dense, {b / 1e12:.3g} TB/s" for d, (f, b) in PEAKS.items())
   print(f"Peaks: {peaks} (sources: benchmarks/roofline.py's PEAKS). (c) compute-bound, (m) memory-bound.")
   return 0

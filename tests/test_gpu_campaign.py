@@ -1,5 +1,7 @@
 """benchmarks/gpu_campaign.py's reading of a device profile (only a GPU writes one with kernels, so a hand-made
 Chrome trace stands in) and its table."""
+import os
+
 from benchmarks import gpu_campaign as gc
 
 
@@ -41,3 +43,18 @@ def test_a_cpu_trace_has_no_kernels_and_the_table_says_what_ran():
   assert "| step_qwen2.5-0.5b | ok | 99.0 | step 2.50 s (sample 1.00, reference 0.30, update 1.20); sampler " \
          "150,000 tokens/s; peak 2.00 GiB |" in table
   assert "| tests | skipped | 0 |  |" in table
+
+
+def test_the_update_plan_part_runs_the_step_with_roofline_choice(tmp_path, monkeypatch):
+  """--plan sets the recipe's micro-batch and remat to roofline.py's choice for the device, and says so."""
+  from benchmarks import roofline as rl
+  monkeypatch.syspath_prepend(os.path.dirname(gc.__file__))  # the children import their neighbours as scripts do
+  cfg, config = gc.recipe_at("qwen2.5-0.5b", smoke=True)
+  w = rl.config_workload(config)
+  want = rl.choose_update_plan(rl.update_plans(cfg, rl.num_params(cfg), w), "H200")
+  result = gc.Result(str(tmp_path / "part.json"))
+  cfg, config = gc.with_update_plan(cfg, config, "NVIDIA H200", result)
+  assert (config.grpo.micro_batch_size, config.model.remat, cfg.remat) == (want["micro_batch"], want["remat"],
+                                                                            want["remat"])
+  assert (w.micro_batch, w.remat) == (4, True) and (want["micro_batch"], want["remat"]) != (4, True)
+  assert result["update_plan"]["device"] == "H200" and (tmp_path / "part.json").exists()

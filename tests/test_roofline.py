@@ -182,3 +182,45 @@ def test_decode_keys_of_the_loop_as_written_with_and_without_segments():
   long = rl.Workload(prompt_width=4, new_tokens=12, decode_segment=4)  # widths 8, 12, 16: the window (8) caps
   sliding, _, full = rl.decode_keys_L(GEMMA, long, filled=False)
   assert (sliding, full) == ((3 * 8 + 4 * 8 + 4 * 8) / 11, (3 * 8 + 4 * 12 + 4 * 16) / 11)
+
+
+def _plan(micro, remat, floor, fits=True):
+  return {"micro_batch": micro, "remat": remat, "floor_s": {"H100 SXM": floor}, "fits": {"H100 SXM": fits}}
+
+
+def test_the_chosen_update_plan_fits_is_fastest_and_breaks_ties_by_size():
+  """Hand-made plans: the fastest that fits; within 1% of it the largest micro-batch, then remat off; none fits:
+  None."""
+  plans = [_plan(8, False, 1.00), _plan(16, True, 1.005), _plan(16, False, 1.009), _plan(32, False, 0.5, False)]
+  assert rl.choose_update_plan(plans, "H100 SXM") is plans[2]
+  plans = [_plan(8, False, 1.00), _plan(16, False, 1.02)]  # 2% slower: the smaller micro-batch wins
+  assert rl.choose_update_plan(plans, "H100 SXM") is plans[0]
+  assert rl.choose_update_plan([_plan(8, True, 1.0, fits=False)], "H100 SXM") is None
+
+
+def test_update_plans_of_the_gsm8k_recipe_use_memory_fits_estimate_and_the_floor():
+  """Each plan's memory is benchmarks/memory_fit.py's estimate of the whole run for the recipe with that
+  micro-batch and remat, its FLOPs the update's (3 forwards + 1 with remat, the head 4 times), and it fits where
+  the estimate is within the device's share. On an H100 the 0.5B recipe's update leaves remat off: without it
+  the 16-row micro-batch's activations are ~34 GiB (16 rows x 24 layers x 256 + 512 positions' float32 scores),
+  below the 60 GiB the plan may use."""
+  spec = os.path.join(os.path.dirname(os.path.dirname(__file__)), "experiments", "gsm8k.py")
+  w = rl.recipe_workload(spec)
+  cfg = rl.model_config("qwen2.5-0.5b", w)
+  n = rl.num_params(cfg)
+  plans = rl.update_plans(cfg, n, w)
+  assert sorted({p["micro_batch"] for p in plans}) == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+  body, head = rl.logprob_forward_flops(cfg, w)
+  config = rl.memory_fit.recipe_config(spec)
+  for p in plans:
+    if p["micro_batch"] not in (16, 32):
+      continue
+    config.grpo.micro_batch_size, config.model.remat = p["micro_batch"], p["remat"]
+    assert p["memory"] == rl.memory_fit.the_estimate(cfg.replace(remat=p["remat"]), config)["run"]
+    if p["micro_batch"] == 16:  # the recipe's widths and sharing: the same body FLOPs
+      assert p["flops"] == pytest.approx((3 + p["remat"]) * body + 4 * head)
+    for d in rl.PEAKS:
+      assert p["fits"][d] == (p["memory"] <= rl.HBM_BYTES[d] * 0.95 * 0.8)
+  chosen = rl.choose_update_plan(plans, "H100 SXM")
+  assert chosen["remat"] is False and chosen["micro_batch"] >= 16
+  assert chosen["floor_s"]["H100 SXM"] < 0.85 * rl.floor_s(rl.update(cfg, n, w).flops, 0.0, *rl.PEAKS["H100 SXM"])
