@@ -1,5 +1,6 @@
 """benchmarks/gpu_campaign.py's reading of a device profile (only a GPU writes one with kernels, so a hand-made
 Chrome trace stands in) and its table."""
+import json
 import os
 
 from benchmarks import gpu_campaign as gc
@@ -58,3 +59,26 @@ def test_the_update_plan_part_runs_the_step_with_roofline_choice(tmp_path, monke
                                                                             want["remat"])
   assert (w.micro_batch, w.remat) == (4, True) and (want["micro_batch"], want["remat"]) != (4, True)
   assert result["update_plan"]["device"] == "H200" and (tmp_path / "part.json").exists()
+
+
+def test_sampler_parts_run_after_the_step_part_timed_out_and_the_others_are_skipped(tmp_path, monkeypatch):
+  """The step part's timeout (e.g. a slow update compile) skips the parts that compile an update, not those that
+  time the sampler alone; its failure skips both."""
+  ran = []
+
+  def fake_run(part, seconds, out, scratch, smoke, log):
+    ran.append(part["name"])
+    return {"status": step_status if part["name"] == "step_qwen2.5-0.5b" else "ok", "seconds": 1.0}
+
+  monkeypatch.setattr(gc, "run_part", fake_run)
+  monkeypatch.setattr(gc, "versions", lambda: {})
+  only = "step_qwen2.5-0.5b,compile_cached,decode_segments,decode_pallas,step_update_plan,decode_flags"
+  for step_status, want in (("timeout", ["decode_segments", "decode_pallas", "decode_flags"]),
+                            ("failed (exit 1)", [])):
+    ran.clear()
+    gc.main(["--smoke", "--only", only, "--out", str(tmp_path / step_status[:4]),
+             "--scratch", str(tmp_path / "scratch")])
+    assert ran == ["step_qwen2.5-0.5b", *want]
+    parts = json.loads((tmp_path / step_status[:4] / "campaign.json").read_text())["parts"]
+    assert parts["compile_cached"]["status"] == parts["step_update_plan"]["status"] == "skipped"
+    assert parts["step_update_plan"]["reason"] == f"needs step_qwen2.5-0.5b, which ended {step_status}"
