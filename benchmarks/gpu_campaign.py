@@ -41,6 +41,7 @@ import faulthandler
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -179,6 +180,7 @@ def headline(r: dict) -> str:
                    ("peak_bytes", "peak {:.2f} GiB"),
                    ("launch_to_first_step_s", "launch to first step {:.1f} s"), ("compile_s", "compile {:.1f} s"),
                    ("cache_loads", "{} programs from the cache"), ("kernels_per_decode_step", "{:.0f} kernels/token"),
+                   ("matmul_kernels_per_decode_step", "{:.0f} of them matmuls"),
                    ("gpu_busy_fraction", "GPU busy {:.0%} of the sampler call"),
                    ("median_step_s", "TRL step {:.2f} s"), ("summary", "{}")):
     if r.get(key) is not None:
@@ -358,9 +360,14 @@ def profile_sampler(rig, prompts, out: str, scratch: str) -> dict:
   return dict(summary, profile_bytes=size)
 
 
+# cuBLAS / cuBLASLt (sm90_xmma_gemm_..., cutlass_...), XLA's Triton GEMM fusions (triton_gemm_..., gemm_fusion_...).
+MATMUL_KERNEL = re.compile(r"gemm|cutlass|xmma|cublas|matmul", re.IGNORECASE)
+
+
 def kernel_summary(events: list[dict], decode_steps: int, wall_s: float) -> dict:
   """From a Chrome/Perfetto trace: the device stream threads' events (kernels and copies), their count per decode
-  step, their summed time against the call's wall time, and the 15 names with the most time."""
+  step and that of the matmul kernels (MATMUL_KERNEL), their summed time against the call's wall time, and the 15
+  names with the most time."""
   pids, tids = {}, {}
   for e in events:
     if e.get("ph") == "M" and e.get("name") == "process_name":
@@ -377,6 +384,7 @@ def kernel_summary(events: list[dict], decode_steps: int, wall_s: float) -> dict
     entry[1] += e.get("dur", 0) / 1e6
   busy = sum(t for _, t in by_name.values())
   top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:15]
+  matmuls = sum(c for n, (c, _) in by_name.items() if MATMUL_KERNEL.search(n))
   threads: dict[str, int] = {}  # every device thread's event count, should its lines be named otherwise
   for e in events:
     if e.get("ph") == "X" and e.get("pid") in device:
@@ -384,6 +392,7 @@ def kernel_summary(events: list[dict], decode_steps: int, wall_s: float) -> dict
       threads[name] = threads.get(name, 0) + 1
   return {"device_thread_events": threads,
           "kernels": len(on_stream), "kernels_per_decode_step": len(on_stream) / max(decode_steps, 1),
+          "matmul_kernels_per_decode_step": matmuls / max(decode_steps, 1),
           "kernel_s": busy, "profiled_call_s": wall_s, "gpu_busy_fraction": busy / wall_s if wall_s else None,
           "top_kernels": [{"name": n, "count": c, "seconds": round(t, 5)} for n, (c, t) in top]}
 
@@ -425,6 +434,10 @@ def child_step(args, result: Result) -> None:
     progress(f"sampler alone: {result['sampler_tokens_per_s']:,.0f} tokens/s")
     if args.profile:
       result.update(profile_sampler(rig, prompts, args.out, args.scratch))
+      # A token step runs L x 7 projections (q, k, v, o, gate, up, down) and the LM head; XLA's dot merger can
+      # join those that share their input (q/k/v, gate/up): L x 4 + 1. The profile says which one the GPU ran.
+      L = cfg.num_layers
+      result.update(matmuls_per_token_unmerged=7 * L + 1, matmuls_per_token_merged=4 * L + 1)
       progress(f"profile: {result.get('kernels_per_decode_step')} kernels per decode step")
     result.update(xla_update_bytes=memory_fit.compiled_update_bytes(step, abstract_params, abstract_opt, config))
 
