@@ -17,7 +17,8 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
   step_qwen2.5-0.5b  steps with a fresh compilation cache: each phase's seconds and peak device memory, the
                      XLA memory analysis of the update, compile seconds and launch to the first step (cold);
                      then the sampler alone (tokens/s at 256 x 512) and a profile of one sampler call: kernels
-                     launched per decode step, the GPU's busy fraction, the kernels that take the time
+                     launched per decode step (and matmuls among them), the GPU's busy fraction, the kernels that take
+                     the time
   compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
   decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:

@@ -124,7 +124,7 @@ def _shard_parts(x) -> list[jax.Array]:
     if shard.replica_id != 0:
       continue
     first = sum((sl.start or 0) * stride for sl, stride in zip(shard.index, strides))
-    parts.append(_jitted_shard_sums(_in_device_memory(shard.data), np.uint32(wrap(first)),
+    parts.append(_jitted_shard_sums(_on_its_device(_in_device_memory(shard.data)), np.uint32(wrap(first)),
                                     tuple(wrap(s) for s in strides)))
   return parts
 
@@ -140,6 +140,14 @@ def _leaf_fingerprint(x) -> np.ndarray:
   order, so the result does not depend on the sharding or the device; a changed, moved or lost element
   changes it except with probability ~2^-32 per sum."""
   return _combine(jax.device_get(_shard_parts(x)))
+
+
+def _on_its_device(shard_data: jax.Array) -> jax.Array:
+  """The same buffer under a SingleDeviceSharding (no copy). A shard of an array on a one-device mesh keeps the
+  mesh's NamedSharding, and jit compiles a program per input sharding: without this, a run's digests compiled
+  each shape twice (the parameters on the mesh, the rest on the default device)."""
+  device = next(iter(shard_data.sharding.device_set))
+  return jax.device_put(shard_data, jax.sharding.SingleDeviceSharding(device))
 
 
 def _in_device_memory(leaf):

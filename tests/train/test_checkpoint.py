@@ -152,6 +152,17 @@ def test_shard_parts_add_up_to_the_whole_arrays_fingerprint():
       np.asarray([7], np.int32))
 
 
+def test_fingerprint_compiles_one_program_per_shape_whatever_the_sharding():
+  """The digest of an array on a one-device mesh (NamedSharding) and of the same values on the default device
+  (SingleDeviceSharding) are equal and share one compiled program."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
+  x = jnp.asarray(np.random.default_rng(5).normal(size=(5, 7)), jnp.float32)
+  on_mesh = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  before = checkpoint._jitted_shard_sums._cache_size()
+  assert state_fingerprint({"w": on_mesh}) == state_fingerprint({"w": x})
+  assert checkpoint._jitted_shard_sums._cache_size() - before <= 1  # 2 when each sharding compiles its own
+
+
 def test_fingerprint_sees_values_layout_and_dtype():
   a = state_fingerprint(_state(1.0))
   assert a == state_fingerprint(_state(1.0))
