@@ -18,7 +18,8 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
                      XLA memory analysis of the update, compile seconds and launch to the first step (cold);
                      then the sampler alone (tokens/s at 256 x 512) and a profile of one sampler call: kernels
                      launched per decode step (and matmuls among them), the GPU's busy fraction, the kernels that take
-                     the time
+                     the time; then one more step with its update profiled: its kernels, the share of the GPU's
+                     time in matmuls, the kernels that take the rest (attention scores, log-prob chunks, AdamW)
   compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
   decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:
@@ -187,6 +188,10 @@ def headline(r: dict) -> str:
     if r.get(key) is not None:
       value = r[key] / 1024 ** 3 if key == "peak_bytes" else r[key]
       bits.append(fmt.format(value))
+  if isinstance(r.get("update_profile"), dict) and r["update_profile"].get("kernels"):
+    u = r["update_profile"]
+    bits.append(f"update: {u['kernels']} kernels, matmuls {u['matmul_fraction'] or 0:.0%} of the GPU's time, "
+                f"GPU busy {u['gpu_busy_fraction'] or 0:.0%}")
   if r.get("update_plan"):
     bits.append("update plan: micro-batch {micro_batch}, remat {remat} (estimate {estimate_gib} GiB)"
                 .format(**r["update_plan"]))
@@ -338,9 +343,6 @@ def time_sampler(rig, prompts, calls: int) -> dict:
 
 def profile_sampler(rig, prompts, out: str, scratch: str) -> dict:
   """One sampler call under jax.profiler: the device's kernels, per decode step, and where their time goes."""
-  import glob
-  import gzip
-
   import jax
   trace_dir = os.path.join(scratch, "profile")
   G = rig.config.grpo.group_size
@@ -348,17 +350,41 @@ def profile_sampler(rig, prompts, out: str, scratch: str) -> dict:
   with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
     rig.sampler.generate(rig.params, prompts, jax.random.key(7), repeats=G)
   wall = time.time() - t0
+  found = read_trace(trace_dir, os.path.join(out, "decode_profile.json.gz"))
+  if found is None:
+    return {"profile": "no perfetto trace written"}
+  events, size = found
+  return dict(kernel_summary(events, rig.sampler.sampler.last_num_steps, wall), profile_bytes=size)
+
+
+def profile_update(rig, step: int, out: str, scratch: str) -> dict:
+  """One more step with its update under jax.profiler: the update's kernels, the share of the GPU's time in
+  matmuls, and the kernels that take the time (what the rest is: attention scores, log-prob chunks, AdamW)."""
+  trace_dir = os.path.join(scratch, "update_profile")
+  record = rig.run_step(step, data_step=1, trace_update=trace_dir)
+  found = read_trace(trace_dir, os.path.join(out, "update_profile.json.gz"))
+  if found is None:
+    return {"update_profile": "no perfetto trace written"}
+  events, size = found
+  summary = kernel_summary(events, 1, record["update_s"])
+  summary.pop("kernels_per_decode_step"), summary.pop("matmul_kernels_per_decode_step")
+  return {"update_profile": dict(summary, update_s=record["update_s"], profile_bytes=size)}
+
+
+def read_trace(trace_dir: str, keep_as: str):
+  """(trace events, file bytes) of the newest Perfetto trace under `trace_dir`, or None; a copy goes to `keep_as`
+  when it is small enough to come back with the results."""
+  import glob
+  import gzip
   found = sorted(glob.glob(os.path.join(trace_dir, "**", "perfetto_trace.json.gz"), recursive=True))
   if not found:
-    return {"profile": "no perfetto trace written"}
+    return None
   with gzip.open(found[-1], "rt") as f:
     events = json.load(f)
-  events = events["traceEvents"] if isinstance(events, dict) else events
-  summary = kernel_summary(events, rig.sampler.sampler.last_num_steps, wall)
   size = os.path.getsize(found[-1])
-  if size < 15 * 1024 ** 2:  # small enough to come back with the results
-    shutil.copy(found[-1], os.path.join(out, "decode_profile.json.gz"))
-  return dict(summary, profile_bytes=size)
+  if size < 15 * 1024 ** 2:
+    shutil.copy(found[-1], keep_as)
+  return (events["traceEvents"] if isinstance(events, dict) else events), size
 
 
 # cuBLAS / cuBLASLt (sm90_xmma_gemm_..., cutlass_...), XLA's Triton GEMM fusions (triton_gemm_..., gemm_fusion_...).
@@ -386,6 +412,7 @@ def kernel_summary(events: list[dict], decode_steps: int, wall_s: float) -> dict
   busy = sum(t for _, t in by_name.values())
   top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:15]
   matmuls = sum(c for n, (c, _) in by_name.items() if MATMUL_KERNEL.search(n))
+  matmul_s = sum(t for n, (_, t) in by_name.items() if MATMUL_KERNEL.search(n))
   threads: dict[str, int] = {}  # every device thread's event count, should its lines be named otherwise
   for e in events:
     if e.get("ph") == "X" and e.get("pid") in device:
@@ -394,6 +421,7 @@ def kernel_summary(events: list[dict], decode_steps: int, wall_s: float) -> dict
   return {"device_thread_events": threads,
           "kernels": len(on_stream), "kernels_per_decode_step": len(on_stream) / max(decode_steps, 1),
           "matmul_kernels_per_decode_step": matmuls / max(decode_steps, 1),
+          "matmul_fraction": matmul_s / busy if busy else None,
           "kernel_s": busy, "profiled_call_s": wall_s, "gpu_busy_fraction": busy / wall_s if wall_s else None,
           "top_kernels": [{"name": n, "count": c, "seconds": round(t, 5)} for n, (c, t) in top]}
 
@@ -439,6 +467,8 @@ def child_step(args, result: Result) -> None:
       # join those that share their input (q/k/v, gate/up): L x 4 + 1. The profile says which one the GPU ran.
       L = cfg.num_layers
       result.update(matmuls_per_token_unmerged=7 * L + 1, matmuls_per_token_merged=4 * L + 1)
+      result.update(profile_update(rig, args.steps + 1, args.out, args.scratch))
+      progress(f"update profile: {result['update_profile'].get('kernels')} kernels")
       progress(f"profile: {result.get('kernels_per_decode_step')} kernels per decode step")
     result.update(xla_update_bytes=memory_fit.compiled_update_bytes(step, abstract_params, abstract_opt, config))
 

@@ -224,9 +224,12 @@ class StepRig:
     jax.block_until_ready((self.params, self.opt_state, self.ref_params))
     log(f"[memory_fit] AdamW state and reference placed: {_gib(peak_in_use())} GiB")
 
-  def run_step(self, i: int, data_step: int | None = None) -> dict:
+  def run_step(self, i: int, data_step: int | None = None, trace_update: str | None = None) -> dict:
     """Step `i` (1-based) on the prompts of step `data_step` (default `i`): seconds and peak device bytes after
-    each phase, the update's widths, the loss."""
+    each phase, the update's widths, the loss. With `trace_update` (a directory), the update alone runs under
+    jax.profiler (a Perfetto trace there)."""
+    import contextlib
+
     import jax
 
     from grpo_jax.model import lora
@@ -246,8 +249,11 @@ class StepRig:
     t2 = time.time()
     self.log(f"[memory_fit] step {i}: reference log-probs in {t2 - t1:.1f} s")
     out.update(reference_s=t2 - t1, reference_peak=peak_in_use())
-    self.params, self.opt_state, metrics = self.step(self.params, self.opt_state, batch)
-    jax.block_until_ready((self.params, self.opt_state))
+    traced = (jax.profiler.trace(trace_update, create_perfetto_trace=True) if trace_update
+              else contextlib.nullcontext())
+    with traced:
+      self.params, self.opt_state, metrics = self.step(self.params, self.opt_state, batch)
+      jax.block_until_ready((self.params, self.opt_state))
     t3 = time.time()
     out.update(update_s=t3 - t2, update_peak=peak_in_use(), step_s=t3 - t0, loss=float(metrics["loss"]),
                prompt_width=batch.prompt_BxP.shape[1], completion_width=batch.completion_BxC.shape[1],

@@ -26,6 +26,7 @@ def test_kernels_per_decode_step_count_the_streams_only():
   summary = gc.kernel_summary(trace(kernels_per_step=6, steps=4), decode_steps=4, wall_s=0.01)
   assert summary["kernels"] == 24 and summary["kernels_per_decode_step"] == 6
   assert summary["matmul_kernels_per_decode_step"] == 3  # the gemm_bf16 ones, not the loop fusions
+  assert abs(summary["matmul_fraction"] - 100 / 110) < 1e-9  # 100 us of each 110 us pair
   assert summary["device_thread_events"] == {"Stream #7(Compute)": 24, "XLA Ops": 24}
   assert abs(summary["kernel_s"] - 12 * 110e-6) < 1e-12
   assert abs(summary["gpu_busy_fraction"] - 12 * 110e-6 / 0.01) < 1e-9
