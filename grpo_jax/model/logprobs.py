@@ -24,6 +24,38 @@ def positions_from_mask(mask_BxL: jax.Array) -> jax.Array:
   return jnp.maximum(jnp.cumsum(mask_BxL.astype(jnp.int32), axis=1) - 1, 0)
 
 
+def head_logits(h_BxCxD: jax.Array, w_DxV: jax.Array) -> jax.Array:
+  """[B, C, V] float32 logits of compute-dtype operands (accumulated in float32).
+
+  In bfloat16 or float16, the backward multiplies in that dtype too (`_low_precision_logits`). Left to autodiff,
+  the float32 cotangent of the logits would make both backward products float32 matmuls (h and W cast up; TF32
+  on NVIDIA GPUs, at half the bf16 rate, and twice the bytes), the only float32 matmuls of a bf16 update.
+  In float32 the plain product is used, so float32 runs round exactly as before."""
+  if h_BxCxD.dtype == jnp.float32:
+    return jnp.einsum("bcd,dv->bcv", h_BxCxD, w_DxV, preferred_element_type=jnp.float32)
+  return _low_precision_logits(h_BxCxD, w_DxV)
+
+
+@jax.custom_vjp
+def _low_precision_logits(h_BxCxD, w_DxV):
+  return jnp.einsum("bcd,dv->bcv", h_BxCxD, w_DxV, preferred_element_type=jnp.float32)
+
+
+def _low_precision_logits_fwd(h_BxCxD, w_DxV):
+  return _low_precision_logits(h_BxCxD, w_DxV), (h_BxCxD, w_DxV)
+
+
+def _low_precision_logits_bwd(saved, g_BxCxV):
+  h_BxCxD, w_DxV = saved
+  g = g_BxCxV.astype(h_BxCxD.dtype)  # the logits' cotangent rounded to the compute dtype, as a layer's output's is
+  dh = jnp.einsum("bcv,dv->bcd", g, w_DxV, preferred_element_type=jnp.float32).astype(h_BxCxD.dtype)
+  dw = jnp.einsum("bcd,bcv->dv", h_BxCxD, g, preferred_element_type=jnp.float32).astype(w_DxV.dtype)
+  return dh, dw
+
+
+_low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bwd)
+
+
 def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0, chunk_size: int = 128,
                    with_entropy: bool = False):
   """log softmax(h·W / temperature)[target] per position, float32. Returns (logp_BxT, entropy_BxT or None)."""
@@ -39,8 +71,7 @@ def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0,
   @jax.checkpoint
   def chunk(args):
     h_BxCxD, y_BxC = args
-    logits = jnp.einsum("bcd,dv->bcv", h_BxCxD, out_DxV.astype(h_BxCxD.dtype),
-                        preferred_element_type=jnp.float32) / temperature
+    logits = head_logits(h_BxCxD, out_DxV.astype(h_BxCxD.dtype)) / temperature
     lse = jax.nn.logsumexp(logits, axis=-1)
     logp = jnp.take_along_axis(logits, y_BxC[..., None], axis=-1)[..., 0] - lse
     if with_entropy:

@@ -62,6 +62,57 @@ def test_token_logprobs_gradient_matches_unchunked(hwy):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
 
 
+def _dot_operand_dtypes(fn, *args) -> list[tuple[str, str]]:
+  """The operand element types of every dot_general in fn's lowered program."""
+  import re
+  text = jax.jit(fn).lower(*args).as_text()
+  return [tuple(t.split("x")[-1] for t in m.groups()) for m in re.finditer(
+      r"dot_general[^\n]*: \(tensor<([^>]*)>, tensor<([^>]*)>\)", text)]
+
+
+def test_bf16_log_prob_gradient_multiplies_in_bf16_and_matches_float64(hwy):
+  """In bfloat16 the LM head's backward products take bf16 operands (autodiff of the float32 logits made both
+  of them float32 matmuls), and the gradient of sum(logp) + 0.5 sum(entropy) is the float64 one within bf16
+  rounding: dL/dlogits = (onehot(y) - p - 0.5 p (log p + H)) / T, dh = dL/dlogits W^T, dW = h^T dL/dlogits."""
+  h, w, y = hwy
+  T = 1.3
+
+  def loss(h, w):
+    logp, ent = token_logprobs(h, w.astype(jnp.bfloat16), y, temperature=T, chunk_size=3, with_entropy=True)
+    return jnp.sum(logp) + 0.5 * jnp.sum(ent)
+
+  hb = jnp.asarray(h, jnp.bfloat16)
+  dtypes = _dot_operand_dtypes(jax.grad(loss, (0, 1)), hb, w)
+  assert len(dtypes) == 3 and all(d == ("bf16", "bf16") for d in dtypes), dtypes  # forward + two backward
+  dh, dw = jax.grad(loss, (0, 1))(hb, w)
+  h64, w64 = np.asarray(hb, np.float64), np.asarray(jnp.asarray(w, jnp.bfloat16), np.float64)
+  logp_all = _log_softmax64(np.einsum("btd,dv->btv", h64, w64) / T)
+  p = np.exp(logp_all)
+  entropy = -(p * logp_all).sum(-1, keepdims=True)
+  g = (np.eye(w.shape[1])[y] - p + 0.5 * (-p * (logp_all + entropy))) / T  # d loss / d logits
+  want_dh, want_dw = np.einsum("btv,dv->btd", g, w64), np.einsum("btd,btv->dv", h64, g)
+  for got, want in ((dh, want_dh), (dw, want_dw)):
+    got = np.asarray(got, np.float64)
+    assert np.max(np.abs(got - want)) <= 0.02 * np.max(np.abs(want)), np.max(np.abs(got - want))
+
+
+def test_float32_log_probs_keep_the_plain_product(hwy):
+  """In float32 the head stays the plain einsum under autodiff (the recorded fingerprints of float32 runs depend
+  on it): float32 products, and the unchunked log-softmax's gradient."""
+  h, w, y = hwy
+
+  def loss(h, w, plain):
+    if plain:
+      logits = jnp.einsum("btd,dv->btv", h, w, preferred_element_type=jnp.float32)
+      return jnp.sum(jnp.take_along_axis(jax.nn.log_softmax(logits), y[..., None], -1))
+    return jnp.sum(token_logprobs(h, w, y, chunk_size=64)[0])
+
+  assert all(d == ("f32", "f32") for d in _dot_operand_dtypes(jax.grad(lambda h, w: loss(h, w, False)), h, w))
+  got, want = jax.grad(loss, (0, 1))(h, w, False), jax.grad(loss, (0, 1))(h, w, True)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("chunk_size", [2, 5, 128])
 def test_completion_logprobs_match_transformers_per_row(hf_checkpoints, chunk_size):
   """Left-padded prompts + completions vs each row run alone (unpadded) through transformers, float64."""
