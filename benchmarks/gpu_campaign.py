@@ -25,6 +25,8 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
   decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:
                      one Triton kernel per layer and token step, over the filled slots only): tokens/s, and the
                      kernel's outputs against XLA's einsum path at the recipe's shapes (max abs difference)
+  head_backward      the LM head's backward at one micro-batch (benchmarks/head_backward_bench.py): autodiff's
+                     float32 matmuls against grpo_jax's bf16 ones, their ratio and the gradients' difference
   step_update_plan   the same steps with the update's micro-batch size and remat that `roofline.py --plan` picks
                      for this device (the fastest floor whose memory estimate fits; on an H100 at 0.5B: 32 rows,
                      remat off), against the recipe's 16 rows with remat
@@ -81,6 +83,8 @@ def parts(smoke: bool) -> list[dict]:
            env={"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + COMMAND_BUFFER_FLAGS).strip()}),
       dict(name="decode_pallas", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-attention", "pallas"],
            budget=60, minimum=40, needs="step_qwen2.5-0.5b", needs_ok=SAMPLER_ONLY),
+      # The LM head's backward in bf16 against autodiff's float32 matmuls, one micro-batch (head_backward_bench.py).
+      dict(name="head_backward", argv=["head", "--model", "qwen2.5-0.5b"], budget=40, minimum=20),
       # The update with the micro-batch size and remat that roofline.py's plan picks for this device (--plan).
       dict(name="step_update_plan", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--plan"], budget=120,
            minimum=70, needs="step_qwen2.5-0.5b"),
@@ -192,6 +196,9 @@ def headline(r: dict) -> str:
     u = r["update_profile"]
     bits.append(f"update: {u['kernels']} kernels, matmuls {u['matmul_fraction'] or 0:.0%} of the GPU's time, "
                 f"GPU busy {u['gpu_busy_fraction'] or 0:.0%}")
+  if r.get("bf16_backward_s") is not None:
+    bits.append("LM-head backward {:.1f} ms in float32 matmuls, {:.1f} ms in bf16 ({:.2f}x)".format(
+        r["float32_backward_s"] * 1e3, r["bf16_backward_s"] * 1e3, r["ratio"]))
   if r.get("update_plan"):
     bits.append("update plan: micro-batch {micro_batch}, remat {remat} (estimate {estimate_gib} GiB)"
                 .format(**r["update_plan"]))
@@ -541,6 +548,15 @@ def decode_kernel_check(cfg, config) -> dict:
   return out
 
 
+def child_head(args, result: Result) -> None:
+  """benchmarks/head_backward_bench.py at one micro-batch of the recipe: its rows, new tokens, chunk, model shape."""
+  import head_backward_bench
+  cfg, config = recipe_at(args.model, args.smoke)
+  result.update(head_backward_bench.measure(
+      rows=config.grpo.micro_batch_size, positions=config.sampling.max_new_tokens, hidden=cfg.hidden_size,
+      vocab=cfg.vocab_size, chunk=config.model.logprob_chunk_size, repeats=5))
+
+
 def child_trl(args, result: Result) -> None:
   """TRL's GRPOTrainer on a random checkpoint of the named shape, the recipe's settings and prompts."""
   import torch
@@ -605,7 +621,7 @@ def main(argv=None) -> int:
   p.add_argument("--only", default="", help="comma-separated part names (default: all)")
   p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--result", help=argparse.SUPPRESS)
-  p.add_argument("kind", nargs="?", choices=("step", "sampler", "trl", "tests"), help=argparse.SUPPRESS)
+  p.add_argument("kind", nargs="?", choices=("step", "sampler", "head", "trl", "tests"), help=argparse.SUPPRESS)
   p.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
   p.add_argument("--model", default="qwen2.5-0.5b", help=argparse.SUPPRESS)
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
@@ -621,7 +637,7 @@ def main(argv=None) -> int:
   if args.deadline > 10:  # a part about to be killed at its budget first says where it is
     faulthandler.dump_traceback_later(args.deadline - 5, exit=False)
   result = Result(args.result)
-  {"step": child_step, "sampler": child_sampler, "trl": child_trl, "tests": child_tests}[args.kind](args, result)
+  {"step": child_step, "sampler": child_sampler, "head": child_head, "trl": child_trl, "tests": child_tests}[args.kind](args, result)
   return 0
 
 

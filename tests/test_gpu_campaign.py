@@ -84,3 +84,11 @@ def test_sampler_parts_run_after_the_step_part_timed_out_and_the_others_are_skip
     parts = json.loads((tmp_path / step_status[:4] / "campaign.json").read_text())["parts"]
     assert parts["compile_cached"]["status"] == parts["step_update_plan"]["status"] == "skipped"
     assert parts["step_update_plan"]["reason"] == f"needs step_qwen2.5-0.5b, which ended {step_status}"
+
+
+def test_head_backward_bench_times_both_products_on_the_same_gradient():
+  """benchmarks/head_backward_bench.py: both variants' gradients agree within bf16 rounding, each is timed."""
+  from benchmarks import head_backward_bench as hb
+  r = hb.measure(rows=2, positions=16, hidden=32, vocab=256, chunk=8, repeats=1)
+  assert r["max_rel_diff"] < 0.02 and r["float32_backward_s"] > 0 and r["bf16_backward_s"] > 0
+  assert r["ratio"] == r["float32_backward_s"] / r["bf16_backward_s"]
