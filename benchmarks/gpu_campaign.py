@@ -7,9 +7,9 @@
 A GPU is lent now and then, for minutes, so everything it should tell us runs in one call of at most
 `--budget` seconds (default 550: with the wheels' install, one device call of 595 s). The parts run in order of
 value, each in its own process with its own time budget; a part is skipped when less than its minimum is left,
-and a part that outlives its budget is killed
-with what it had written kept. After every part the campaign rewrites `campaign.json` (every part's status,
-seconds and result, the device and the versions) and `campaign.md` (one table), so a call cut short still
+and a part that outlives its budget is killed with what it had written kept. After every part the campaign
+rewrites `campaign.json` (every part's status, seconds and result, the device and the versions) and
+`campaign.md` (one table), so a call cut short still
 returns what finished.
 
 Parts (shapes of experiments/gsm8k.py: 16 prompts x G 16 = 256 rows, prompts padded to 256, 512 new tokens, bf16
