@@ -22,15 +22,17 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
                      the time; then one more step with its update profiled: its kernels, the share of the GPU's
                      time in matmuls, the kernels that take the rest (attention scores, log-prob chunks, AdamW)
   compile_cached     a second process on the same cache: launch to the first step and compile seconds (warm)
+  decode_host_test_every_step  the sampler alone with a host test of the loop after every token step (the
+                     decode loop before 2026-11-27): the baseline of the static inner trip count
   decode_flags       the sampler alone under other XLA flags (command buffers): tokens/s against the first part's
-  decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:
-                     one Triton kernel per layer and token step, over the filled slots only): tokens/s, and the
-                     kernel's outputs against XLA's einsum path at the recipe's shapes (max abs difference)
   head_backward      the LM head's backward at one micro-batch (benchmarks/head_backward_bench.py): autodiff's
                      float32 matmuls against grpo_jax's bf16 ones, their ratio and the gradients' difference
   step_update_plan   the same steps with the update's micro-batch size and remat that `roofline.py --plan` picks
                      for this device (the fastest floor whose memory estimate fits; on an H100 at 0.5B: 32 rows,
                      remat off), against the recipe's 16 rows with remat
+  decode_pallas      the sampler alone with model.decode_attention="pallas" (grpo_jax/model/decode_attention.py:
+                     one Triton kernel per layer and token step, over the filled slots only): tokens/s, and the
+                     kernel's outputs against XLA's einsum path at the recipe's shapes (max abs difference)
   tests              the GPU test subset (model, algo, sampling, the update, precision)
   step_cudnn_attention  the same steps with cuDNN's flash attention in the update and reference
   decode_segments    the sampler alone with sampling.decode_segment=128 (each 128-step segment of the decode
@@ -78,17 +80,23 @@ def parts(smoke: bool) -> list[dict]:
       dict(name="compile_cached", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "1"], budget=50, minimum=30,
            needs="step_qwen2.5-0.5b"),
       # Sampling took 2.3 s on an H100 (2026-11-23): up to 4.5 ms a token step against a floor of 0.78-1.07 ms.
-      # Kernel launches, which command buffers around the loop remove, are the likeliest gap: first of the sampler's.
+      # The likeliest gap is the host: a loop of unknown trip count waits for the GPU after every token step, and
+      # then enqueues the next step's kernels while the GPU idles. The decode's inner loops now have a static trip
+      # count (a host test every 8 steps); this part is the baseline with a test after every step.
+      dict(name="decode_host_test_every_step", argv=["sampler", "--model", "qwen2.5-0.5b", "--stop-check-every",
+                                                     "1"], budget=60, minimum=40, needs="step_qwen2.5-0.5b",
+           needs_ok=SAMPLER_ONLY),
+      # Command buffers (CUDA graphs) around the loop: one launch per token step instead of one per kernel.
       dict(name="decode_flags", argv=["sampler", "--model", "qwen2.5-0.5b"], budget=60, minimum=40,
            needs="step_qwen2.5-0.5b", needs_ok=SAMPLER_ONLY,
            env={"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + COMMAND_BUFFER_FLAGS).strip()}),
-      dict(name="decode_pallas", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-attention", "pallas"],
-           budget=60, minimum=40, needs="step_qwen2.5-0.5b", needs_ok=SAMPLER_ONLY),
       # The LM head's backward in bf16 against autodiff's float32 matmuls, one micro-batch (head_backward_bench.py).
       dict(name="head_backward", argv=["head", "--model", "qwen2.5-0.5b"], budget=40, minimum=20),
       # The update with the micro-batch size and remat that roofline.py's plan picks for this device (--plan).
       dict(name="step_update_plan", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--plan"], budget=120,
            minimum=70, needs="step_qwen2.5-0.5b"),
+      dict(name="decode_pallas", argv=["sampler", "--model", "qwen2.5-0.5b", "--decode-attention", "pallas"],
+           budget=60, minimum=40, needs="step_qwen2.5-0.5b", needs_ok=SAMPLER_ONLY),
       dict(name="tests", argv=["tests", *tests], budget=90, minimum=40),
       # The update with cuDNN's flash attention (model.attention="cudnn"; XLA's "jax" path in --smoke on a CPU).
       dict(name="step_cudnn_attention", argv=["step", "--model", "qwen2.5-0.5b", "--steps", "2", "--attention",
@@ -183,7 +191,7 @@ def headline(r: dict) -> str:
     m = r["median"]
     bits.append("step {step_s:.2f} s (sample {sample_s:.2f}, reference {reference_s:.2f}, update {update_s:.2f})"
                 .format(**m))
-  for key, fmt in (("sampler_tokens_per_s", "sampler {:,.0f} tokens/s"), ("decode_segment", "decode_segment {}"),
+  for key, fmt in (("sampler_tokens_per_s", "sampler {:,.0f} tokens/s"), ("decode_segment", "decode_segment {}"), ("stop_check_every", "a host test every {} token steps"),
                    ("peak_bytes", "peak {:.2f} GiB"),
                    ("launch_to_first_step_s", "launch to first step {:.1f} s"), ("compile_s", "compile {:.1f} s"),
                    ("cache_loads", "{} programs from the cache"), ("kernels_per_decode_step", "{:.0f} kernels/token"),
@@ -511,10 +519,13 @@ def child_sampler(args, result: Result) -> None:
     result.update(pallas_vs_einsum=decode_kernel_check(cfg, config))
   step, _, _, graphdef, optimizer = memory_fit.build_update(cfg, config)  # traced lazily: nothing compiles
   rig = memory_fit.StepRig(cfg, config, step, graphdef, optimizer, log=progress)
+  if args.stop_check_every:
+    rig.sampler.sampler.stop_check_every = args.stop_check_every  # read when the decode is traced, below
   G = config.grpo.group_size
   prompts = sampler_prompts(rig, {"prompt_tokens": 150 * config.grpo.prompts_per_step * G})
   result.update(model=args.model, xla_flags=os.environ.get("XLA_FLAGS", ""), device=jax.devices()[0].device_kind,
-                decode_segment=args.decode_segment, decode_attention=cfg.decode_attention)
+                decode_segment=args.decode_segment, decode_attention=cfg.decode_attention,
+                stop_check_every=rig.sampler.sampler.stop_check_every)
   result.update(time_sampler(rig, prompts, calls=3))
 
 
@@ -630,6 +641,7 @@ def main(argv=None) -> int:
   p.add_argument("--attention", default="", help=argparse.SUPPRESS)
   p.add_argument("--plan", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--decode-segment", type=int, default=0, help=argparse.SUPPRESS)
+  p.add_argument("--stop-check-every", type=int, default=0, help=argparse.SUPPRESS)
   p.add_argument("--decode-attention", default="einsum", help=argparse.SUPPRESS)
   p.add_argument("--deadline", type=float, default=0.0, help=argparse.SUPPRESS)
   args = p.parse_args(argv)

@@ -74,8 +74,10 @@ def test_sampler_parts_run_after_the_step_part_timed_out_and_the_others_are_skip
 
   monkeypatch.setattr(gc, "run_part", fake_run)
   monkeypatch.setattr(gc, "versions", lambda: {})
-  only = "step_qwen2.5-0.5b,compile_cached,decode_segments,decode_pallas,step_update_plan,decode_flags"
-  for step_status, want in (("timeout", ["decode_flags", "decode_pallas", "decode_segments"]),
+  only = ("step_qwen2.5-0.5b,compile_cached,decode_host_test_every_step,decode_segments,decode_pallas,"
+          "step_update_plan,decode_flags")
+  for step_status, want in (("timeout", ["decode_host_test_every_step", "decode_flags", "decode_pallas",
+                                         "decode_segments"]),
                             ("failed (exit 1)", [])):
     ran.clear()
     gc.main(["--smoke", "--only", only, "--out", str(tmp_path / step_status[:4]),

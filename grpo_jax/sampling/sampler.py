@@ -128,7 +128,8 @@ class Sampler:
   widths as the update, `grpo.length_buckets`).
 
   Early stop: the decode loop ends once every row has emitted a stop id, tested every `stop_check_every`
-  steps (so up to that many - 1 extra steps run, all masked).
+  steps (so up to that many - 1 extra steps run, all masked). Between tests the token steps run in a loop of a
+  static trip count, which XLA:GPU runs without waiting on the host.
   """
 
   def __init__(self, graphdef: nnx.GraphDef, cfg: SamplingConfig, *, prompt_bucket_min: int = 16,
@@ -219,22 +220,34 @@ class Sampler:
     # Step t feeds the token emitted at step t - 1, at position prompt_len + t - 1.
     rope_BxC = model.rope_tables(prompt_len_B[:, None] + jnp.arange(C)[None, :] - 1)
 
-    def segment_loop(cache, dec, end: int, S: int):
-      """Steps up to `end` (exclusive) on a cache of S slots."""
+    def segment_loop(cache, dec, start: int, end: int, S: int):
+      """Steps `start` up to `end` (exclusive) on a cache of S slots."""
       key_ok_BxS = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, S - P)), constant_values=True)
       slots_S = jnp.arange(S)
 
-      def cond(carry):
-        _, d = carry
-        return (d.step < end) & ~jnp.all(d.done_B)
+      def chunks(carry, until: int, n: int):
+        """While steps remain before `until` and a row is active: `n` steps at a time."""
+        def cond(c):
+          return (c[1].step < until) & ~jnp.all(c[1].done_B)
 
-      def steps(carry):
-        # With the batch split over devices, "every row done" is a cross-device reduction: test it once per
-        # `stop_check_every` steps rather than at every step (finished rows just emit masked pad tokens).
-        n = jnp.minimum(self.stop_check_every, end - carry[1].step)
-        return jax.lax.fori_loop(0, n, lambda _, c: step(c, key_ok_BxS, slots_S), carry)
+        # n is static: XLA:GPU then runs the inner loop with no test on the host between token steps. A while
+        # loop of unknown trip count copies its condition to the host and waits for the device each iteration,
+        # so the host would enqueue every token step's kernels while the GPU sat idle. The outer test, "every
+        # row done" (a cross-device reduction when the batch is split), runs once per `stop_check_every` steps;
+        # finished rows just emit masked pad tokens.
+        return jax.lax.while_loop(
+            cond, lambda c: jax.lax.fori_loop(0, n, lambda _, x: step(x, key_ok_BxS, slots_S), c), carry)
 
-      return jax.lax.while_loop(cond, steps, (cache, dec))
+      # Whole chunks of `stop_check_every` steps, then the rest of the segment: the same steps and the same tests
+      # as chunks of min(stop_check_every, steps left), with every inner trip count known when compiling.
+      k = self.stop_check_every
+      whole_end = start + (end - start) // k * k
+      carry = (cache, dec)
+      if whole_end > start:
+        carry = chunks(carry, whole_end, k)
+      if end > whole_end:
+        carry = chunks(carry, end, end - whole_end)
+      return carry
 
     def step(carry, key_ok_BxS, slots_S):
       cache, d = carry
@@ -257,12 +270,12 @@ class Sampler:
 
     # Returning the cache lets XLA alias the donated input buffers to it, so the loop updates them in place
     # (with several segments, each later segment's loop updates its own padded copy in place).
-    width = None
+    width, start = None, 1  # the prefill emitted token 0
     for end, S in decode_segments(P, C, cfg.decode_segment):
       if width is not None:
         cache = _split_batch(extend_cache(model.cfg, cache, S - width), mesh)
-      cache, dec = segment_loop(cache, dec, end, S)
-      width = S
+      cache, dec = segment_loop(cache, dec, start, end, S)
+      width, start = S, end
     return cache, _replicate(dec, mesh)
 
   def _is_stop(self, token_B):

@@ -230,3 +230,30 @@ def test_prompt_widths_pad_to_the_smallest_that_fits(qwen2_pair):
     sampler.generate(state, random_prompts(rng, [41], model.cfg.vocab_size), jax.random.key(0))
   with pytest.raises(ValueError, match="ascending"):
     Sampler(graphdef, SamplingConfig(max_new_tokens=2), prompt_widths=(24, 8))
+
+
+def test_token_steps_run_in_loops_whose_trip_count_xla_knows():
+  """The decode's token steps run in inner loops of a static number of steps (XLA:GPU then runs them with no
+  host test in between: a loop of unknown trip count copies its condition to the host and waits every
+  iteration). 19 token steps with stop_check_every 8: two chunks of 8, then 3, each under an outer loop that
+  tests "every row done"; the compiled program's loops that carry the KV cache say so."""
+  import re
+
+  from grpo_jax.model import ModelConfig, Transformer
+  cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=64)
+  graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=20, temperature=1.0, stop_ids=(1,), pad_id=0))
+  decode, compiled = sampler._decode, []
+
+  def keep_program(*args, **kwargs):
+    compiled.append(decode.lower(*args, **kwargs).compile().as_text())
+    return decode(*args, **kwargs)
+
+  sampler._decode = keep_program
+  sampler.generate(state, [[3, 4, 5], [6, 7]], jax.random.key(0))
+  cache_loops = [line for line in compiled[0].splitlines()
+                 if re.search(r"= \(.*f32\[2,2,8,\d+\].* while\(", line)]  # B 2, K 2, H 8: the keys
+  trip_counts = sorted(int(m.group(1)) for line in cache_loops
+                       for m in [re.search(r'known_trip_count":\{"n":"(\d+)"', line)] if m)
+  assert trip_counts == [3, 8] and len(cache_loops) == 4, cache_loops
