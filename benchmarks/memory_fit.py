@@ -108,7 +108,7 @@ def build_update(cfg, config):
   from flax import nnx
 
   from grpo_jax.settings import Settings
-  from grpo_jax.train.loop import loss_config
+  from grpo_jax.train.build import loss_config
   from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
   from grpo_jax.train.step import make_train_step
   settings = Settings.from_config(config)
@@ -188,7 +188,7 @@ class StepRig:
     from grpo_jax.model import lora
     from grpo_jax.model import sharding as sharding_lib
     from grpo_jax.train import distributed
-    from grpo_jax.train.loop import build_reward_fns, build_tokenizer_and_task, make_samplers
+    from grpo_jax.train.build import build_reward_fns, build_tokenizer_and_task, make_samplers
     from grpo_jax.train.offload import RefOffloader
     from grpo_jax.train.rollout import RolloutSettings
     from grpo_jax.train.state import init_opt_state

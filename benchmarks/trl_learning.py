@@ -153,17 +153,17 @@ def evaluate_snapshots(out_dir: str, config, clock_by_step: dict, keep: bool = F
 
   from grpo_jax.model import hf_io
   from grpo_jax.model import sharding as sharding_lib
-  from grpo_jax.train import loop
+  from grpo_jax.train import build
   from grpo_jax.train.evaluation import evaluate
   from grpo_jax.train.rollout import scoring_of
   from flax import nnx
   from grpo_jax.settings import Settings
 
   config = Settings.from_config(config)
-  tokenizer, task = loop.build_tokenizer_and_task(config)
+  tokenizer, task = build.build_tokenizer_and_task(config)
   mesh = sharding_lib.make_mesh(data=config.mesh.data, fsdp=config.mesh.fsdp, tensor=config.mesh.tensor)
-  graphdef, _ = loop.build_model(config, tokenizer, mesh)
-  _, greedy, _ = loop.make_samplers(graphdef, config, tokenizer)
+  graphdef, _ = build.build_model(config, tokenizer, mesh)
+  _, greedy, _ = build.make_samplers(graphdef, config, tokenizer)
   columns = task.eval_rows(config.eval.size)
   snapshots = os.path.join(out_dir, "snapshots")
   steps = sorted(int(d) for d in os.listdir(snapshots))
@@ -172,7 +172,7 @@ def evaluate_snapshots(out_dir: str, config, clock_by_step: dict, keep: bool = F
     path = config.model.hf_path if step == 0 else os.path.join(snapshots, str(step))
     model = hf_io.from_pretrained(path, dtype=config.model.dtype, param_dtype=config.model.param_dtype)
     _, params = nnx.split(model)
-    metrics = evaluate(greedy, params, tokenizer, columns, scoring_of(config, loop.build_reward_fns(config)),
+    metrics = evaluate(greedy, params, tokenizer, columns, scoring_of(config, build.build_reward_fns(config)),
                        accuracy_reward=config.eval.accuracy_reward,
                        batch_size=min(config.eval.batch_size, len(columns["prompt"])),
                        max_prompt_length=config.sampling.max_prompt_length, key=jax.random.key(0))

@@ -126,10 +126,10 @@ def test_launcher_stops_before_compiling(flag, message, tmp_path):
 
 def test_rewards_by_import_path_with_dots():
   """ml_collections refuses dots in the keys of `rewards`; `reward_funcs` takes import paths (and names)."""
-  from grpo_jax.train import loop
+  from grpo_jax.train import build
   from tests.rewards import isolation_rewards
   c = _config(reward_funcs=("tests.rewards.isolation_rewards:pid", "gsm8k_accuracy"), reward_weights=(0.5, 2.0))
-  fns = loop.build_reward_fns(checks.validate(c))
+  fns = build.build_reward_fns(checks.validate(c))
   assert [(name, weight) for name, _, weight in fns] == [
       ("exact_match", 1.0), ("tests.rewards.isolation_rewards:pid", 0.5), ("gsm8k_accuracy", 2.0)]
   assert fns[1][1] is isolation_rewards.pid

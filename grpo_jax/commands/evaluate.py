@@ -28,7 +28,7 @@ from grpo_jax.data import reasoning_gym as gym_data
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
 from grpo_jax.sweep.spec import load_module
-from grpo_jax.train import checks, loop
+from grpo_jax.train import build, checks
 from grpo_jax.train.evaluation import evaluate
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 from grpo_jax.train.rollout import scoring_of
@@ -64,7 +64,7 @@ def run(argv=None) -> None:
   config.eval.pass_k_temperature = config.sampling.temperature if args.temperature is None else args.temperature
   settings = checks.validate(config) if args.config else Settings.from_config(config)
   size = args.size or settings.eval.size
-  tokenizer, task = loop.build_tokenizer_and_task(settings)
+  tokenizer, task = build.build_tokenizer_and_task(settings)
   sets = ("heldout", *getattr(task, "transfer_sets", ()))
   if args.set not in sets:  # before the model is loaded
     raise errors.UserError(f"--set {args.set!r}: the run's task ({settings.task.name}) has no such set; its sets: "
@@ -73,21 +73,21 @@ def run(argv=None) -> None:
   t0 = time.perf_counter()
   print(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...",
         file=sys.stderr, flush=True)
-  graphdef, params = loop.build_model(settings, tokenizer, mesh)
+  graphdef, params = build.build_model(settings, tokenizer, mesh)
   source = "base model"
   if not args.base:
     params, step = restore_run_params(args.workdir, params, args.step)
     source = f"checkpoint {step}"
   print(f"[model] the {source} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
-  _, greedy, pass_k_sampler = loop.make_samplers(graphdef, settings, tokenizer)
+  _, greedy, pass_k_sampler = build.make_samplers(graphdef, settings, tokenizer)
   batch_size = min(settings.eval.batch_size, len(columns["prompt"]))
   print(f"[eval] {len(columns['prompt'])} prompts of {args.set}, {batch_size} per sampler call (the first "
         "compiles the sampler) ...", file=sys.stderr, flush=True)
   t0 = time.perf_counter()
   with compile_cache.CompileCounter() as compiled:
     metrics, details = evaluate(
-        greedy, params, tokenizer, columns, scoring_of(settings, loop.build_reward_fns(settings)),
+        greedy, params, tokenizer, columns, scoring_of(settings, build.build_reward_fns(settings)),
         accuracy_reward=settings.eval.accuracy_reward, batch_size=batch_size,
         max_prompt_length=settings.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
         pass_k=args.pass_k, pass_k_sampler=pass_k_sampler, on_batch=batch_lines())

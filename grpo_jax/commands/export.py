@@ -15,7 +15,7 @@ import argparse
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
-from grpo_jax.train import loop
+from grpo_jax.train import build
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 
 
@@ -33,9 +33,9 @@ def run(argv=None) -> None:
   parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   args = parser.parse_args(argv)
   settings = Settings.from_config(load_run_config(args.workdir))  # checked when the run started
-  tokenizer, _ = loop.build_tokenizer_and_task(settings)
+  tokenizer, _ = build.build_tokenizer_and_task(settings)
   mesh = sharding_lib.make_mesh(data=settings.mesh.data, fsdp=settings.mesh.fsdp, tensor=settings.mesh.tensor)
-  graphdef, params = loop.build_model(settings, tokenizer, mesh)
+  graphdef, params = build.build_model(settings, tokenizer, mesh)
   params, step = restore_run_params(args.workdir, params, args.step)
   write_hf_model(graphdef, params, settings.model.hf_path, tokenizer, args.out)
   print(f"{args.workdir}: checkpoint {step} -> {args.out}")

@@ -2,8 +2,27 @@
 before it imports its command, so the re-execution that pins it costs one interpreter start, not JAX's import
 as well. `python -m grpo_jax.commands.train` pins it too, after its imports. (grpo-sweep imports no JAX.)"""
 import importlib
+import os
+import signal
+import sys
 
 from grpo_jax import hash_seed
+from grpo_jax.errors import EXIT_PREEMPTED
+
+
+def _preempted_while_starting(signum, frame):
+  """SIGTERM / SIGINT before the trainer has started (imports, flags, the hash seed's re-execution): nothing to
+  save, so the process ends at once with the preempted exit code, and a sweep retries the member instead of
+  counting a failure. Not sys.exit: raised inside the import of a C extension (jaxlib), SystemExit aborted the
+  process (code -6); without a handler the signal kills it (-15). The trainer installs its own handler."""
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(EXIT_PREEMPTED)
+
+
+def catch_signals_while_starting() -> None:
+  for signum in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(signum, _preempted_while_starting)
 
 
 def _pinned(command: str) -> None:
@@ -13,6 +32,7 @@ def _pinned(command: str) -> None:
 
 def train() -> None:
   """`grpo-train` and scripts/train.py."""
+  catch_signals_while_starting()  # first: JAX's import takes seconds
   _pinned("train")
 
 

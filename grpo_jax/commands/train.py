@@ -9,7 +9,6 @@
 fields and wrong types are errors). The base config with every default: grpo_jax/config.py.
 """
 import os
-import signal
 import sys
 
 from absl import app, flags, logging
@@ -17,8 +16,10 @@ from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
 from grpo_jax import hash_seed
-from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR, Preempted, UserError
+from grpo_jax.commands.launch import catch_signals_while_starting
+from grpo_jax.errors import EXIT_USER_ERROR, Preempted, UserError
 from grpo_jax.train.loop import train
+from grpo_jax.train.preemption import exit_preempted
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally FILE.py:PRESET.",
                                           lock_config=True)
@@ -89,20 +90,12 @@ def _train(argv):
       raise
     _one_line(e)
   except Preempted:  # SIGTERM / SIGINT: the last completed step is saved (train printed which); rerun to resume
-    sys.exit(EXIT_PREEMPTED)
-
-
-def _preempted_while_starting(signum, frame):
-  """SIGTERM / SIGINT before the trainer has started (flags, the hash seed's re-execution): nothing to save; the
-  preempted exit code, so that a sweep retries the member instead of counting a failure. The trainer installs
-  its own handler."""
-  sys.exit(EXIT_PREEMPTED)
+    exit_preempted(tell_coordinator=True)  # not sys.exit: XLA may still be compiling what the signal interrupted
 
 
 def main() -> None:
   """The `grpo-train` command."""
-  for signum in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(signum, _preempted_while_starting)
+  catch_signals_while_starting()  # again (`python -m grpo_jax.commands.train` starts here)
   # JAX lets a process use 75% of a GPU's memory unless told otherwise; a training run owns its accelerator, and
   # the Countdown recipe at Qwen2.5-3B needs 58.6 GiB for its update alone, over 75% of an 80 GB H100 (59.4 GiB;
   # benchmarks/memory_fit.py). Read when the backend starts (after this); an explicit setting wins.

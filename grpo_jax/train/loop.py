@@ -18,6 +18,7 @@ from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.settings import Settings
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import checks
+from grpo_jax.train import hooks as hooks_lib
 from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train import metrics as metrics_lib
@@ -29,13 +30,7 @@ from grpo_jax.train.preemption import Preemption
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
-# The building blocks, also used by scripts and tests under these names.
-from grpo_jax.train.build import (build_model, build_reward_fns, build_tokenizer_and_task, loss_config,  # noqa: F401
-                                  make_samplers)
-from grpo_jax.train.workdir import PLOT_FILE, SUMMARY_FILE, Summary, Workdir, WorkdirLock  # noqa: F401
-
-MAX_NONFINITE_STEPS = 3  # consecutive steps of skipped (non-finite) updates that stop a run
-
+from grpo_jax.train.workdir import Summary
 
 def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
           reward_weights: Sequence[float] | None = None, train_dataset=None, eval_dataset=None,
@@ -77,7 +72,7 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
            inputs: RunInputs, preemption: Preemption) -> Summary:
   wd = workdir_lib.Workdir(settings, config_json, workdir, main, log_console, time_split)
   run = Run(settings, inputs, log_console, time_split)
-  bar = first_step = None
+  hooks: list[hooks_lib.Hook] = []
   try:
     state = _restore(run, wd)
     inputs_lib.check_or_record(workdir, inputs, resuming=state is not None, main=main)
@@ -87,22 +82,13 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
     wd.open_history(state, fresh)
     with preemption.deferred():  # a signal now waits for the loop's next safe point
       if fresh:
-        wd.writer.write(0, {**state.initial_eval, **_eval_time(run, 0)})
+        wd.writer.write(0, {**state.initial_eval, **hooks_lib.eval_time(run, 0)})
         wd.save(run, state)
       last_eval = wd.last_eval(state)
-      g = settings.grpo
-      constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
-      log_console(f"[start] step {state.step}/{settings.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
-                  + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
-                  f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {settings.updates_per_step} "
-                  "update(s)/step")
-      first_step = compile_cache.CompileCounter().start() if state.step < settings.num_steps else None
-      if first_step is not None:
-        log_console(f"[step {state.step + 1}] compiling and running the first step (persistent compilation cache: "
-                    f"{jax.config.jax_compilation_cache_dir or 'off'}) ...")
+      _say_start(run, state, last_eval, log_console)
       bar = metrics_lib.ProgressBar(settings.num_steps, state.step, settings.log.progress_bar and main)
       bar.accuracy = last_eval["eval/accuracy"]
-      nonfinite_steps = 0  # consecutive steps whose every update was skipped
+      hooks = hooks_lib.after_step_hooks(run, wd, bar, inputs, last_eval, state.step < settings.num_steps)
       time_split.steps_begin()
       preempted = False
       for step in range(state.step + 1, settings.num_steps + 1):
@@ -115,46 +101,38 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
         preemption.release()
         if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
           break
-        state, step_metrics = run.update(sampled, batch, step)
-        nonfinite_steps = nonfinite_steps + 1 if step_metrics["skipped_updates"] == settings.updates_per_step else 0
-        if nonfinite_steps >= MAX_NONFINITE_STEPS:
-          raise _diverged(settings, step, nonfinite_steps, step_metrics)
-        wd.checkpointer.check()  # a background save that failed (a full disk) stops the run here, not steps later
-        metrics = _step_metrics(rollout, step_metrics, time.time() - t0)
-        time_split.add_step(metrics)
-        if time_split.launch_s is not None:
-          metrics["timing/since_launch_s"] = time_split.since_launch()
-        if step % settings.eval.every == 0 or step == settings.num_steps:
-          last_eval = run.evaluate(state.params, step)
-          metrics.update(last_eval, **_eval_time(run, step))
-        wd.log_step(step, metrics, rollout, bar)
-        if first_step is not None:
-          first_step.stop()
-          if main:
-            bar.write(f"[step {step}] done in {metrics['step_time']:.1f} s ({first_step.describe()})")
-          first_step = None
-        stop = any([bool(callback(step, dict(metrics))) for callback in inputs.callbacks])  # every one is called
-        if step % settings.checkpoint.every == 0 or step == settings.num_steps or stop:
-          wd.writer.flush()
-          wd.save(run, state)
-        if stop:
+        state, update_metrics = run.update(sampled, batch, step)
+        done = hooks_lib.StepDone(step, state, rollout, _step_metrics(rollout, update_metrics, time.time() - t0))
+        for hook in hooks:
+          hook(done)
+        if done.stop:
           log_console(f"[stop] a callback ended the run after step {step} (checkpoint saved; the same call resumes "
                       "it)")
           break
       if preempted or preemption.reason is not None:  # (a signal during the last step: that step is saved)
         wd.stop_preempted(run, state, preemption)
       time_split.steps_end()
+      last_eval = next(h.last for h in hooks if isinstance(h, hooks_lib.Evaluate))
     if settings.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
       write_hf_model(run.policy.graphdef, state.params, settings.model.hf_path, run.tokenizer,
                      storage.join(workdir, EXPORT_DIR), log=log_console)
   finally:  # also when interrupted: flush what was logged, release the helper's and orbax's threads.
-    if first_step is not None:
-      first_step.stop()
-    if bar is not None:
-      bar.close()
+    for hook in hooks:
+      hook.close()
     wd.close()
   with preemption.deferred():  # the run is complete: a signal now lets the summary be written
     return wd.finish(state, last_eval)
+
+
+def _say_start(run: Run, state: RunState, last_eval: dict, log) -> None:
+  s, g = run.settings, run.settings.grpo
+  constant = state.initial_eval.get(CONSTANT_ANSWER_METRIC)
+  log(f"[start] step {state.step}/{s.num_steps}, held-out accuracy {last_eval['eval/accuracy']:.3f}"
+      + ("" if constant is None else f" (one constant answer would score {constant:.3f})") + ";"
+      f" rollout batch {g.prompts_per_step} prompts x G={g.group_size}, {s.updates_per_step} update(s)/step")
+  if state.step < s.num_steps:
+    log(f"[step {state.step + 1}] compiling and running the first step (persistent compilation cache: "
+        f"{jax.config.jax_compilation_cache_dir or 'off'}) ...")
 
 
 def _restore(run: Run, wd: Workdir) -> RunState | None:
@@ -221,12 +199,6 @@ def _start(run: Run, wd: Workdir) -> RunState:
   return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
 
 
-def _eval_time(run: Run, step: int) -> dict[str, float]:
-  """{"timing/eval_s": seconds} of this process's evaluation at `step` (none after a resume from a checkpoint)."""
-  seconds = run.evaluate.seconds.pop(step, None)
-  return {} if seconds is None else {"timing/eval_s": seconds}
-
-
 def _step_metrics(rollout, step_metrics: dict, step_time: float) -> dict[str, Any]:
   metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
   metrics.update({k: float(v) for k, v in step_metrics.items()})
@@ -235,11 +207,3 @@ def _step_metrics(rollout, step_metrics: dict, step_time: float) -> dict[str, An
   # What the timed phases (sampling, rewards, reference, update) leave: data, tokenizing, placement, logging.
   metrics["timing/other_s"] = step_time - sum(v for k, v in metrics.items() if k.startswith("timing/"))
   return metrics
-
-
-def _diverged(settings, step: int, nonfinite_steps: int, step_metrics: dict) -> FloatingPointError:
-  return FloatingPointError(
-      f"steps {step - nonfinite_steps + 1}..{step}: every update had a non-finite loss, gradient or result "
-      f"and was skipped (grad_norm {float(step_metrics['grad_norm'])}); the last checkpoint holds finite "
-      f"parameters. Likely causes: a learning rate too high (optim.learning_rate={settings.optim.learning_rate}"
-      f"), float16 overflow (model.dtype={settings.model.dtype}), or a reward of NaN/inf.")

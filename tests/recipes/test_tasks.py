@@ -13,7 +13,7 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.settings import Settings
 from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.data.tasks import DatasetTask, load_hf_tokenizer, make_task, stop_ids
-from grpo_jax.train.loop import build_reward_fns
+from grpo_jax.train.build import build_reward_fns
 from grpo_jax.train import checks
 from tests.recipes.conftest import load_experiment
 

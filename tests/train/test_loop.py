@@ -17,6 +17,7 @@ from grpo_jax.commands import plot as plot_command
 from grpo_jax.rewards import register_reward
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, checks, loop
+from grpo_jax.train import workdir as workdir_lib
 from grpo_jax.train import run as run_lib
 from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
@@ -339,11 +340,11 @@ def test_a_run_saved_before_the_settings_tree_resumes(reference_run, tmp_path):
 
 def test_a_second_launch_on_a_workdir_in_use_refuses_before_touching_it(tmp_path):
   workdir = str(tmp_path / "busy")
-  with loop.WorkdirLock(workdir):  # a first run holds the workdir
+  with workdir_lib.WorkdirLock(workdir):  # a first run holds the workdir
     with pytest.raises(RuntimeError, match=rf"in use by process {os.getpid()} on "):
       loop.train(_config(), workdir)
     assert os.listdir(workdir) == [".lock"]
-  with loop.WorkdirLock(workdir):  # released when its holder ends: the next launch may take it
+  with workdir_lib.WorkdirLock(workdir):  # released when its holder ends: the next launch may take it
     pass
 
 
@@ -375,16 +376,15 @@ def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_ru
   gets no sum right, so the accuracy reward is swapped for one it meets about half the time (an even-length
   completion text), and the equality is not 0 == 0."""
   import re
-  from grpo_jax.train import loop
-  build = loop.build_reward_fns
+  original = build.build_reward_fns
 
   def even_length(prompts, completions, **unused):
     return [float(len(c) % 2 == 0) for c in completions]
 
   def with_even_length(config, *args):
     return [(name, even_length if name == config.eval.accuracy_reward else fn, w) for name, fn, w in
-            build(config, *args)]
-  monkeypatch.setattr(loop, "build_reward_fns", with_even_length)
+            original(config, *args)]
+  monkeypatch.setattr(build, "build_reward_fns", with_even_length)
   evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-6"])
   greedy, full, pass_k = re.search(r"accuracy (\S+), full credit (\S+), .*, pass@4 (\S+) at temperature 1e-06",
                                    capsys.readouterr().out).groups()
@@ -392,9 +392,9 @@ def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_ru
   evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4"])
   assert re.search(r"pass@4 \S+ at temperature 1\b", capsys.readouterr().out)
   # Half credit for an odd length: accuracy = 0.5 + 0.5 x (the share with full credit, the even ones).
-  monkeypatch.setattr(loop, "build_reward_fns", lambda config, *args: [
+  monkeypatch.setattr(build, "build_reward_fns", lambda config, *args: [
       (name, (lambda p, c, **u: [1.0 if len(x) % 2 == 0 else 0.5 for x in c]) if name == config.eval.accuracy_reward
-       else fn, w) for name, fn, w in build(config, *args)])
+       else fn, w) for name, fn, w in original(config, *args)])
   evaluate_command.run([reference_run[0], "--examples", "0"])
   partial, full_share = map(float, re.search(r"accuracy (\S+), full credit (\S+),", capsys.readouterr().out).groups())
   assert full_share == float(full) and partial == pytest.approx(0.5 + 0.5 * full_share, abs=1e-3)

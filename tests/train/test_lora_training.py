@@ -21,7 +21,8 @@ from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import export as export_lib
 from grpo_jax.settings import Settings
-from grpo_jax.train import loop
+from grpo_jax.train import build, loop
+from grpo_jax.train.export import EXPORT_DIR
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
 from grpo_jax.train import checks
@@ -117,8 +118,8 @@ def _lora_config(num_steps=4):
 def _params(workdir, config, step=None):
   mesh = sharding_lib.make_mesh()
   settings = Settings.from_config(config)
-  tokenizer, _ = loop.build_tokenizer_and_task(settings, log=lambda *a, **k: None)
-  graphdef, template = loop.build_model(settings, tokenizer, mesh)
+  tokenizer, _ = build.build_tokenizer_and_task(settings, log=lambda *a, **k: None)
+  graphdef, template = build.build_model(settings, tokenizer, mesh)
   params, _ = export_lib.restore_run_params(workdir, template, step)
   return graphdef, params
 
@@ -166,7 +167,7 @@ def test_lora_run_reference_is_the_base_checkpoints_resume_and_export(tmp_path, 
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
   # The export is the merged model: a plain checkpoint computing what the adapted policy computes.
-  exported = hf_io.from_pretrained(os.path.join(straight, loop.EXPORT_DIR))
+  exported = hf_io.from_pretrained(os.path.join(straight, EXPORT_DIR))
   assert not lora.has_adapters(exported)
   policy = nnx.merge(graphdef, final)
   tokens = jnp.asarray(np.arange(12).reshape(2, 6) % 10 + 3, jnp.int32)

@@ -82,6 +82,37 @@ def test_the_watchdog_ends_a_run_stuck_past_the_deadline_with_the_preempted_code
   assert "still running 2 s after SIGTERM" in out
 
 
+_COMPILING = """
+import os, signal, sys, threading
+import jax, jax.numpy as jnp
+from grpo_jax import errors
+from grpo_jax.train.preemption import Preemption, exit_preempted
+
+def deep(x):  # 300 matmuls unrolled: a second or more of XLA's compile
+  for i in range(300):
+    x = jnp.sin(x) @ x + i
+  return x
+
+lowered = jax.jit(deep).lower(jnp.ones((8, 8)))
+try:
+  with Preemption(60, lambda line: None):
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    lowered.compile()
+    print("compiled before the signal", flush=True)
+except errors.Preempted:  # as grpo-train's launcher does
+  print("preempted while compiling", flush=True)
+  exit_preempted(tell_coordinator=True)
+"""
+
+
+def test_a_signal_during_an_xla_compile_exits_75_not_with_a_segfault():
+  # The handler raises in the main thread while XLA's thread pool goes on compiling; sys.exit's teardown then
+  # destroyed the client under that compile: exit code 139 every time on a 2-core EPYC.
+  done = subprocess.run([sys.executable, "-c", _COMPILING], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert done.stdout.strip() == "preempted while compiling", done.stdout + done.stderr[-2000:]
+  assert done.returncode == errors.EXIT_PREEMPTED, done.stderr[-2000:]
+
+
 class _Metadata(http.server.BaseHTTPRequestHandler):
   """A metadata server that gives the notice from the `after`-th request on (GCE's and EC2's paths)."""
   requests = 0
