@@ -229,6 +229,10 @@ class GrpoSettings:
   aggregation: str = "seq_mean_token_mean"  # per-token losses to one scalar (grpo_jax/algo/aggregation.py).
   tis_cap: float = 0.0            # truncated importance sampling: weight each token's policy term by
                                   # min(pi_old / pi_sampler, tis_cap) (TRL's default cap: 2); 0: off.
+  correction: str = "proximal"    # the ratio of a batch an older policy sampled (rollout.staleness > 0), against:
+                                  # "proximal", the policy at the update's start (with tis_cap: AReaL's
+                                  # decoupled objective), or "behaviour", the sampler's (naive PPO);
+                                  # grpo_jax/algo/corrections.py.
   ref_reset_every: int = 0        # reset the reference policy to the current one every N steps; 0: never.
   mask_truncated_completions: bool = False  # DAPO: completions that hit max_new_tokens get no loss.
   overlong_buffer: int = 0        # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
@@ -258,6 +262,20 @@ class GrpoSettings:
       s.fail("delta", "the dual-clip cap must be > 1 (e.g. 3) or None")
     s.one_of("importance_level", IMPORTANCE_LEVELS)
     s.within("top_entropy_quantile", 0, 1, open_low=True, or_none=True)
+    if self.correction == "behaviour" and self.tis_cap:
+      s.fail("tis_cap", "weights by pi_proximal / pi_behaviour, which is 1 with grpo.correction='behaviour': set it "
+             "to 0 there")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProducerSettings:
+  """Rollouts ahead of the update (the `rollout` section): the sampler as a producer of batches."""
+  staleness: int = 0              # k: update t learns from the batch the policy of k updates earlier sampled (the
+                                  # first steps from the starting policy); 0: sample, then update. Batch t always
+                                  # uses step t's key and prompts, whoever samples it and whenever.
+
+  def __post_init__(self):
+    Section(self, "rollout").at_least(0, "staleness")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,6 +411,7 @@ class Settings:
                                   # trainer's process (rewards that share its memory, e.g. a reward model).
   sampling: SamplingSettings = _section(SamplingSettings)
   grpo: GrpoSettings = _section(GrpoSettings)
+  rollout: ProducerSettings = _section(ProducerSettings)
   optim: OptimSettings = _section(OptimSettings)
   warmstart: WarmstartSettings = _section(WarmstartSettings)
   eval: EvalSettings = _section(EvalSettings)

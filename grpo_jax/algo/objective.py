@@ -40,6 +40,7 @@ import jax.numpy as jnp
 
 from grpo_jax.algo import aggregation as agg
 from grpo_jax.algo import kl as kl_lib
+from grpo_jax.algo.corrections import CORRECTIONS, behaviour_ratio_metrics, get_correction
 from grpo_jax.algo.entropy import top_entropy_mask
 from grpo_jax.algo.registry import LOSSES, get_loss
 from grpo_jax.config_checks import Section
@@ -65,6 +66,9 @@ class LossConfig:
   aggregation: "seq_mean_token_mean" | "token_mean" | "seq_mean_token_sum_norm".
   max_completion_length: L_max of seq_mean_token_sum_norm (None: the mask's width).
   tis_cap: truncated importance sampling cap C > 0 on π_old / π_sampler per token (None: off).
+  correction: what the ratio is taken against for a batch an older policy sampled (`corrections.py`):
+    "proximal" (the trainer's policy at the update's start; with tis_cap, AReaL's decoupled objective) or
+    "behaviour" (the sampler's log-probs: naive PPO), or a function.
   """
   policy_loss: str | Callable = _RUN.policy_loss
   epsilon_low: float = _RUN.epsilon_low
@@ -79,6 +83,7 @@ class LossConfig:
   aggregation: str = _RUN.aggregation
   max_completion_length: Optional[int] = None  # the run's completion width (Settings.completion_width)
   tis_cap: Optional[float] = None              # the run's 0 (off) is None here
+  correction: str | Callable = _RUN.correction
 
   def __post_init__(self):
     if not (isinstance(self.policy_loss, str) or callable(self.policy_loss)):
@@ -104,6 +109,10 @@ class LossConfig:
     agg.get_aggregation(self.aggregation)
     if self.tis_cap is not None and not self.tis_cap > 0.0:
       raise ValueError(f"LossConfig.tis_cap must be > 0 or None, got {self.tis_cap}")
+    get_correction(self.correction)
+    if self.correction == "behaviour" and self.tis_cap is not None:
+      raise ValueError("LossConfig.tis_cap weights by pi_prox / pi_behav, which is 1 when the ratio is taken "
+                       "against pi_behav (correction 'behaviour'): set one of them")
     if self.max_completion_length is not None and (
         isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
         or self.max_completion_length < 1):
@@ -119,7 +128,7 @@ class LossConfig:
                importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
                kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
                top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
-               max_completion_length=max_completion_length, tis_cap=g.tis_cap or None)
+               max_completion_length=max_completion_length, tis_cap=g.tis_cap or None, correction=g.correction)
 
   @property
   def resolved_epsilon_high(self) -> float:
@@ -141,6 +150,7 @@ def validate_config(grpo) -> None:
   s.registered("policy_loss", LOSSES)
   s.registered("kl_estimator", kl_lib.KL_ESTIMATORS)
   s.registered("aggregation", agg.AGGREGATIONS)
+  s.registered("correction", CORRECTIONS)
 
 
 class LossInputs(NamedTuple):
@@ -205,6 +215,11 @@ def grpo_objective(inputs: LossInputs, cfg: LossConfig = LossConfig()):
   ent = _clean(inputs.entropy_BxT, mask)
   clean = LossInputs(logp, old, ref, jnp.asarray(inputs.advantages_B, jnp.float32), mask, ent)
 
+  # The proximal policy (the trainer's at the update's start) against the behaviour policy (the sampler's).
+  behav = _clean(inputs.sampler_logp_BxT, mask)
+  ratio_to = get_correction(cfg.correction)
+  clean_old, weight_BxT, correction_metrics = ratio_to(old, behav, mask, cfg)
+  clean = clean._replace(old_logp_BxT=clean_old)
   policy_fn = get_loss(cfg.policy_loss)
   policy_BxT, metrics = policy_fn(clean, cfg)
   if tuple(jnp.shape(policy_BxT)) != mask.shape:
@@ -212,14 +227,11 @@ def grpo_objective(inputs: LossInputs, cfg: LossConfig = LossConfig()):
                      f"expected {mask.shape}")
   metrics = dict(metrics)
   metrics["policy_loss"] = agg.masked_sum_count(policy_BxT, mask)
-
-  if cfg.tis_cap is not None:
-    # π_old / π_sampler: old is the trainer's log-prob at the sampling parameters (sg(π_θ) when on-policy).
-    weight_BxT = jnp.minimum(jnp.exp(old - _clean(inputs.sampler_logp_BxT, mask)), cfg.tis_cap)
-    weight_BxT = jax.lax.stop_gradient(jnp.where(mask, weight_BxT, 0.0))
+  if weight_BxT is not None:
     policy_BxT = policy_BxT * weight_BxT
-    metrics["tis/weight"] = agg.masked_sum_count(weight_BxT, mask)
-    metrics["tis/capped"] = agg.masked_sum_count((weight_BxT >= cfg.tis_cap).astype(jnp.float32), mask)
+  metrics.update(correction_metrics)
+  if behav is not None:
+    metrics.update(behaviour_ratio_metrics(old, behav, mask))
 
   if cfg.top_entropy_quantile is not None:
     selected = top_entropy_mask(ent, mask, cfg.top_entropy_quantile)

@@ -53,6 +53,7 @@ class Restored(NamedTuple):
   step: int
   state: Any
   meta: dict
+  pending: Any = None  # the arrays of rollouts sampled ahead (a dict of numpy arrays), when the checkpoint has them
 
 
 def state_checksum(state) -> str:
@@ -202,21 +203,26 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True,
                                            enable_async_checkpointing=self.async_save,
                                            cleanup_tmp_directories=True, **_store_options(self.directory))
-    return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta"))
+    return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta", "pending"))
 
   def all_steps(self) -> list[int]:
     self.wait()
     return sorted(self._manager.all_steps())
 
-  def save(self, step: int, state, meta: dict) -> None:
+  def save(self, step: int, state, meta: dict, pending=None) -> None:
     """Starts writing checkpoint `step`; returns when the arrays may change (donated, updated in place),
-    before the files are written when `async_save`. A save still running is finished first."""
+    before the files are written when `async_save`. A save still running is finished first. `pending`: host
+    arrays of rollouts sampled ahead (a pytree of numpy arrays), or None."""
     meta = dict(meta, step=int(step))
     if self.verify:
       meta["state_fingerprint"] = state_fingerprint(state)
+      if pending:
+        meta["pending_fingerprint"] = state_fingerprint(pending)
+    items = {"state": ocp.args.StandardSave(state), "meta": ocp.args.JsonSave(meta)}
+    if pending:
+      items["pending"] = ocp.args.StandardSave(pending)
     with self._save_errors():
-      self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                       meta=ocp.args.JsonSave(meta)), force=True)
+      self._manager.save(step, args=ocp.args.Composite(**items), force=True)
       if not self.async_save:
         self._manager.wait_until_finished()
 
@@ -256,7 +262,13 @@ class Checkpointer:
           _check_fingerprint(state, meta)
         if int(meta.get("step", -1)) != step:
           raise ValueError(f"meta.step={meta.get('step')} differs from the directory's step {step}")
-        return Restored(step, state, meta)
+        pending = None
+        if "pending_fingerprint" in meta or meta.get("pending"):
+          pending = self._manager.restore(step, args=ocp.args.Composite(pending=ocp.args.StandardRestore()))[
+              "pending"]
+          if self.verify and state_fingerprint(pending) != meta.get("pending_fingerprint"):
+            raise ValueError("the pending rollouts' fingerprint does not match the one stored at save time")
+        return Restored(step, state, meta, pending)
       except Exception as e:  # any read failure means this checkpoint is unusable: fall back.
         self._set_aside(step, e)
     return None

@@ -27,6 +27,7 @@ from grpo_jax.train.checkpoint import WARMSTART_DIR, save_initial_state
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.preemption import Preemption
+from grpo_jax.train.rollout import restored_rollout
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
@@ -97,11 +98,12 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
         t0 = time.time()
         if wd.saved_step != state.step:  # a signal during the rollout saves this state at once (preemption.py)
           preemption.guard(*wd.rescue(run, state, preemption))
-        batch, rollout, sampled = run.rollout(state, step)  # sampled: `state` past the rows it used
+        sampled = run.sample_ahead(state, step)  # `state` with the rollouts through step + staleness pending
         preemption.release()
-        if preempted := preemption.stop_requested():  # drop the rollout: the update would donate the state
+        if preempted := preemption.stop_requested():  # drop the new rollouts: the update would donate the state
           break
-        state, update_metrics = run.update(sampled, batch, step)
+        rollout, sampled = sampled.pending[0], sampled._replace(pending=sampled.pending[1:])
+        state, update_metrics = run.update(sampled, run.prepare(rollout, sampled, step), step)
         done = hooks_lib.StepDone(step, state, rollout, _step_metrics(rollout, update_metrics, time.time() - t0))
         for hook in hooks:
           hook(done)
@@ -158,10 +160,11 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
         "counted in wall_s_total")
   params, ref_state = run.policy.from_checkpoint(restored.state, meta, workdir)
   log(f"[resume] restored step {restored.step} from {wd.checkpointer.directory}")
+  pending = tuple(restored_rollout(restored.pending[str(i)], info) for i, info in enumerate(meta.get("pending", [])))
   return RunState(params, restored.state["opt_state"], ref_state, restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
                   meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),
-                  float(meta.get("elapsed_s", 0.0)) if own else 0.0)
+                  float(meta.get("elapsed_s", 0.0)) if own else 0.0, pending)
 
 
 def _start(run: Run, wd: Workdir) -> RunState:

@@ -96,6 +96,23 @@ class Rollout(NamedTuple):
   num_tokens: int         # real prompt + completion tokens
 
 
+def saved_rollout(rollout: Rollout) -> tuple[dict[str, np.ndarray], dict]:
+  """A pending rollout as a checkpoint keeps it: (its arrays, the rest as JSON)."""
+  arrays = {k: np.asarray(v) for k, v in rollout.batch._asdict().items() if v is not None}
+  plain = lambda v: v.item() if isinstance(v, np.generic) else v
+  return dict(arrays, rewards_B=np.asarray(rollout.rewards_B)), {
+      "metrics": {k: plain(v) for k, v in rollout.metrics.items()}, "prompts": list(rollout.prompts),
+      "completions": list(rollout.completions), "num_tokens": int(rollout.num_tokens)}
+
+
+def restored_rollout(arrays: dict[str, np.ndarray], info: dict) -> Rollout:
+  """The inverse of `saved_rollout`."""
+  arrays = {k: np.asarray(v) for k, v in arrays.items()}
+  batch = RolloutBatch(**{f: arrays.get(f) for f in RolloutBatch._fields})
+  return Rollout(batch, dict(info["metrics"]), list(info["prompts"]), list(info["completions"]),
+                 arrays["rewards_B"], int(info["num_tokens"]))
+
+
 class Scored(NamedTuple):
   """Sampled and scored completions of whole groups (rows of a group contiguous), before advantages."""
   sample: Any               # a SampleResult of numpy arrays, [B, ...]

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from grpo_jax import errors
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.train import build, distributed
 from grpo_jax.train.evaluation import RunEvaluation
@@ -26,7 +27,8 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
-from grpo_jax.train.rollout import RolloutSettings, collect_dynamic_rollout, collect_rollout, trim_padding
+from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout, restored_rollout,
+                                   saved_rollout, trim_padding)
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
@@ -45,6 +47,9 @@ class RunState(NamedTuple):
   initial_eval: dict         # held-out metrics of the starting point
   run_id: str
   wall_before: float         # seconds earlier processes of this run spent, up to the restored checkpoint
+  # Rollouts sampled ahead (rollout.staleness > 0), for steps step + 1, step + 2, ... in order: host arrays, saved
+  # with the checkpoint. data_position is past their rows.
+  pending: tuple = ()
 
 
 class Run:
@@ -94,6 +99,9 @@ class Run:
     self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
                                distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
     self.sampler = distributed.GlobalSampler(sampler, self.offset * g.group_size)
+    if settings.rollout.staleness and jax.process_count() > 1:
+      raise errors.ConfigError(f"config.rollout.staleness={settings.rollout.staleness}: rollouts ahead of the update "
+                               "run in one process for now (their checkpointed rows are this process's)")
 
   def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
                 wall_before: float = 0.0) -> RunState:
@@ -113,14 +121,29 @@ class Run:
             "seed": int(self.settings.seed), "rng_key_data": np.asarray(key_data).tolist(),
             "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json),
             **self.policy.checkpoint_meta(state.params)}
+    saved = [saved_rollout(r) for r in state.pending]  # rollouts sampled ahead: part of the checkpoint
+    if saved:
+      meta["pending"] = [info for _, info in saved]
     with self.time_split.phase("checkpoint"):
-      checkpointer.save(state.step, self.checkpoint_arrays(state), meta)
+      checkpointer.save(state.step, self.checkpoint_arrays(state), meta,
+                        pending={str(i): arrays for i, (arrays, _) in enumerate(saved)} or None)
 
-  def rollout(self, state: RunState, step: int) -> tuple[RolloutBatch, Any, RunState]:
-    """(the step's batch on the mesh, reference log-probs included; the Rollout; `state` past the training rows
-    the rollout used, which the update continues from)."""
+  def sample_ahead(self, state: RunState, step: int) -> RunState:
+    """`state` with the rollouts of steps `step` .. step + staleness pending, sampling those not
+    yet sampled with the current parameters (state.params: the policy after step - 1 updates)."""
+    pending, position = list(state.pending), state.data_position
+    last = step + self.settings.rollout.staleness  # past num_steps too: a longer resumed run stays the same run
+    while step + len(pending) <= last:
+      rollout, position = self.sample(state.params, position, step + len(pending))
+      rollout.metrics["rollout/policy_step"] = state.step  # the updates its sampling policy had seen
+      pending.append(rollout)
+    return state._replace(pending=tuple(pending), data_position=position)
+
+  def sample(self, params, data_position: int, step: int) -> tuple[Any, int]:
+    """(the Rollout of `step`: its key is fold_in(key(seed), step), its prompts the training rows from
+    `data_position` on, its sampler `params`; the data position past the rows it used)."""
     g = self.settings.grpo
-    position = state.data_position
+    position = data_position
 
     def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
       nonlocal position
@@ -130,29 +153,37 @@ class Run:
 
     key = jax.random.fold_in(self.base_key, step)
     if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-      rollout = collect_dynamic_rollout(self.sampler, state.params, self.tokenizer, next_columns,
-                                        self.rollout_settings, key, max_rounds=g.dynamic_sampling_max_rounds,
-                                        all_done=distributed.all_true)
+      rollout = collect_dynamic_rollout(self.sampler, params, self.tokenizer, next_columns, self.rollout_settings,
+                                        key, max_rounds=g.dynamic_sampling_max_rounds, all_done=distributed.all_true)
     else:
-      rollout = collect_rollout(self.sampler, state.params, self.tokenizer, next_columns(), self.rollout_settings,
-                                key)
+      rollout = collect_rollout(self.sampler, params, self.tokenizer, next_columns(), self.rollout_settings, key)
+    return rollout, position
+
+  def prepare(self, rollout, state: RunState, step: int) -> RolloutBatch:
+    """The rollout's batch on the mesh for update `step`, with the reference log-probs of `state` (the reference
+    as it stands when the batch is used, `ref_reset_every` included)."""
+    g = self.settings.grpo
     # One process: cut padding to a bucket width (multi-host processes would each cut differently).
     one_process = jax.process_count() == 1
     check_prompt_runs(rollout.batch, self.settings.prompt_repeats)
     batch = self.place(trim_padding(rollout.batch, g.length_buckets, self.settings.sampling.max_prompt_length)
                        if one_process else rollout.batch)
+    rollout.metrics["rollout/staleness"] = step - 1 - rollout.metrics.pop("rollout/policy_step")
     ref_params = self.policy.reference(state.params, state.ref_params)
     if ref_params is not None:
       t0 = time.perf_counter()
       ref_logp = self.ref_logprobs(ref_params, batch).block_until_ready()
       rollout.metrics["timing/reference_s"] = time.perf_counter() - t0
       batch = batch._replace(ref_logp_BxC=ref_logp)
-    return batch, rollout, state._replace(data_position=position)
+    return batch
 
   def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
     t0 = time.perf_counter()
     params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
     metrics = jax.device_get(metrics)  # waits for the update
+    if "offpolicy/ratio_sq" in metrics:  # the spread of pi_proximal / pi_behaviour over the batch's tokens
+      mean, square = float(metrics["offpolicy/ratio"]), float(metrics.pop("offpolicy/ratio_sq"))
+      metrics["offpolicy/ratio_std"] = max(square - mean * mean, 0.0) ** 0.5
     metrics["timing/update_s"] = time.perf_counter() - t0
     metrics["learning_rate"] = self.schedule((step - 1) * self.settings.updates_per_step)  # the step's first
     ref = state.ref_params

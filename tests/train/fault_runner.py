@@ -14,12 +14,23 @@ import signal
 import sys
 
 NUM_STEPS = 6
+STALENESS_VARIABLE = "FAULT_RUNNER_STALENESS"  # rollout.staleness of the run (0 when unset)
+
+
+def even_length(prompts, completions, **unused):
+  """A reward the tiny model meets about half the time (its exact-match reward is 0): the policy moves."""
+  return [float(len(c) % 2 == 0) for c in completions]
 
 
 def config():
   from tests.train.conftest import load_experiment
   c = load_experiment("default")("test")
   c.num_steps = NUM_STEPS
+  staleness = int(os.environ.get(STALENESS_VARIABLE, "0"))
+  if staleness:  # rollouts ahead of the update, and a reward that moves the policy between sampling and update
+    c.rollout.staleness = staleness
+    c.reward_funcs = ("tests.train.fault_runner:even_length",)
+    c.optim.learning_rate = 3e-2
   c.checkpoint.every = 2
   c.checkpoint.keep = 2
   c.eval.every = 3
@@ -99,8 +110,8 @@ def arm(point: str, nth: int) -> None:
     _kill_on_call(run, "evaluate", nth)
   elif point == "loading":                        # building the run's parts (model, data, programs)
     _kill_on_call(run.Run, "__init__", nth)
-  elif point == "rollout":                        # a step's sampling, before its update
-    _kill_on_call(run.Run, "rollout", nth)
+  elif point == "rollout":                        # a rollout's sampling (step n's, or one ahead of its update)
+    _kill_on_call(run.Run, "sample", nth)
   elif point == "reward":                         # scoring a step's completions
     from grpo_jax.train import rollout
     _kill_on_call(rollout, "grade", nth)
@@ -138,7 +149,8 @@ def main(argv):
   try:
     loop.train(config(), workdir)
   except Preempted:
-    sys.exit(EXIT_PREEMPTED)
+    from grpo_jax.train.preemption import exit_preempted
+    exit_preempted()
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import pytest
 from grpo_jax.errors import EXIT_PREEMPTED
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT
-from tests.train.fault_runner import KILL_POINTS, SIGNAL_POINTS
+from tests.train.fault_runner import KILL_POINTS, SIGNAL_POINTS, STALENESS_VARIABLE
 
 TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 
@@ -30,10 +30,11 @@ IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3), ("d
 SIGNALS_IN_DEFAULT_SUITE = {("rollout", 4), ("reward", 5)}
 
 
-def _run(workdir, cache_dir, *point) -> subprocess.CompletedProcess:
+def _run(workdir, cache_dir, *point, staleness: int = 0) -> subprocess.CompletedProcess:
   # The default backend (a GPU where there is one), with tests/conftest.py's XLA_FLAGS (deterministic GPU ops).
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+             PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+             **{STALENESS_VARIABLE: str(staleness)})
   # A session of its own: a signal to the run's process group must not reach pytest.
   return subprocess.run([sys.executable, "-m", "tests.train.fault_runner", str(workdir), *map(str, point)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
@@ -97,6 +98,37 @@ def test_a_signalled_run_saves_its_last_step_exits_75_and_resumes_bitwise_identi
   assert metrics == uninterrupted[3]
   assert warmstart_log == uninterrupted[4]
 
+
+# Rollouts one step ahead (rollout.staleness 1): a pending batch, sampled by the previous policy, is in every
+# checkpoint after the first. (point, n, signal or "kill"); the signal during rollout 3 lands while step 2 samples
+# step 3's batch, with step 2's batch pending.
+AHEAD_POINTS = [("rollout", 3, "term"), ("update", 3, "term"), ("after_checkpoint_save", 2, "kill"),
+                ("during_async_write", 2, "kill")]
+AHEAD_IN_DEFAULT_SUITE = {("rollout", 3)}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_ahead(tmp_path_factory, cache_dir):
+  workdir = tmp_path_factory.mktemp("uninterrupted_ahead")
+  result = _run(workdir, cache_dir, staleness=1)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return _outcome(workdir)
+
+
+@pytest.mark.parametrize("point,nth,action", [
+    pytest.param(p, n, a, marks=() if (p, n) in AHEAD_IN_DEFAULT_SUITE else pytest.mark.faults)
+    for p, n, a in AHEAD_POINTS], ids=[f"{p}-{n}-{a}" for p, n, a in AHEAD_POINTS])
+def test_with_rollouts_ahead_an_interrupted_run_resumes_bitwise_identical(point, nth, action, uninterrupted_ahead,
+                                                                          cache_dir, tmp_path):
+  stopped = _run(tmp_path, cache_dir, point, nth, *(() if action == "kill" else (action,)), staleness=1)
+  expected = -signal.SIGKILL if action == "kill" else EXIT_PREEMPTED
+  assert stopped.returncode == expected, f"rc {stopped.returncode}:\n{stopped.stderr[-3000:]}"
+  resumed = _run(tmp_path, cache_dir, staleness=1)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert _outcome(tmp_path) == uninterrupted_ahead
+  staleness = [r["rollout/staleness"] for r in read_jsonl(os.path.join(tmp_path, "metrics.jsonl"))
+               if "event" not in r and r["step"] > 0]
+  assert staleness == [0, 1, 1, 1, 1, 1]
 
 @pytest.mark.faults
 def test_sigterms_over_the_first_seconds_of_the_default_run_each_exit_75(tmp_path):
