@@ -274,8 +274,16 @@ class ProducerSettings:
                                   # first steps from the starting policy); 0: sample, then update. Batch t always
                                   # uses step t's key and prompts, whoever samples it and whenever.
 
+  sampler_devices: int = 0        # N > 0: the sampler runs on the last N devices, concurrently with the update on
+                                  # the others (mesh.data = -1 then counts the trainer's), and the weights move
+                                  # there after each update; needs staleness >= 1. 0: one set of devices.
+
   def __post_init__(self):
-    Section(self, "rollout").at_least(0, "staleness")
+    s = Section(self, "rollout")
+    s.at_least(0, "staleness", "sampler_devices")
+    if self.sampler_devices and not self.staleness:
+      s.fail("sampler_devices", "needs rollout.staleness >= 1 (the sampler works on the batch of a later step "
+             "while the update runs)")
 
 
 @dataclasses.dataclass(frozen=True)

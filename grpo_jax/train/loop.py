@@ -92,18 +92,25 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
       hooks = hooks_lib.after_step_hooks(run, wd, bar, inputs, last_eval, state.step < settings.num_steps)
       time_split.steps_begin()
       preempted = False
+      # Batch t is sampled by the policy after max(0, t - 1 - k) updates, inline (before the update, on the same
+      # devices) or overlapped (the last one during the update, on the sampler's devices): the same batches.
+      k, overlapped = settings.rollout.staleness, run.overlapped
+      sampler_params = run.sampler_params(state.params)
       for step in range(state.step + 1, settings.num_steps + 1):
         if preempted := preemption.stop_requested():
           break
         t0 = time.time()
         if wd.saved_step != state.step:  # a signal during the rollout saves this state at once (preemption.py)
           preemption.guard(*wd.rescue(run, state, preemption))
-        sampled = run.sample_ahead(state, step)  # `state` with the rollouts through step + staleness pending
+        # Pending through step + k (past num_steps too: a longer resumed run stays the same run).
+        sampled = run.sample_ahead(state, step, step + k - overlapped, sampler_params)
         preemption.release()
         if preempted := preemption.stop_requested():  # drop the new rollouts: the update would donate the state
           break
         rollout, sampled = sampled.pending[0], sampled._replace(pending=sampled.pending[1:])
-        state, update_metrics = run.update(sampled, run.prepare(rollout, sampled, step), step)
+        meanwhile = (lambda s: run.sample_ahead(s, step + 1, step + k, sampler_params)) if overlapped else None
+        state, update_metrics = run.update(sampled, run.prepare(rollout, sampled, step), step, meanwhile)
+        sampler_params = run.sampler_params(state.params)
         done = hooks_lib.StepDone(step, state, rollout, _step_metrics(rollout, update_metrics, time.time() - t0))
         for hook in hooks:
           hook(done)

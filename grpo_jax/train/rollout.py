@@ -205,7 +205,7 @@ def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored
 
 
 def rollout_metrics(scored: Scored) -> dict[str, Any]:
-  """docs/algorithms.md §8 names: reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
+  """The names of docs/guide.md, "Metrics": reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
   frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio,
   completions/mean_length_{correct,incorrect} (total reward > 0, <= 0; absent when a step has none),
   rewards/<fn>/failures when a reward function failed on some samples, and the wall time of sampling

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +61,14 @@ class Run:
     self.time_split = time_split or TimeSplit()  # evaluations and checkpoint saves add their seconds to it
     g, s = settings.grpo, settings.sampling
     self.tokenizer, self.task = build.build_tokenizer_and_task(settings, log=log, inputs=inputs)
-    self.mesh = sharding_lib.make_mesh(data=settings.mesh.data, fsdp=settings.mesh.fsdp, tensor=settings.mesh.tensor)
+    m, n = settings.mesh, settings.rollout.sampler_devices
+    devices = jax.devices()
+    if n >= len(devices):
+      raise errors.ConfigError(f"config.rollout.sampler_devices={n}: leaves no device for the update (there are "
+                               f"{len(devices)})")
+    self.mesh = sharding_lib.make_mesh(data=m.data, fsdp=m.fsdp, tensor=m.tensor, devices=devices[:len(devices) - n])
+    # Overlapped rollouts: the sampler's own mesh on the last n devices, the parameters' layout repeated there.
+    self.sampler_mesh = sharding_lib.make_mesh(data=-1, fsdp=m.fsdp, tensor=m.tensor, devices=devices[-n:]) if n else None
     t0 = time.perf_counter()
     log(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...")
     graphdef, self.initial_params = build.build_model(settings, self.tokenizer, self.mesh)
@@ -72,6 +79,8 @@ class Run:
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
     copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
     self.policy = make_policy(settings, graphdef, self.initial_params, self.mesh, copy_params)
+    self._sampler_sh = None if self.sampler_mesh is None else jax.tree.map(
+        lambda sh: NamedSharding(self.sampler_mesh, sh.spec), param_sh)
     if line := self.policy.describe():
       log(line)
     self.place = build.BatchPlacer(self.mesh)
@@ -128,13 +137,22 @@ class Run:
       checkpointer.save(state.step, self.checkpoint_arrays(state), meta,
                         pending={str(i): arrays for i, (arrays, _) in enumerate(saved)} or None)
 
-  def sample_ahead(self, state: RunState, step: int) -> RunState:
-    """`state` with the rollouts of steps `step` .. step + staleness pending, sampling those not
-    yet sampled with the current parameters (state.params: the policy after step - 1 updates)."""
+  @property
+  def overlapped(self) -> bool:
+    """Whether the sampler has devices of its own (rollout.sampler_devices) and samples while the update runs."""
+    return self.sampler_mesh is not None
+
+  def sampler_params(self, params):
+    """The parameters the sampler reads: a copy on its own devices when overlapped (never the trainer's, which
+    the update donates), else `params` themselves."""
+    return params if self.sampler_mesh is None else jax.device_put(params, self._sampler_sh)
+
+  def sample_ahead(self, state: RunState, step: int, last: int, params) -> RunState:
+    """`state` with the rollouts of steps `step` .. `last` pending, sampling those not yet sampled with `params`
+    (the policy after state.step updates, on the sampler's devices)."""
     pending, position = list(state.pending), state.data_position
-    last = step + self.settings.rollout.staleness  # past num_steps too: a longer resumed run stays the same run
     while step + len(pending) <= last:
-      rollout, position = self.sample(state.params, position, step + len(pending))
+      rollout, position = self.sample(params, position, step + len(pending))
       rollout.metrics["rollout/policy_step"] = state.step  # the updates its sampling policy had seen
       pending.append(rollout)
     return state._replace(pending=tuple(pending), data_position=position)
@@ -177,9 +195,14 @@ class Run:
       batch = batch._replace(ref_logp_BxC=ref_logp)
     return batch
 
-  def update(self, state: RunState, batch: RolloutBatch, step: int) -> tuple[RunState, dict]:
+  def update(self, state: RunState, batch: RolloutBatch, step: int,
+             meanwhile: Callable[[RunState], RunState] | None = None) -> tuple[RunState, dict]:
+    """The state after update `step` on `batch`. `meanwhile(state)` (overlapped rollouts) runs on the host while
+    the update runs on the trainer's devices, and gives the state's pending rollouts and data position."""
     t0 = time.perf_counter()
-    params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)
+    params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)  # dispatched, not waited for
+    if meanwhile is not None:
+      state = meanwhile(state)
     metrics = jax.device_get(metrics)  # waits for the update
     if "offpolicy/ratio_sq" in metrics:  # the spread of pi_proximal / pi_behaviour over the batch's tokens
       mean, square = float(metrics["offpolicy/ratio"]), float(metrics.pop("offpolicy/ratio_sq"))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +20,8 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.loop import train
 from grpo_jax.train.rollout import restored_rollout, saved_rollout
 from grpo_jax.train.run import Run
-from tests.train.conftest import load_experiment
+from tests.train.conftest import ROOT, load_experiment
+from tests.virtual_devices import env_with_devices
 
 NUM_STEPS = 5
 COMPARED = ("reward", "loss", "grad_norm", "completions/mean_length", "offpolicy/ratio", "offpolicy/ratio_std",
@@ -114,3 +117,36 @@ def test_staleness_is_checked():
   config.rollout.staleness = -1
   with pytest.raises(errors.ConfigError, match=r"config.rollout.staleness=-1: must be >= 0"):
     checks.validate(config)
+  config.rollout.staleness, config.rollout.sampler_devices = 0, 1
+  with pytest.raises(errors.ConfigError, match=r"config.rollout.sampler_devices=1: needs rollout.staleness >= 1"):
+    checks.validate(config)
+  config.rollout.staleness = 1  # one CPU device here: none left for the update
+  settings = checks.validate(config, reward_callables=["even_length"])
+  with pytest.raises(errors.ConfigError, match=r"sampler_devices=1: leaves no device for the update"):
+    Run(settings, RunInputs((even_length,)), log=lambda *a, **k: None)
+
+
+def _launch(workdir, devices: int, *overrides: str) -> list[dict]:
+  """The default test preset with staleness 1, launched on `devices` virtual CPU devices; its metrics without
+  timings, and the final checkpoint's state fingerprint."""
+  env = env_with_devices(devices)
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  proc = subprocess.run(
+      [sys.executable, "scripts/train.py", "--config", "experiments/default.py:test", "--config.rollout.staleness=1",
+       '--config.reward_funcs=("tests.train.fault_runner:even_length",)', "--config.optim.learning_rate=0.03",
+       "--config.warmstart.enabled=False", "--config.log.plot=False", "--config.log.tensorboard=False",
+       "--workdir", str(workdir), *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = [{k: v for k, v in json.loads(line).items() if not k.startswith("timing/") and k not in (
+      "step_time", "tokens_per_s")} for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  with open(os.path.join(workdir, "checkpoints", "4", "meta", "metadata")) as f:
+    return rows + [json.load(f)["state_fingerprint"]]
+
+
+def test_overlapped_rollouts_equal_inline_ones(tmp_path):
+  """The sampler on a device of its own (rollout.sampler_devices = 1 of 2), sampling during the update, gives the
+  run of one device sampling before it: the same trainer mesh (one device) and a sampler mesh of the same shape."""
+  overlapped = _launch(tmp_path / "overlapped", 2, "--config.rollout.sampler_devices=1")
+  inline = _launch(tmp_path / "inline", 1)
+  assert overlapped == inline
+  assert len({r["reward"] for r in inline[1:-1]}) > 1  # the policy moved: a batch of the wrong policy would show
