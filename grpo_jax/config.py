@@ -4,9 +4,9 @@ configs.
 Experiment files (`experiments/NAME.py`) start from `get_config()` and change what they need; the launcher
 locks the result, so a misspelt key on the command line (`--config.grpo.betta=0`) is an error, and
 ml_collections rejects values of the wrong type (`--config.num_steps=abc`). `grpo_jax.train.checks.validate(config)`
-then checks the values, before anything is compiled: each section by the module that consumes it
-(`validate_config` in grpo_jax/train/optim.py, grpo_jax/sampling/config.py, ...), then the values that must agree
-across sections; an error reads `config.<key>=<value>: <what is allowed>` (grpo_jax/config_checks.py). This
+then checks the values, before anything is compiled: numbers and choices by grpo_jax/settings.py, registered names
+by the registries' owners (`validate_config` in grpo_jax/algo/objective.py, grpo_jax/rewards/registry.py, ...),
+then the values that must agree across sections; an error reads `config.<key>=<value>: <what is allowed>` (grpo_jax/config_checks.py). This
 module is plain data and imports no layer above the base one (setup.cfg's contracts), so any module may read it.
 """
 from __future__ import annotations

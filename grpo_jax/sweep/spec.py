@@ -63,7 +63,7 @@ def axis(key: str, values: Sequence[Any] | Mapping[str, Any]) -> list[Option]:
 
 
 def variants(options: Mapping[str, Mapping[str, Any]]) -> list[Option]:
-  """Options that each set several keys at once, e.g. {"dapo": {"algo.beta": 0.0, "algo.epsilon_high": 0.28}}."""
+  """Options that each set several keys at once, e.g. {"dapo": {"grpo.beta": 0.0, "grpo.epsilon_high": 0.28}}."""
   return [(label, dict(overrides)) for label, overrides in options.items()]
 
 
@@ -160,7 +160,7 @@ def validate(raw_members: Any) -> list[Member]:
       raise TypeError(f"{where}: overrides must be a dict, got {type(overrides).__name__}")
     for key, value in overrides.items():
       if not isinstance(key, str) or not _KEY_RE.match(key):
-        raise ValueError(f"{where}: override key {key!r} is not a dotted config path like 'algo.beta'")
+        raise ValueError(f"{where}: override key {key!r} is not a dotted config path like 'grpo.beta'")
       if not isinstance(value, (bool, int, float, str)):
         raise TypeError(f"{where}: override {key}={value!r} has type {type(value).__name__}; "
                         "use bool, int, float or str")

@@ -389,6 +389,17 @@ def initial_state_dir(source: str) -> tuple[str, int]:
                           "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
 
 
+def committed_steps(directory: str) -> list[int]:
+  """The steps of the committed checkpoints in `directory` (none when it does not exist), read without a
+  CheckpointManager. On a store a checkpoint is committed by its commit_success.txt (`_store_options`)."""
+  if not storage.isdir(directory):
+    return []
+  if not storage.is_url(directory):
+    return sorted(ocp.utils.checkpoint_steps(directory))
+  return sorted(int(name) for name in storage.listdir(directory)
+                if name.isdigit() and storage.exists(storage.join(directory, name, "commit_success.txt")))
+
+
 def has_initial_state(directory: str) -> bool:
   try:
     initial_state_dir(directory)

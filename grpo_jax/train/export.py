@@ -14,7 +14,6 @@ import os
 
 import jax
 import ml_collections
-import orbax.checkpoint as ocp
 from flax import nnx
 
 from grpo_jax import config as config_lib
@@ -23,7 +22,7 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.model import lora
-from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, abstract_like, restore_lora_base,
+from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, abstract_like, committed_steps, restore_lora_base,
                                        restore_params)
 
 EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
@@ -32,20 +31,19 @@ GENERATION_CONFIG = "generation_config.json"
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
   """The config a run saved in WORKDIR/config.json."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
+  path = storage.join(workdir, "config.json")
+  if not storage.exists(path):
     raise FileNotFoundError(f"{path} does not exist (is {workdir} a training workdir?)")
-  with open(path) as f:
-    return config_lib.saved_with_defaults(json.load(f))
+  return config_lib.saved_with_defaults(json.loads(storage.read_text(path)))
 
 
 def restore_run_params(workdir: str, params, step: int | None = None):
   """(parameters of checkpoint `step` of the run in `workdir`, or of its latest; that step). `params`: a tree of
   the same structure (the freshly built model's), whose shapes, dtypes and shardings the restore takes; with
   LoRA adapters in it, the adapters come from the checkpoint and the base from `restore_lora_base`."""
-  directory = os.path.join(workdir, CHECKPOINT_DIR)
+  directory = storage.absolute(storage.join(workdir, CHECKPOINT_DIR))
   # The committed steps, read without a CheckpointManager: its clean-up thread would outlive a refusal below.
-  steps = sorted(ocp.utils.checkpoint_steps(directory)) if os.path.isdir(directory) else []
+  steps = committed_steps(directory)
   if step is None:
     if not steps:
       raise FileNotFoundError(f"{directory} holds no checkpoint")

@@ -43,11 +43,11 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
   """
   time_split = TimeSplit()
   inputs = RunInputs(tuple(reward_funcs), reward_weights, train_dataset, eval_dataset, tuple(callbacks))
+  settings = checks.validate(config, in_memory_dataset=train_dataset is not None,
+                             reward_callables=[name for name, _, _ in inputs.reward_specs()])
   # SIGTERM / SIGINT from here on: stop at the next safe point with the last completed step saved (preemption.py).
-  with Preemption(config.checkpoint.get("preemption_deadline_s", 25.0), notice=config.checkpoint.get(
-      "preemption_notice", "")) as preemption:
-    settings = checks.validate(config, in_memory_dataset=train_dataset is not None,
-                               reward_callables=[name for name, _, _ in inputs.reward_specs()])
+  with Preemption(settings.checkpoint.preemption_deadline_s, notice=settings.checkpoint.preemption_notice
+                  ) as preemption:
     config_json = config.to_json_best_effort(indent=2, sort_keys=True)  # what config.json and checkpoints keep
     precision.apply(settings.precision)  # before the backend starts: the deterministic-ops flag is read then
     distributed.initialize(settings.distributed)  # multi-host: before anything touches the devices

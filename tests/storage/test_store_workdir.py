@@ -73,4 +73,22 @@ def test_a_killed_run_on_a_store_resumes_equal_to_the_run_on_local_disk(scheme, 
   assert storage.exists(storage.join(workdir, "summary.json"))
   assert any(name.startswith("events.out.tfevents") for name in storage.listdir(storage.join(workdir, "tensorboard")))
   assert not storage.exists(storage.join(workdir, ".lease"))  # released at the end
+  if scheme == "s3":  # the other commands take the store's URL too
+    _evaluate_and_export(workdir, metrics, cache_dir, store.env)
   storage.rmtree(workdir)
+
+
+def _evaluate_and_export(workdir: str, metrics: list[dict], cache_dir, env: dict) -> None:
+  """grpo-evaluate reproduces the run's final held-out accuracy from the store; grpo-export writes a model there."""
+  env = dict(os.environ, **env, TMPDIR=str(cache_dir),
+             PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+  final = [r["eval/accuracy"] for r in metrics if "eval/accuracy" in r][-1]
+  done = subprocess.run([sys.executable, "scripts/evaluate.py", workdir, "--examples", "0"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f"accuracy {final:.3f}" in done.stdout
+  out = storage.join(workdir, "exported")
+  done = subprocess.run([sys.executable, "scripts/export.py", workdir, out], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert {"config.json", "model.safetensors"} <= set(storage.listdir(out))

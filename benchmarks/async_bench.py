@@ -1,0 +1,82 @@
+"""Overlapped rollouts against inline ones on this machine's CPU, and benchmarks/async_sim.py's model checked
+against the measurement.
+
+  python benchmarks/async_bench.py [--config experiments/default.py] [--steps 30] [--set KEY=VALUE ...]
+
+Three launches of scripts/train.py with `rollout.staleness` = 1 (the same batches, the same learning):
+  inline       the baseline: one CPU device on all cores, sampling then updating;
+  overlapped   two virtual CPU devices (XLA's host device count), the sampler on one (`rollout.sampler_devices`
+               = 1), the update on the other, at once;
+  inline_1core the inline run pinned to one core (taskset): each side's phase times when two share the cores,
+               which the model turns into a predicted overlapped step: other + reference + max(update, sample +
+               reward).
+Prints the median step time of each (steps 3 onward), the ratio overlapped / inline, and the prediction's error.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import async_sim  # noqa: E402
+
+PHASES = ("timing/sample_s", "timing/reward_s", "timing/reference_s", "timing/update_s", "timing/other_s")
+
+
+def launch(workdir: str, config: str, steps: int, overrides: list[str], devices: int = 1,
+           cores: str | None = None) -> list[dict]:
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+             PYTHONPATH=ROOT)
+  argv = [sys.executable, os.path.join(ROOT, "scripts", "train.py"), "--config", config, "--workdir", workdir,
+          "--config.rollout.staleness=1", f"--config.num_steps={steps}", "--config.eval.every=100000",
+          f"--config.checkpoint.every={steps}", "--config.log.plot=False", "--config.log.tensorboard=False",
+          "--config.log.progress_bar=False", *[f"--config.{o}" for o in overrides]]
+  if devices > 1:
+    argv.append("--config.rollout.sampler_devices=1")
+  if cores is not None:
+    argv = ["taskset", "-c", cores, *argv]
+  done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
+  if done.returncode:
+    raise SystemExit(f"{' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [r for r in map(json.loads, f) if r.get("step", 0) >= 3 and "step_time" in r]
+
+
+def median(rows: list[dict], key: str) -> float:
+  return statistics.median(float(r.get(key, 0.0)) for r in rows)
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--config", default="experiments/default.py")
+  parser.add_argument("--steps", type=int, default=30)
+  parser.add_argument("--set", action="append", default=[], help="a config override KEY=VALUE (repeatable)")
+  args = parser.parse_args(argv)
+  with tempfile.TemporaryDirectory() as tmp:
+    runs = {}
+    for name, kwargs in (("inline", {}), ("overlapped", {"devices": 2}), ("inline_1core", {"cores": "0"})):
+      runs[name] = launch(os.path.join(tmp, name), args.config, args.steps, args.set, **kwargs)
+  steps = {name: median(rows, "step_time") for name, rows in runs.items()}
+  one = {key: median(runs["inline_1core"], key) for key in PHASES}
+  p = async_sim.Phases(one["timing/sample_s"], one["timing/reward_s"], one["timing/reference_s"],
+                       one["timing/update_s"], devices=1, other=one["timing/other_s"])
+  predicted = async_sim.overlapped_step(p, devices=2, sampler_devices=1, transfer_s=0.0)
+  two = {key: median(runs["inline"], key) for key in PHASES}
+  print(f"{args.config}, {args.steps} steps, staleness 1, overrides {args.set}; median step seconds (steps 3+):")
+  for name, seconds in steps.items():
+    print(f"  {name:<13} {seconds:.4f} s")
+  print("  phases, inline (2 cores):  " + ", ".join(f"{k[7:-2]} {v:.4f}" for k, v in two.items()))
+  print("  phases, inline (1 core):   " + ", ".join(f"{k[7:-2]} {v:.4f}" for k, v in one.items()))
+  print(f"overlapped / inline (baseline `inline`): {steps['inline'] / steps['overlapped']:.2f}x the speed")
+  print(f"model (async_sim, 1-core phases): {predicted:.4f} s predicted against {steps['overlapped']:.4f} s measured "
+        f"({100 * (predicted / steps['overlapped'] - 1):+.1f}%)")
+
+
+if __name__ == "__main__":
+  main()
