@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from grpo_jax import storage
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.sweep import report
 
@@ -41,8 +42,7 @@ def run(argv=None) -> int:
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
                               args.baseline, [k for k in args.mean_of.split(",") if k],
                               [k for k in args.curves.split(",") if k])
-  with open(paths["summary.md"]) as f:
-    print(f.read())
+  print(storage.read_text(paths["summary.md"]))
   print("wrote " + ", ".join(paths.values()))
   return 0
 

@@ -30,10 +30,12 @@ import io
 import math
 import os
 import re
+import tempfile
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from grpo_jax import storage
 from grpo_jax.sweep import runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.data.reasoning_gym import CONSTANT_ANSWER_METRIC
@@ -120,8 +122,8 @@ class MemberRun:
     self.name, self.group, self.workdir, self.extra = name, group, workdir, tuple(extra)
     self.overrides = dict(overrides or {})
     self.status = runner.status(workdir)
-    self.rows = read_metrics(os.path.join(workdir, "metrics.jsonl"))
-    marker = runner.read_json(os.path.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
+    self.rows = read_metrics(storage.join(workdir, "metrics.jsonl"))
+    marker = runner.read_json(storage.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
     # A marker written before runner.member_wall_s existed may have missed an attempt killed without a trace.
     walls = [w for w in ((marker or {}).get("wall_s"), runner.member_wall_s(workdir)) if w]
     wall_s = max(walls) if walls else None
@@ -134,17 +136,17 @@ def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = 
   """Members of a sweep directory: those planned in sweep.json (in its order), then any other subdirectory that
   has a member.json or metrics.jsonl. `group_fn(name, planned_group) -> group` regroups them; `extra` metric
   names get a column with their mean over steps."""
-  if not os.path.isdir(sweep_dir):
+  if not storage.isdir(sweep_dir):
     raise FileNotFoundError(f"sweep directory {sweep_dir!r} does not exist")
-  planned = (runner.read_json(os.path.join(sweep_dir, runner.SWEEP_JSON)) or {}).get("members", [])
+  planned = (runner.read_json(storage.join(sweep_dir, runner.SWEEP_JSON)) or {}).get("members", [])
   entries = [(m["name"], m.get("group"), m.get("overrides")) for m in planned]
   known = {name for name, _, _ in entries}
-  for name in sorted(os.listdir(sweep_dir)):
-    workdir = os.path.join(sweep_dir, name)
-    if name in known or not os.path.isdir(workdir):
+  for name in sorted(storage.listdir(sweep_dir)):
+    workdir = storage.join(sweep_dir, name)
+    if name in known or not storage.isdir(workdir):
       continue
-    info = runner.read_json(os.path.join(workdir, runner.MEMBER_JSON))
-    if info is None and not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+    info = runner.read_json(storage.join(workdir, runner.MEMBER_JSON))
+    if info is None and not storage.exists(storage.join(workdir, "metrics.jsonl")):
       continue
     entries.append((name, (info or {}).get("group"), (info or {}).get("overrides")))
   if not entries:
@@ -154,7 +156,7 @@ def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = 
     group = group or spec_lib.default_group(name)
     if group_fn is not None:
       group = group_fn(name, group)
-    runs.append(MemberRun(name, group, os.path.join(sweep_dir, name), overrides, extra))
+    runs.append(MemberRun(name, group, storage.join(sweep_dir, name), overrides, extra))
   return runs
 
 
@@ -576,7 +578,14 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
   `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
   the others are compared seed by seed (a second table)."""
   runs = select_groups(load_sweep_dir(sweep_dir, group_fn, extra), groups)
-  out_dir = out_dir or os.path.join(sweep_dir, "report")
+  out_dir = out_dir or storage.join(sweep_dir, "report")
+  if storage.is_url(out_dir):  # written locally, then copied file by file to the store
+    with tempfile.TemporaryDirectory(prefix="grpo_report_") as local:
+      written = write_report(sweep_dir, local, group_fn, smooth, title or f"Sweep report: {sweep_dir}", groups,
+                             baseline, extra, curves)
+      for name, path in written.items():
+        storage.copy(path, storage.join(out_dir, os.path.basename(path)))
+    return {name: storage.join(out_dir, os.path.basename(path)) for name, path in written.items()}
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
   with open(paths["summary.md"], "w") as f:

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from grpo_jax import storage
-from grpo_jax.sweep import progress, runner, spec
+from grpo_jax.commands import plot as plot_command
+from grpo_jax.sweep import progress, report, runner, spec
 from grpo_jax.train.metrics import read_jsonl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -45,4 +46,11 @@ def test_a_sweep_on_a_store_records_its_members_and_resumes_a_crashed_one(scheme
   assert member["command"][member["command"].index("--workdir") + 1] == crashed
   seen = progress.read_member(sweep_dir, "crash_seed0")
   assert (seen.state, seen.step, seen.attempts) == ("done", 3, 2)
+  # grpo-report and grpo-plot read (and write) there too.
+  paths = report.write_report(sweep_dir, smooth=1)
+  assert paths["summary.md"] == storage.join(sweep_dir, "report", "summary.md")
+  assert "crash" in storage.read_text(paths["summary.md"])
+  assert storage.exists(storage.join(sweep_dir, "report", "curves.png"))
+  plot_command.run([crashed])
+  assert storage.exists(storage.join(crashed, "curves.png"))
   storage.rmtree(sweep_dir)
