@@ -15,6 +15,10 @@ sampled (the first k steps from the starting policy). Groups:
   k<k>_ignored   the same ratio without the weight: staleness ignored,
   k<k>_naive     the ratio against the sampler's own log-probs (grpo.correction = behaviour): PPO's clipping as if
                  the behaviour policy were the old one, the baseline that lost accuracy at k = 4 in AReaL.
+With one update per batch (the default experiment's) the ratio to the proximal policy is exactly 1, so the
+proximal corrections never clip: the clip only acts from the second update on a batch. AReaL's runs take several
+mini-batch updates per batch; the groups ending in `_mb2` split each batch into two mini-batches (two updates per
+step, the second one clipped against the proximal policy), with their own synchronous baseline `sync_mb2`.
 Every member starts from the warm start of `sync` with its seed (warmstart.init_checkpoint: the same state).
 """
 from grpo_jax.sweep import spec
@@ -38,6 +42,10 @@ def get_sweep():
   for k in STALENESS:
     for name, overrides in CORRECTIONS.items():
       options[f"k{k}_{name}"] = {"rollout.staleness": k, **overrides}
+  half = {"grpo.mini_batch_size": 128}  # 32 prompts x G 8 = 256 completions: two mini-batches
+  options["sync_mb2"] = {"rollout.staleness": 0, **half}
+  for name in ("decoupled", "naive"):
+    options[f"k4_{name}_mb2"] = {"rollout.staleness": 4, **CORRECTIONS[name], **half}
   members = spec.grid(spec.variants(options), seeds=SEEDS)
   members = spec.share_warm_start(members, donor_group="sync")
   return spec.order_by_seed(members)
