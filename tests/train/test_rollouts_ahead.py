@@ -85,7 +85,9 @@ def test_the_loop_equals_the_definition(staleness, tmp_path):
 
 
 def test_a_longer_resumed_run_is_the_same_run(tmp_path):
-  """Pending batches past num_steps are sampled too, so raising num_steps on a resume changes nothing."""
+  """Pending batches past num_steps are sampled too, so raising num_steps on a resume changes nothing: the short
+  run's last checkpoint holds the batches of steps 4 and 5, which the resume restores (kill and signal points
+  with pending batches: tests/train/test_faults.py, under the faults marker)."""
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
   train(_config(2), str(straight), reward_funcs=[even_length])
   short = _config(2)
