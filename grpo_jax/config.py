@@ -1,5 +1,4 @@
-"""The base experiment config: every default of a grpo_jax run (grpo_jax/settings.py), old key names, saved
-configs.
+"""The base experiment config: every default of a grpo_jax run (grpo_jax/settings.py), and saved configs.
 
 Experiment files (`experiments/NAME.py`) start from `get_config()` and change what they need; the launcher
 locks the result, so a misspelt key on the command line (`--config.grpo.betta=0`) is an error, and
@@ -61,15 +60,6 @@ RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep",
                      "env.step_timeout_s", "env.max_concurrent_steps")
 
 
-# Old field name -> new one. A config that sets an old name still works: `validate` moves the value to the new
-# field with a DeprecationWarning, and a resume compares a saved config's old names as the new ones.
-RENAMED = {"task.holdout_fraction": "task.heldout_fraction"}
-# Removed key -> what to use instead. The key no longer exists, so setting it is an error naming the replacement
-# (`unknown_key_message`); a saved config.json that has it still reads (`saved_with_defaults` keeps the value, a
-# resume ignores keys the code no longer has).
-REMOVED: dict[str, str] = {}
-
-
 def keys(config=None) -> list[str]:
   """Every key of the config (default: the base config), dotted, sections included."""
   out = []
@@ -85,12 +75,8 @@ def keys(config=None) -> list[str]:
 
 
 def unknown_key_message(key: str) -> str:
-  """One line for a key the config does not have: its replacement (RENAMED, REMOVED), else the closest keys."""
+  """One line for a key the config does not have, naming the closest keys."""
   import difflib
-  if key in RENAMED:
-    return f"config.{key} was renamed config.{RENAMED[key]}"
-  if key in REMOVED:
-    return f"config.{key} was removed: {REMOVED[key]}"
   sections = ("rewards", "reward_gates", "task.field_map", "task.options")  # name -> value maps, set whole
   known = [k for k in keys() if not isinstance(_get(get_config(), k), ml_collections.ConfigDict) or k in sections]
   leaf = key.rsplit(".", 1)[-1]
@@ -100,40 +86,9 @@ def unknown_key_message(key: str) -> str:
   return (f"config.{key}: no such key{hint} (every key and its default: docs/config.md)")
 
 
-def apply_renamed(config) -> None:
-  """Moves values set under an old name (RENAMED) to the new field, with a DeprecationWarning."""
-  import warnings
-  for old, new in RENAMED.items():
-    value = _get(config, old)
-    if value is None:
-      continue
-    warnings.warn(f"config.{old} is deprecated; use config.{new}", DeprecationWarning, stacklevel=3)
-    _set(config, new, value)
-    _set(config, old, None)
-
-
-def upgrade_saved(saved: dict) -> dict:
-  """A saved config.json (nested dicts) with its old field names (RENAMED) changed to the new ones."""
-  import copy
-  saved = copy.deepcopy(saved)
-  for old, new in RENAMED.items():
-    *path, leaf = old.split(".")
-    parent = saved
-    for part in path:
-      parent = parent.get(part, {})
-    value = parent.pop(leaf, None) if isinstance(parent, dict) else None
-    if value is not None:
-      *path, leaf = new.split(".")
-      parent = saved
-      for part in path:
-        parent = parent.setdefault(part, {})
-      parent.setdefault(leaf, value)
-  return saved
-
-
 def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
-  """A saved config.json as a ConfigDict: `upgrade_saved`, then every field the run predates (e.g. a config
-  group added later) at its default, so the code of today reads a run of yesterday."""
+  """A saved config.json as a ConfigDict, with every field the run predates (e.g. a config group added later) at
+  its default, so the code of today reads a run of yesterday (a key the code no longer has is kept, unread)."""
   config = get_config()
   free_form = {"rewards", "reward_gates", "task.field_map", "task.options"}  # name -> value maps: the saved one replaces ours
 
@@ -146,13 +101,8 @@ def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
         with target.ignore_type():
           target[key] = value
 
-  merge(config, upgrade_saved(saved), "")
+  merge(config, saved, "")
   return config
-
-
-def _set(c, key, value):
-  *path, leaf = key.split(".")
-  _get(c, ".".join(path))[leaf] = value
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -169,9 +119,7 @@ def resume_differences(saved: dict, config) -> tuple[list[str], list[str]]:
   """(conflicts, accepted): the fields where `config` differs from the `saved` config (a run's config.json), as
   "field: saved -> new" lines, split into those a resume may not change and those it may (RESUMABLE_CHANGES)."""
   import json
-  old, new = _flatten(upgrade_saved(saved)), _flatten(json.loads(config.to_json_best_effort()))
-  for before in RENAMED:  # a run saved under an old name compares as the new one
-    new.pop(before, None)
+  old, new = _flatten(saved), _flatten(json.loads(config.to_json_best_effort()))
   conflicts, accepted = [], []
   for key in sorted(old.keys() & new.keys()):  # a field the saved run predates is not a difference
     if old[key] != new[key]:

@@ -156,7 +156,6 @@ class TaskSettings:
   tool_fraction: float = 0.5      # tool_arithmetic: the warm start's share of episodes that call the calculator.
   heldout_fraction: float = 0.1   # fraction of all problems (addition) or train rows (dataset without
                                   # heldout_path) reserved for evaluation, never trained on.
-  holdout_fraction: Optional[float] = None  # the old name of heldout_fraction (RENAMED): still read.
   # dataset (grpo_jax/data/datasets.py): local JSONL / Parquet / .arrow / save_to_disk; GSM8K, MATH and
   # Countdown layouts are recognized, other columns need field_map. Needs model.hf_path (its tokenizer).
   train_path: str = ""            # dataset: the training file or directory.

@@ -137,23 +137,6 @@ def test_rewards_by_import_path_with_dots():
   assert Settings.from_config(c).configured_rewards["tests.rewards.isolation_rewards:pid"] == 1.0
 
 
-def test_an_old_field_name_still_works_with_a_warning_and_resumes_as_the_new_one():
-  import json
-  c = _config(**{"task.holdout_fraction": 0.3})
-  with pytest.warns(DeprecationWarning, match=r"config.task.holdout_fraction is deprecated; use "
-                                              r"config.task.heldout_fraction"):
-    checks.validate(c)
-  assert c.task.heldout_fraction == 0.3 and c.task.holdout_fraction is None
-  # A run saved before the rename (its config.json has only the old name) resumes under the new one.
-  saved = json.loads(_config().to_json_best_effort())
-  del saved["task"]["heldout_fraction"], saved["task"]["holdout_fraction"]
-  saved["task"]["holdout_fraction"] = 0.3
-  assert config_lib.upgrade_saved(saved)["task"]["heldout_fraction"] == 0.3
-  assert config_lib.resume_differences(saved, c) == ([], [])
-  conflicts, _ = config_lib.resume_differences(saved, _config(**{"task.heldout_fraction": 0.2}))
-  assert conflicts == ["task.heldout_fraction: 0.3 -> 0.2"]
-
-
 def test_a_saved_config_gets_the_fields_it_predates_at_their_defaults():
   """scripts/evaluate.py and scripts/export.py read a run's config.json with today's code: a group added since
   (here `env`) takes its defaults, the saved values stay, and name -> value maps are the saved ones."""
@@ -169,11 +152,9 @@ def test_a_saved_config_gets_the_fields_it_predates_at_their_defaults():
   assert dict(config.rewards) == {"gsm8k_accuracy": 1.0} and config.optim.learning_rate == 1
 
 
-def test_an_unknown_key_gets_its_replacement_or_the_closest_keys(monkeypatch):
+def test_an_unknown_key_gets_the_closest_keys():
   message = config_lib.unknown_key_message
-  assert message("task.holdout_fraction") == "config.task.holdout_fraction was renamed config.task.heldout_fraction"
-  monkeypatch.setitem(config_lib.REMOVED, "grpo.clip", "use grpo.epsilon_low and grpo.epsilon_high")
-  assert message("grpo.clip") == "config.grpo.clip was removed: use grpo.epsilon_low and grpo.epsilon_high"
+  assert "did you mean config.task.heldout_fraction or" in message("task.holdout_fraction")
   assert "did you mean config.optim.eps?" in message("eps")
   assert "did you mean" not in message("grpo.zzz") and "\n" not in message("grpo.epsilon")
   assert "optim.learning_rate" in config_lib.keys() and "optim" in config_lib.keys()

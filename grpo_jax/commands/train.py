@@ -49,17 +49,12 @@ def _parse_flags(argv):
       raise
     _one_line(_without_traceback(str(e)))
   except (AttributeError, KeyError):
-    # ml_collections rejects a --config.KEY that the config lacks: one line naming its replacement (a renamed or
-    # removed key) or the closest keys.
+    # ml_collections rejects a --config.KEY that the config lacks: one line naming the closest keys.
     known = set(config_lib.keys())
     unknown = [key for key in _config_keys(argv) if key not in known]
     if "--debug" in argv or not unknown:
       raise
     _one_line(config_lib.unknown_key_message(unknown[0]))
-  for key in _config_keys(argv):  # an old name still works (its value moves to the new key): say which
-    if key in config_lib.RENAMED:
-      print(f"grpo-train: warning: --config.{key} was renamed --config.{config_lib.RENAMED[key]}; its value is "
-            "used for that", file=sys.stderr)
   return parsed
 
 

@@ -56,9 +56,8 @@ BUILTIN_TASKS = ("grpo_jax.data.synthetic", "grpo_jax.data.datasets", "grpo_jax.
                  "grpo_jax.data.reasoning_gym")
 # name -> TaskPlugin; tokenizer: the checkpoint's (config.model.hf_path) or None.
 TASKS = Registry("task", builtins=BUILTIN_TASKS)
-# The keys of config.task that every task reads: its name, and the old name of heldout_fraction (moved to it
-# before the checks). Each task names the others it reads (`takes`).
-SHARED_KEYS = ("name", "holdout_fraction")
+# The keys of config.task that every task reads: its name. Each task names the others it reads (`takes`).
+SHARED_KEYS = ("name",)
 # The keys of the tasks whose rows are rendered with a prompt template and the checkpoint's tokenizer.
 RENDER_KEYS = ("template", "system_prompt", "prefill_think")
 # What a task that reads one of these keys does with it (the error for any other task).

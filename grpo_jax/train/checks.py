@@ -1,7 +1,6 @@
 """A run's config checked before anything is compiled: `validate(config)`, which returns the run's settings.
 
-First values set under an old key move to the new one (grpo_jax/config.py: `apply_renamed`), then the frozen
-settings tree is built (grpo_jax/settings.py: each section checks its own values, the root those that must agree
+First the frozen settings tree is built (grpo_jax/settings.py: each section checks its own values, the root those that must agree
 across sections), then what the settings cannot check themselves, by the module that owns it: names taken from
 a registry (`validate_config` in grpo_jax/algo/advantages.py, objective.py, grpo_jax/envs, rewards/registry.py,
 model/config.py, ...; the task's own checks through its plug-in, grpo_jax/data/tasks.py) and paths on disk. An
@@ -38,7 +37,6 @@ def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence
   ConfigError (a ValueError) as `config.<key>=<value>: <what is allowed>` (module docstring). What a notebook passes
   to `train` besides the config (grpo_jax/train/inputs.py): `in_memory_dataset`, the task's rows come from
   `train_dataset` rather than its files; `reward_callables`, the names of its reward callables."""
-  config_lib.apply_renamed(config)
   settings = Settings.from_config(config)  # each section checks its own values, then the root across sections
   # Names from registries above the base layer, and what needs the disk, by the modules that own them.
   advantages.validate_config(settings.grpo)

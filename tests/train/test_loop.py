@@ -316,14 +316,15 @@ def test_a_changed_setting_on_resume_is_refused_and_the_workdir_left_as_it_was(r
 
 
 def test_a_run_saved_before_the_settings_tree_resumes(reference_run, tmp_path):
-  """A config.json written by an older grpo_jax: an old key name (task.holdout_fraction) and no env or precision
-  section. It still reads as settings, and the run resumes from its last checkpoint under today's config."""
+  """A config.json written by an older grpo_jax: a key this code no longer has (task.holdout_fraction) and no env
+  or precision section. It still reads as settings, and the run resumes from its last checkpoint under today's
+  config."""
   workdir = str(tmp_path / "old")
   shutil.copytree(reference_run[0], workdir)
   path = os.path.join(workdir, "config.json")
   with open(path) as f:
     saved = json.load(f)
-  saved["task"]["holdout_fraction"] = saved["task"].pop("heldout_fraction")
+  saved["task"]["holdout_fraction"] = saved["task"]["heldout_fraction"]
   del saved["env"], saved["precision"]
   with open(path, "w") as f:
     json.dump(saved, f, indent=2, sort_keys=True)
