@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from grpo_jax import config as config_lib
 from grpo_jax import envs
 from grpo_jax.algo import advantages, aggregation, kl, objective
 from grpo_jax.algo import registry as losses

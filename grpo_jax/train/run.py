@@ -27,8 +27,8 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
-from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout, restored_rollout,
-                                   saved_rollout, trim_padding)
+from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout, saved_rollout,
+                                   trim_padding)
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
