@@ -50,11 +50,13 @@ def _get(c, key):
   return c
 
 
-# Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, and how the same
+# Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, what an evaluation
+# samples (the eval/avg@N, pass@k, maj@k figures change from the resume on; training does not), and how the same
 # computation is laid out on the devices. Any other change would make the resumed run a different experiment.
 RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
                      "checkpoint.preemption_deadline_s", "checkpoint.preemption_notice", "checkpoint.lease_ttl_s",
-                     "eval.every", "eval.batch_size", "mesh.", "distributed.", "model.offload_ref_params",
+                     "eval.every", "eval.batch_size", "eval.samples", "eval.pass_k", "eval.maj_k",
+                     "eval.temperature", "mesh.", "distributed.", "model.offload_ref_params",
                      "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
                      "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",
                      "env.step_timeout_s", "env.max_concurrent_steps")
@@ -102,6 +104,10 @@ def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
           target[key] = value
 
   merge(config, saved, "")
+  legacy = config.eval.get("pass_k")
+  if isinstance(legacy, int):  # a run before eval.samples: pass_k = K was pass@K from K samples
+    with config.eval.ignore_type():
+      config.eval.samples, config.eval.pass_k = legacy, (legacy,) if legacy else ()
   return config
 
 

@@ -333,14 +333,24 @@ class EvalSettings:
   size: int = 256                 # held-out prompts.
   batch_size: int = 256           # prompts per sampler call (the last batch is padded: one compiled shape).
   accuracy_reward: str = "exact_match"  # accuracy = mean of this reward on greedy completions.
-  pass_k: int = 0                 # >0: also pass@k with k samples per prompt at `pass_k_temperature`.
-  pass_k_temperature: float = 1.0  # sampling temperature of the pass@k evaluation.
+  samples: int = 0                # >0: also N completions per prompt at `temperature`, for avg@N, pass@k, maj@k.
+  pass_k: tuple = ()              # pass@k for each k <= samples (Chen et al. 2021's unbiased estimator).
+  maj_k: tuple = ()               # maj@k for each k <= samples (majority vote, averaged over all k-subsets).
+  temperature: float = 1.0        # sampling temperature of those N completions.
 
   def __post_init__(self):
+    # The estimators and their intervals: grpo_jax/stats/.
     s = Section(self, "eval")
     s.at_least(1, "size", "batch_size", "every")
-    s.at_least(0, "pass_k")
-    s.positive("pass_k_temperature")
+    s.at_least(0, "samples")
+    s.positive("temperature")
+    for field in ("pass_k", "maj_k"):
+      ks = getattr(self, field) if isinstance(getattr(self, field), (tuple, list)) else None
+      if ks is None or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ks):
+        s.fail(field, "must be a tuple of positive ints, e.g. (1, 4, 16)")
+      if ks and max(ks) > self.samples:
+        s.fail(field, f"asks for k = {max(ks)} from eval.samples = {self.samples} completions per prompt; set "
+               f"eval.samples >= {max(ks)}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,14 +9,20 @@ prompts, and can write the checkpoint out as a Hugging Face model.
 
 Besides accuracy it splits the completions into: finished (a stop token within max_new_tokens) or cut off, and
 correct or not, so a gain can be read as format / brevity (fewer cut off) or arithmetic (more finished ones
-right). `--pass_k K` adds pass@K, K samples per prompt at `--temperature`: the share of prompts on which a group
-of K completions has at least one right answer, so that its rewards differ and GRPO gets a gradient from it (the
-headroom a short run can sharpen greedy accuracy towards). The run's own config (WORKDIR/config.json) gives the
-task, model, prompts and lengths.
+right). `--samples N` adds N completions per prompt at `--temperature`: avg@N (their mean accuracy), pass@k for
+each k of `--pass_k 1,4,16` (Chen et al.'s unbiased estimator: the chance that k samples hold a right answer,
+the headroom a short run can sharpen greedy accuracy towards) and maj@k for each k of `--maj_k 4,16` (majority
+vote over all k-subsets of the N, ties split evenly). Every figure has its 95% interval over prompts and the
+method's name; `--out FILE.jsonl` writes one row per prompt (each sample's answer, reward and correctness) from
+which all of them can be recomputed. The run's own config (WORKDIR/config.json) gives the task, model, prompts
+and lengths.
+
+  grpo-evaluate runs/smollm2_s0 --samples 16 --pass_k 1,4,16 --maj_k 4,16 --out runs/smollm2_s0/eval16.jsonl
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 
@@ -29,7 +35,7 @@ from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
 from grpo_jax.sweep.spec import load_module
 from grpo_jax.train import build, checks
-from grpo_jax.train.evaluation import evaluate
+from grpo_jax.train.evaluation import evaluate, write_rows
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 from grpo_jax.train.rollout import scoring_of
 
@@ -46,9 +52,14 @@ def run(argv=None) -> None:
   parser.add_argument("--set", default="heldout", help="'heldout' or a transfer set of the task")
   parser.add_argument("--size", type=int, default=None, help="prompts (default: the run's eval.size)")
   parser.add_argument("--examples", type=int, default=4, help="completions to print")
-  parser.add_argument("--pass_k", type=int, default=0, help="also pass@K: K samples per prompt at --temperature")
+  parser.add_argument("--samples", type=int, default=None,
+                      help="N completions per prompt at --temperature (default: the largest k asked for, else 0)")
+  parser.add_argument("--pass_k", type=_ks, default=(), help="pass@k for each k, comma-separated (k <= N)")
+  parser.add_argument("--maj_k", type=_ks, default=(), help="maj@k for each k, comma-separated (k <= N)")
   parser.add_argument("--temperature", type=float, default=None,
-                      help="pass@K's sampling temperature (default: the run's sampling.temperature)")
+                      help="the samples' temperature (default: the run's sampling.temperature)")
+  parser.add_argument("--out", default=None, help="FILE.jsonl: one row per prompt with every sample's answer, "
+                      "reward and correctness")
   parser.add_argument("--export", default=None, help="write the parameters as a Hugging Face model here")
   parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   args = parser.parse_args(argv)
@@ -60,9 +71,11 @@ def run(argv=None) -> None:
     args.base, args.workdir = True, args.config
   else:
     config = load_run_config(args.workdir)  # checked when the run started
-  config.eval.pass_k = args.pass_k
-  config.eval.pass_k_temperature = config.sampling.temperature if args.temperature is None else args.temperature
-  settings = checks.validate(config) if args.config else Settings.from_config(config)
+  samples = max((*args.pass_k, *args.maj_k), default=0) if args.samples is None else args.samples
+  with config.eval.ignore_type():
+    config.eval.samples, config.eval.pass_k, config.eval.maj_k = samples, args.pass_k, args.maj_k
+  config.eval.temperature = config.sampling.temperature if args.temperature is None else args.temperature
+  settings = checks.validate(config) if args.config else Settings.from_config(config)  # eval.* checked here
   size = args.size or settings.eval.size
   tokenizer, task = build.build_tokenizer_and_task(settings)
   sets = ("heldout", *getattr(task, "transfer_sets", ()))
@@ -80,7 +93,7 @@ def run(argv=None) -> None:
     source = f"checkpoint {step}"
   print(f"[model] the {source} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
   columns = task.eval_rows(size) if args.set == "heldout" else task.transfer_rows(args.set, size)
-  _, greedy, pass_k_sampler = build.make_samplers(graphdef, settings, tokenizer)
+  _, greedy, sampler = build.make_samplers(graphdef, settings, tokenizer)
   batch_size = min(settings.eval.batch_size, len(columns["prompt"]))
   print(f"[eval] {len(columns['prompt'])} prompts of {args.set}, {batch_size} per sampler call (the first "
         "compiles the sampler) ...", file=sys.stderr, flush=True)
@@ -90,7 +103,8 @@ def run(argv=None) -> None:
         greedy, params, tokenizer, columns, scoring_of(settings, build.build_reward_fns(settings)),
         accuracy_reward=settings.eval.accuracy_reward, batch_size=batch_size,
         max_prompt_length=settings.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
-        pass_k=args.pass_k, pass_k_sampler=pass_k_sampler, on_batch=batch_lines())
+        samples=settings.eval.samples, pass_k=settings.eval.pass_k, maj_k=settings.eval.maj_k, sampler=sampler,
+        sample_completions=True, on_batch=batch_lines())
   print(f"[eval] done in {time.perf_counter() - t0:.1f} s ({compiled.describe()})", file=sys.stderr, flush=True)
   constant = gym_data.constant_answer(columns,
                                       full_credit=settings.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
@@ -100,17 +114,48 @@ def run(argv=None) -> None:
   print(f"{args.workdir} ({source}), {args.set}, {n} prompts: accuracy {metrics['eval/accuracy']:.3f}, full "
         f"credit {metrics['eval/full_credit']:.3f}, "
         f"mean length {metrics['eval/mean_length']:.1f} tokens"
-        + (f", pass@{args.pass_k} {metrics[f'eval/pass@{args.pass_k}']:.3f} at temperature "
-           f"{settings.eval.pass_k_temperature:g}" if args.pass_k else "")
         + (f"; the one constant answer {constant[0]!r} would score {constant[1]:.3f}" if constant else ""))
   print(f"  finished {finished.mean():.3f} (correct among them {correct[finished].mean() if finished.any() else 0:.3f})"
         f", cut off at max_new_tokens {1 - finished.mean():.3f} (correct among them "
         f"{correct[~finished].mean() if (~finished).any() else 0:.3f})")
+  print(figure_lines(metrics, details["methods"], settings.eval.samples, settings.eval.temperature))
+  if args.out:
+    write_rows(args.out, details["rows"])
+    print(f"  wrote {n} rows to {args.out}")
   for i in range(min(args.examples, n)):
     question = columns.get("prompt")[i]
     print(f"  [{'right' if correct[i] else 'wrong'}] ...{question[-40:]!r} -> {completions[i]!r}")
   if args.export:
     write_hf_model(graphdef, params, settings.model.hf_path, tokenizer, args.export)
+
+
+def _ks(text: str) -> tuple[int, ...]:
+  """'1,4,16' -> (1, 4, 16)."""
+  try:
+    ks = tuple(int(k) for k in text.split(",") if k.strip())
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"{text!r}: give positive integers separated by commas, e.g. 1,4,16") from None
+  if not ks or min(ks) < 1:
+    raise argparse.ArgumentTypeError(f"{text!r}: give positive integers separated by commas, e.g. 1,4,16")
+  return ks
+
+
+def figure_lines(metrics: dict, methods: dict, samples: int, temperature: float) -> str:
+  """Each figure with its 95% interval and the interval's method, one per line."""
+  names = ["eval/accuracy", "eval/full_credit"] + sorted(
+      (k for k in metrics if re.fullmatch(r"eval/(avg|pass|maj)@\d+", k)), key=_figure_order)
+  lines = ["  95% intervals over prompts (wilson: Wilson's score interval, for a 0/1 score per prompt; bca: a BCa "
+           "bootstrap over prompts, a prompt's samples kept together):"]
+  for name in names:
+    where = "greedy" if name in ("eval/accuracy", "eval/full_credit") else f"{samples} samples at T {temperature:g}"
+    lines.append(f"    {name.split('/', 1)[1]:<12} {metrics[name]:.3f}  [{metrics[name + '/lo']:.3f}, "
+                 f"{metrics[name + '/hi']:.3f}]  {methods[name]}, {where}")
+  return "\n".join(lines)
+
+
+def _figure_order(name: str):
+  kind, k = name.split("/", 1)[1].split("@")
+  return ("avg", "pass", "maj").index(kind), int(k)
 
 
 def batch_lines(every_s: float = 10.0, stream=None):

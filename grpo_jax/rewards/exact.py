@@ -1,7 +1,7 @@
 """The simplest verifier: the whole completion must equal the answer (synthetic tasks)."""
 from __future__ import annotations
 
-from grpo_jax.rewards.registry import register_reward
+from grpo_jax.rewards.registry import register_answer_key, register_reward, whole_completion
 
 
 @register_reward("exact_match")
@@ -25,3 +25,8 @@ def first_line_match(prompts: list[str], completions: list[str], answer: list, *
   model continuing a few-shot list goes on with the next line; word_arithmetic's few_shot style), else 0.0."""
   del prompts, unused_columns
   return [float(c.split("\n", 1)[0].strip() == str(a).strip()) for c, a in zip(completions, answer, strict=True)]
+
+
+register_answer_key("exact_match")(whole_completion)
+register_answer_key("final_field_match")(lambda completion: completion.split(",")[-1].strip() or None)
+register_answer_key("first_line_match")(lambda completion: completion.split("\n", 1)[0].strip() or None)

@@ -18,7 +18,7 @@ import re
 from fractions import Fraction
 
 from grpo_jax.rewards.answers import answer_tag_content, find_numbers, last_boxed, last_number, parse_number
-from grpo_jax.rewards.registry import register_reward
+from grpo_jax.rewards.registry import register_answer_key, register_reward
 
 _HASH_LINE_RE = re.compile(r"^[ \t]*####(.*)$", re.MULTILINE)
 
@@ -71,3 +71,6 @@ def gsm8k_accuracy(prompts: list[str], completions: list[str], answer: list, **u
   """1.0 when the completion's numeric answer equals the gold one (column `answer`), else 0.0."""
   del prompts, unused_columns
   return [float(gsm8k_equal(c, a)) for c, a in zip(completions, answer, strict=True)]
+
+
+register_answer_key("gsm8k_accuracy")(extract_gsm8k_prediction)  # a Fraction: "12" and "12.0" vote together

@@ -28,7 +28,7 @@ import threading
 from fractions import Fraction
 
 from grpo_jax.rewards.answers import answer_tag_content, last_boxed
-from grpo_jax.rewards.registry import register_reward
+from grpo_jax.rewards.registry import register_answer_key, register_reward
 
 logger = logging.getLogger(__name__)
 
@@ -194,3 +194,11 @@ def make_math_accuracy(backend: str = "builtin"):
 
 math_accuracy = register_reward("math_accuracy")(make_math_accuracy("builtin"))
 math_verify_accuracy = register_reward("math_verify_accuracy")(make_math_accuracy("math_verify"))
+
+
+@register_answer_key("math_accuracy")
+@register_answer_key("math_verify_accuracy")
+def math_answer_key(completion: str) -> str | None:
+  """The normalized final answer (so "\\frac12" and "\\frac{1}{2}" vote together)."""
+  prediction = extract_math_prediction(completion)
+  return None if prediction is None else normalize_math_answer(prediction)

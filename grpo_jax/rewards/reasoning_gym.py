@@ -28,7 +28,7 @@ import re
 
 from grpo_jax.errors import ConfigError
 from grpo_jax.rewards.answers import answer_tag_content
-from grpo_jax.rewards.registry import register_reward
+from grpo_jax.rewards.registry import register_answer_key, register_reward
 
 VERSION = "0.1.25"
 INSTALL_HINT = f"pip install -e '.[gym]' (or pip install reasoning-gym=={VERSION})"
@@ -108,3 +108,11 @@ def reasoning_gym_full_credit(prompts: list[str], completions: list[str], **colu
   a policy learns to exploit it (two-digit guesses at one-digit answers, each paid half), so the presets of
   experiments/gym.py train and evaluate on full credit alone (docs/gym.md)."""
   return [float(s >= 1.0) for s in reasoning_gym_score(prompts, completions, **columns)]
+
+
+@register_answer_key("reasoning_gym")
+@register_answer_key("reasoning_gym_full_credit")
+def gym_answer_key(completion: str) -> str | None:
+  """The <answer> tag's content, else (an answer-only row) the answer line."""
+  answer = extract_answer(completion)
+  return answer if answer is not None else extract_answer_only(completion)

@@ -22,7 +22,7 @@ Scans are linear in the completion (no backtracking regular expression; tests/re
 """
 from __future__ import annotations
 
-from grpo_jax.rewards.registry import register_reward
+from grpo_jax.rewards.registry import register_answer_key, register_reward
 
 _R_OPEN, _R_CLOSE, _A_OPEN, _A_CLOSE = "<reasoning>", "</reasoning>", "<answer>", "</answer>"
 
@@ -133,3 +133,7 @@ def _number_equal(guess: str | None, gold: str) -> float:
 def reasoning_answer_number(prompts: list[str], completions: list[str], answer: list, **unused_columns) -> list[float]:
   del prompts, unused_columns
   return [_number_equal(first_number_after_answer(c), _gold(a)) for c, a in zip(completions, answer, strict=True)]
+
+
+register_answer_key("reasoning_answer_number")(first_number_after_answer)
+register_answer_key("reasoning_answer_graded")(formatted_answer)

@@ -15,7 +15,7 @@ callable itself.
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import Callable, Hashable
 
 from grpo_jax.config_checks import fail
 from grpo_jax.registry import Registry
@@ -54,6 +54,30 @@ def registered_name(fn: RewardFn) -> str | None:
 
 def list_rewards() -> list[str]:
   return REWARDS.names()
+
+
+# maj@k's vote (grpo_jax/stats/estimators.py): the answer a completion gives, as its verifier reads it.
+AnswerKey = Callable[[str], Hashable | None]
+ANSWER_KEYS: dict[str, AnswerKey] = {}
+
+
+def register_answer_key(reward_name: str):
+  """Decorator: `@register_answer_key("gsm8k_accuracy")` says which answer a completion gives under that reward:
+  a hashable value that two completions share when they give the same answer, or None for no answer."""
+  def register(fn: AnswerKey) -> AnswerKey:
+    ANSWER_KEYS[reward_name] = fn
+    return fn
+  return register
+
+
+def whole_completion(completion: str) -> str | None:
+  """The answer key of a reward without its own: the stripped completion, None when empty."""
+  return completion.strip() or None
+
+
+def answer_key(reward_name: str) -> AnswerKey:
+  """The registered answer key of a reward, else `whole_completion` (right for exact_match-like rewards)."""
+  return ANSWER_KEYS.get(reward_name, whole_completion)
 
 
 def validate_config(c: Settings, reward_callables=()) -> None:

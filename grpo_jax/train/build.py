@@ -85,7 +85,7 @@ def loss_config(settings: Settings) -> LossConfig:
 
 
 def make_samplers(graphdef, settings: Settings, tokenizer):
-  """(training sampler, greedy evaluation sampler, pass@k sampler or None); with `env.name`, episode samplers
+  """(training sampler, greedy evaluation sampler, the sampler of eval.samples at eval.temperature or None); with `env.name`, episode samplers
   (grpo_jax/sampling/episodes.py) around samplers that also stop at the environment's stop strings."""
   s, e = settings.sampling, settings.env
   make_env = env_factory(e.name) if e.name else None
@@ -108,11 +108,11 @@ def make_samplers(graphdef, settings: Settings, tokenizer):
 
   train = sampler(SamplingConfig.from_config(s, **common))
   greedy = sampler(SamplingConfig.from_config(s, greedy=True, top_k=0, top_p=1.0, **common))
-  pass_k = None
-  if settings.eval.pass_k > 0:
-    pass_k = sampler(SamplingConfig.from_config(s, temperature=settings.eval.pass_k_temperature, top_k=0, top_p=1.0,
-                                                **common))
-  return train, greedy, pass_k
+  sampled = None
+  if settings.eval.samples > 0:
+    sampled = sampler(SamplingConfig.from_config(s, temperature=settings.eval.temperature, top_k=0, top_p=1.0,
+                                                 **common))
+  return train, greedy, sampled
 
 
 class BatchPlacer:

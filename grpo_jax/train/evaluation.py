@@ -1,24 +1,33 @@
-"""Held-out evaluation: greedy accuracy and mean reward, and pass@k when configured.
+"""Held-out evaluation: greedy accuracy, and avg@N, pass@k and maj@k from N samples per prompt, each figure
+with its 95% interval.
 
 accuracy = mean over held-out prompts of the accuracy reward (e.g. exact_match, 0/1) of the greedy completion;
 full_credit = the share of them whose accuracy reward is >= 1 (the same for a 0/1 reward; lower where a verifier
 gives partial credit, as reasoning-gym's default one does for an answer inside a longer line).
-pass@k = fraction of prompts for which at least one of k sampled completions scores >= 1 on that reward.
+With `samples` = N > 0, N completions per prompt at the evaluation's temperature give avg@N (their mean accuracy
+reward), pass@k for each k of `pass_k` and maj@k for each k of `maj_k` (correct = accuracy reward >= 1; the
+answer a completion votes for is the accuracy reward's answer key, grpo_jax/rewards/registry.py); the estimators
+are exact (grpo_jax/stats/estimators.py). Every figure F comes with F/lo and F/hi, its 95% interval over prompts
+(Wilson for a 0/1 score per prompt, else a BCa bootstrap over prompts with a prompt's N samples kept together;
+grpo_jax/stats/intervals.py).
 Prompts go through the sampler in fixed-size batches (the last one padded by repetition), so evaluation
 compiles one sampler program however many prompts there are. `RunEvaluation` is a training run's: its held-out
 and transfer sets, fixed once.
 """
 from __future__ import annotations
 
+import json
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import numpy as np
 
-from grpo_jax import compile_cache
+from grpo_jax import compile_cache, storage
 from grpo_jax.data import tasks
+from grpo_jax.rewards.registry import answer_key
 from grpo_jax.sampling.episodes import EpisodeResult
+from grpo_jax.stats import estimators, intervals
 from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
 
 
@@ -39,40 +48,124 @@ def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int,
   return type(outs[0])(*[np.concatenate(xs) for xs in zip(*outs)])
 
 
+def with_interval(name: str, values_P: np.ndarray, methods: dict | None = None) -> dict[str, float]:
+  """{name: the mean over prompts, name/lo, name/hi: its 95% interval over prompts}; methods[name]: the
+  interval's method."""
+  ci = intervals.over_prompts(values_P)
+  if methods is not None:
+    methods[name] = ci.method
+  return {name: float(np.mean(values_P)), f"{name}/lo": ci.lo, f"{name}/hi": ci.hi}
+
+
+def _jsonable(answer):
+  return None if answer is None else answer if isinstance(answer, (str, int, float, bool)) else str(answer)
+
+
+def sampled_figures(scores_PxN: np.ndarray, answers_PxN: Sequence[Sequence], pass_k: Sequence[int] = (),
+                    maj_k: Sequence[int] = (), methods: dict | None = None) -> dict[str, float]:
+  """eval/avg@N, eval/pass@k and eval/maj@k with their intervals, from each prompt's N accuracy rewards and
+  answer keys."""
+  scores_PxN = np.asarray(scores_PxN, np.float64)
+  correct_PxN = scores_PxN >= 1.0
+  n = scores_PxN.shape[1]
+  figures = with_interval(f"eval/avg@{n}", estimators.avg_at_n_P(scores_PxN), methods)
+  for k in pass_k:
+    figures.update(with_interval(f"eval/pass@{k}", estimators.pass_at_k_P(correct_PxN, k), methods))
+  for k in maj_k:
+    figures.update(with_interval(f"eval/maj@{k}", estimators.maj_at_k_P(answers_PxN, correct_PxN, k), methods))
+  return figures
+
+
 def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scoring: Scoring, *,
-             accuracy_reward: str, batch_size: int, max_prompt_length: int, key, pass_k: int = 0,
-             pass_k_sampler=None, return_details: bool = False,
-             on_batch: Callable[[int, int], None] | None = None) -> dict:
-  """Metrics 'eval/accuracy', 'eval/reward', 'eval/mean_length' and, with pass_k > 0, 'eval/pass@k'.
+             accuracy_reward: str, batch_size: int, max_prompt_length: int, key, samples: int = 0,
+             pass_k: Sequence[int] = (), maj_k: Sequence[int] = (), sampler=None, return_details: bool = False,
+             sample_completions: bool = False, on_batch: Callable[[int, int], None] | None = None) -> dict:
+  """Metrics 'eval/accuracy', 'eval/full_credit' (each with /lo and /hi), 'eval/reward', 'eval/mean_length'
+  and, with `samples` = N > 0 (drawn by `sampler`), 'eval/avg@N', 'eval/pass@k', 'eval/maj@k' with intervals.
 
   With `return_details`, (metrics, details): details["completions"] (the greedy texts), ["accuracy"] (each
-  prompt's accuracy reward) and ["finished"] (bool: a stop token came within max_new_tokens). `on_batch(done,
-  total)` is called after each sampler batch of the greedy pass (grpo-evaluate's progress lines)."""
+  prompt's accuracy reward), ["finished"] (bool: a stop token came within max_new_tokens), ["methods"] (each
+  figure's interval method: wilson or bca) and ["rows"] (one
+  dict per prompt: its greedy and sampled answers, rewards and correctness, `sample_completions` adding the
+  sampled texts; `prompt_rows`). `on_batch(done, total)` is called after each sampler batch of the greedy pass
+  (grpo-evaluate's progress lines)."""
   texts = list(columns["prompt"])
   prompt_ids = encode_prompts(tokenizer, texts, max_prompt_length)
   other = {k: v for k, v in columns.items() if k != "prompt"}
+  key_of = answer_key(accuracy_reward)
   out = _generate_all(greedy_sampler, params, prompt_ids, batch_size, key, on_batch=on_batch)
   result, completions, _ = grade(tokenizer, out, texts, other, scoring)
-  accuracy = np.asarray(result.per_fn[accuracy_reward])
-  metrics = {"eval/accuracy": float(np.mean(accuracy)),
-             "eval/full_credit": float(np.mean(accuracy >= 1.0)),
+  accuracy = np.asarray(result.per_fn[accuracy_reward], np.float64)
+  methods: dict[str, str] = {}
+  metrics = {**with_interval("eval/accuracy", accuracy, methods),
+             **with_interval("eval/full_credit", (accuracy >= 1.0).astype(np.float64), methods),
              "eval/reward": float(np.mean(result.total)),
              "eval/mean_length": float(np.mean(out.lengths_B))}
   if isinstance(out, EpisodeResult):
     metrics.update(episode_metrics(out, prefix="eval/episodes/"))
-  if pass_k > 0:
-    if pass_k_sampler is None:
-      raise ValueError("pass_k > 0 needs pass_k_sampler (a sampler at the pass@k temperature)")
-    out_k = _generate_all(pass_k_sampler, params, prompt_ids, batch_size, jax.random.fold_in(key, 1_000_003),
-                          repeats=pass_k)
-    texts_k = [t for t in texts for _ in range(pass_k)]
-    result_k, _, _ = grade(tokenizer, out_k, texts_k, repeat_columns(other, pass_k), scoring)
-    acc_k = np.asarray(result_k.per_fn[accuracy_reward]).reshape(-1, pass_k)
-    metrics[f"eval/pass@{pass_k}"] = float(np.mean(np.any(acc_k >= 1.0, axis=1)))
+  sampled = None
+  if samples > 0:
+    if sampler is None:
+      raise ValueError("samples > 0 needs a sampler (at the evaluation's temperature)")
+    out_n = _generate_all(sampler, params, prompt_ids, batch_size, jax.random.fold_in(key, 1_000_003),
+                          repeats=samples)
+    texts_n = [t for t in texts for _ in range(samples)]
+    result_n, completions_n, _ = grade(tokenizer, out_n, texts_n, repeat_columns(other, samples), scoring)
+    scores_PxN = np.asarray(result_n.per_fn[accuracy_reward], np.float64).reshape(-1, samples)
+    answers = [key_of(c) for c in completions_n]
+    answers_PxN = [answers[i:i + samples] for i in range(0, len(answers), samples)]
+    metrics.update(sampled_figures(scores_PxN, answers_PxN, pass_k, maj_k, methods))
+    sampled = (scores_PxN, answers_PxN, [completions_n[i:i + samples] for i in range(0, len(answers), samples)])
   if return_details:
+    rows = prompt_rows(texts, other.get("answer"), completions, accuracy, key_of, sampled, sample_completions)
     return metrics, {"completions": completions, "accuracy": accuracy,
-                     "finished": ~np.asarray(out.truncated_B, bool)}
+                     "finished": ~np.asarray(out.truncated_B, bool), "rows": rows, "methods": methods}
   return metrics
+
+
+def prompt_rows(prompts: Sequence[str], gold: Sequence | None, completions: Sequence[str], accuracy: np.ndarray,
+                key_of, sampled=None, sample_completions: bool = False) -> list[dict]:
+  """One JSON-able row per prompt, from which every figure can be recomputed:
+  {"prompt", "gold", "greedy": {"completion", "answer", "reward", "correct"},
+   "samples": [{"answer", "reward", "correct"[, "completion"]}, ...]} (samples only with N > 0)."""
+  rows = []
+  for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+    row = {"prompt": prompt, "gold": None if gold is None else _jsonable(gold[i]),
+           "greedy": {"completion": completion, "answer": _jsonable(key_of(completion)),
+                      "reward": float(accuracy[i]), "correct": bool(accuracy[i] >= 1.0)}}
+    if sampled is not None:
+      scores_PxN, answers_PxN, texts_PxN = sampled
+      row["samples"] = [{"answer": _jsonable(a), "reward": float(r), "correct": bool(r >= 1.0),
+                         **({"completion": t} if sample_completions else {})}
+                        for a, r, t in zip(answers_PxN[i], scores_PxN[i], texts_PxN[i], strict=True)]
+    rows.append(row)
+  return rows
+
+
+EVAL_ROWS_DIR = "eval"  # in a workdir
+
+
+def rows_path(rows_dir: str, step: int) -> str:
+  """A training run's rows of its held-out evaluation at `step`: WORKDIR/eval/step_<step>.jsonl."""
+  return storage.join(rows_dir, f"step_{step}.jsonl")
+
+
+def write_rows(path: str, rows: Sequence[dict]) -> None:
+  """The rows as JSON lines at `path` (a local path or a gs:// / s3:// URL), written whole."""
+  storage.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def figures_of_rows(rows: Sequence[dict], pass_k: Sequence[int] = (), maj_k: Sequence[int] = ()) -> dict:
+  """The figures of `evaluate` recomputed from its rows (what a reader of a --out file can do): greedy accuracy
+  and full credit, and avg@N, pass@k, maj@k from the samples when the rows have them."""
+  accuracy = np.asarray([r["greedy"]["reward"] for r in rows], np.float64)
+  figures = {**with_interval("eval/accuracy", accuracy),
+             **with_interval("eval/full_credit", (accuracy >= 1.0).astype(np.float64))}
+  if rows and rows[0].get("samples"):
+    scores = np.asarray([[s["reward"] for s in r["samples"]] for r in rows], np.float64)
+    answers = [[s["answer"] for s in r["samples"]] for r in rows]
+    figures.update(sampled_figures(scores, answers, pass_k, maj_k))
+  return figures
 
 
 class RunEvaluation:
@@ -81,10 +174,10 @@ class RunEvaluation:
   Each evaluation's seconds go to `seconds[step]` (the loop logs them as timing/eval_s), not into the metrics,
   which checkpoints and the warm start's log keep."""
 
-  def __init__(self, settings, task, tokenizer, greedy_sampler, pass_k_sampler, scoring: Scoring, base_key, log,
+  def __init__(self, settings, task, tokenizer, greedy_sampler, sampler, scoring: Scoring, base_key, log,
                time_split):
     self.settings, self.tokenizer, self.scoring, self.base_key = settings, tokenizer, scoring, base_key
-    self.greedy_sampler, self.pass_k_sampler = greedy_sampler, pass_k_sampler
+    self.greedy_sampler, self.sampler = greedy_sampler, sampler
     self.log, self.time_split = log, time_split
     self.columns = task.eval_rows(settings.eval.size)
     # the task's step-0 metrics, e.g. what one constant answer scores: the floor to read accuracy against
@@ -92,6 +185,7 @@ class RunEvaluation:
     self.transfer_columns = {name: task.transfer_rows(name, settings.eval.size)
                              for name in getattr(task, "transfer_sets", ())}
     self.seconds: dict[int, float] = {}
+    self.rows_dir: str | None = None  # where each held-out evaluation's rows go (the run's main process sets it)
 
   def __call__(self, params, step: int) -> dict:
     t0 = time.perf_counter()
@@ -111,8 +205,12 @@ class RunEvaluation:
     e, num_steps = self.settings.eval, self.settings.num_steps
     kwargs = dict(accuracy_reward=e.accuracy_reward, max_prompt_length=self.settings.sampling.max_prompt_length,
                   batch_size=min(e.batch_size, e.size), key=jax.random.fold_in(self.base_key, 10_000_000 + step))
-    metrics = evaluate(self.greedy_sampler, params, self.tokenizer, self.columns, self.scoring, pass_k=e.pass_k,
-                       pass_k_sampler=self.pass_k_sampler, **kwargs)
+    metrics, details = evaluate(self.greedy_sampler, params, self.tokenizer, self.columns, self.scoring,
+                                samples=e.samples, pass_k=e.pass_k, maj_k=e.maj_k, sampler=self.sampler,
+                                return_details=True, **kwargs)
+    if self.rows_dir is not None:
+      storage.makedirs(self.rows_dir)
+      write_rows(rows_path(self.rows_dir, step), details["rows"])
     if step == 0:
       metrics.update(self.baselines)
     if step in (0, num_steps):

@@ -98,11 +98,11 @@ class Run:
     self.ref_logprobs = jax.jit(make_logprob_fn(self.policy.base_graphdef, temperature=s.temperature,
                                                 chunk_size=settings.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=repeats))
-    sampler, greedy_sampler, pass_k_sampler = make_samplers(graphdef, settings, self.tokenizer)
+    sampler, greedy_sampler, eval_sampler = make_samplers(graphdef, settings, self.tokenizer)
     self.rollout_settings = RolloutSettings.from_settings(settings, build.build_reward_fns(settings, inputs))
     self.base_key = jax.random.key(settings.seed)
     # evaluate(params, step) -> metrics; evaluate.seconds[step]: its time
-    self.evaluate = RunEvaluation(settings, self.task, self.tokenizer, greedy_sampler, pass_k_sampler,
+    self.evaluate = RunEvaluation(settings, self.task, self.tokenizer, greedy_sampler, eval_sampler,
                                   self.rollout_settings.scoring, self.base_key, log, self.time_split)
     # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
     self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else

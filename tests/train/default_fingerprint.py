@@ -76,7 +76,8 @@ def digest(workdir: str) -> str:
     for line in f:
       row = json.loads(line)
       rows.append({k: v for k, v in row.items()
-                   if k not in TIMING + ADDED_SINCE_RECORD and not k.startswith("timing/")})
+                   if k not in TIMING + ADDED_SINCE_RECORD and not k.startswith("timing/")
+                   and not k.endswith(("/lo", "/hi"))})  # intervals: added since, computed from the recorded
   steps = sorted(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit())
   with open(os.path.join(workdir, "checkpoints", str(steps[-1]), "meta", "metadata")) as f:
     state = json.load(f)["state_fingerprint"]

@@ -40,13 +40,13 @@ def _config(hf_path: str = ""):
   c.eval.every = 3
   c.warmstart.max_steps = 1
   # Every path of the update: a reference model (beta > 0, reset every 2 steps), two passes over two
-  # mini-batches of two micro-batches each, and pass@k evaluation.
+  # mini-batches of two micro-batches each, and the sampled evaluation (avg@2, pass@2, maj@2).
   c.grpo.beta = 0.04
   c.grpo.ref_reset_every = 2
   c.grpo.num_iterations = 2
   c.grpo.mini_batch_size = 8
   c.grpo.micro_batch_size = 4
-  c.eval.pass_k = 2
+  c.eval.samples, c.eval.pass_k, c.eval.maj_k = 2, (2,), (2,)
   # DAPO dynamic sampling: a step samples a varying number of prompt blocks, which resume must reproduce.
   c.grpo.dynamic_sampling = True
   c.grpo.dynamic_sampling_max_rounds = 3
@@ -199,7 +199,7 @@ def gemma3_checkpoint(tmp_path_factory):
 def test_killed_and_resumed_gemma3_run_ends_identical(gemma3_checkpoint, compile_cache, tmp_path):
   def config():
     c = _config(gemma3_checkpoint)
-    c.eval.pass_k = 1  # one sampler program fewer to compile
+    c.eval.samples, c.eval.pass_k, c.eval.maj_k = 1, (1,), ()  # one sampler program fewer to compile
     # A random model never answers a sum exactly; digits in the completion vary between its samples, so the
     # groups carry an advantage and the update moves the policy on every CPU.
     c.reward_funcs = ("tests.rewards.isolation_rewards:digit_count",)
@@ -386,12 +386,14 @@ def test_evaluate_script_pass_k_near_zero_temperature_equals_greedy(reference_ru
     return [(name, even_length if name == config.eval.accuracy_reward else fn, w) for name, fn, w in
             original(config, *args)]
   monkeypatch.setattr(build, "build_reward_fns", with_even_length)
-  evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4", "--temperature", "1e-6"])
-  greedy, full, pass_k = re.search(r"accuracy (\S+), full credit (\S+), .*, pass@4 (\S+) at temperature 1e-06",
-                                   capsys.readouterr().out).groups()
-  assert pass_k == greedy == full and 0 < float(greedy) < 1   # a 0/1 reward: full credit is the accuracy
+  evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4", "--maj_k", "4", "--temperature", "1e-6"])
+  out = capsys.readouterr().out
+  greedy, full = re.search(r"accuracy (\S+), full credit (\S+),", out).groups()
+  pass_k, maj_k = (re.search(rf"{name}\s+(\S+)\s+\[\S+, \S+\]\s+(?:wilson|bca), 4 samples at T 1e-06", out).group(1)
+                   for name in ("pass@4", "maj@4"))
+  assert pass_k == maj_k == greedy == full and 0 < float(greedy) < 1   # a 0/1 reward: full credit is the accuracy
   evaluate_command.run([reference_run[0], "--examples", "0", "--pass_k", "4"])
-  assert re.search(r"pass@4 \S+ at temperature 1\b", capsys.readouterr().out)
+  assert re.search(r"pass@4 .* 4 samples at T 1\n", capsys.readouterr().out)
   # Half credit for an odd length: accuracy = 0.5 + 0.5 x (the share with full credit, the even ones).
   monkeypatch.setattr(build, "build_reward_fns", lambda config, *args: [
       (name, (lambda p, c, **u: [1.0 if len(x) % 2 == 0 else 0.5 for x in c]) if name == config.eval.accuracy_reward
@@ -420,3 +422,27 @@ def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_poli
   saved, _ = restore_params(os.path.join(workdir, "checkpoints"), NUM_STEPS, abstract)
   for a, b in zip(jax.tree.leaves(exported_state), jax.tree.leaves(saved)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_evaluate_script_writes_rows_that_give_back_every_figure(reference_run, capsys, tmp_path):
+  """--out writes one row per prompt; every printed figure and interval is recomputed from the rows alone."""
+  import json
+  import re
+  from grpo_jax.train.evaluation import figures_of_rows
+  out_file = str(tmp_path / "rows.jsonl")
+  evaluate_command.run([reference_run[0], "--examples", "0", "--samples", "4", "--pass_k", "1,4", "--maj_k", "3",
+                        "--temperature", "1.5", "--out", out_file])
+  printed = {name: tuple(map(float, values)) for name, *values in re.findall(
+      r"^\s+(\S+@\d+|accuracy|full_credit)\s+(\S+)\s+\[(\S+), (\S+)\]", capsys.readouterr().out, re.M)}
+  assert set(printed) == {"accuracy", "full_credit", "avg@4", "pass@1", "pass@4", "maj@3"}
+  with open(out_file) as f:
+    rows = [json.loads(line) for line in f]
+  assert len(rows) == len({r["prompt"] for r in rows}) > 1 and all(len(r["samples"]) == 4 for r in rows)
+  sample = rows[0]["samples"][0]
+  assert set(sample) == {"answer", "reward", "correct", "completion"} and sample["correct"] == (sample["reward"] >= 1)
+  figures = figures_of_rows(rows, pass_k=(1, 4), maj_k=(3,))
+  for name, (value, lo, hi) in printed.items():
+    assert (figures[f"eval/{name}"], figures[f"eval/{name}/lo"], figures[f"eval/{name}/hi"]) == pytest.approx(
+        (value, lo, hi), abs=5e-4), name
+  assert printed["pass@1"][0] == pytest.approx(printed["avg@4"][0], abs=1e-3)  # a 0/1 reward: pass@1 = avg@N
+  assert printed["pass@1"][0] <= printed["pass@4"][0]

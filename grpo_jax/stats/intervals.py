@@ -1,0 +1,77 @@
+"""95% intervals, each with the name of its method, over prompts (one evaluation) and over seeds (a group of runs).
+
+Over prompts, the unit of resampling is the prompt: a prompt's N samples stay together, since they share its
+difficulty.
+  wilson     a 0/1 score per prompt (greedy accuracy of a 0/1 verifier): Wilson's score interval
+             (scipy.stats.binomtest(...).proportion_ci), which keeps its coverage near 0 and 1 where the
+             normal one does not.
+  bca        anything else (partial credit, avg@N, pass@k, maj@k): the mean over prompts with a BCa bootstrap
+             over prompts (scipy.stats.bootstrap, 9,999 resamples, a fixed seed so a figure is reproducible).
+             When every prompt has the same value there is nothing to resample: the interval is that value.
+Over seeds:
+  t          Student's t interval of the mean of the seeds' values (scipy.stats.t). A bootstrap over 3-5 seeds
+             under-covers (its resamples cannot show more spread than the seeds have), while the t interval is
+             exact for a normal seed-to-seed spread; tests/stats/test_coverage.py measures both.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy import stats
+
+LEVEL = 0.95
+RESAMPLES = 9_999
+
+
+class Interval(NamedTuple):
+  lo: float
+  hi: float
+  method: str
+
+  def contains(self, value: float) -> bool:
+    return self.lo <= value <= self.hi
+
+
+NO_INTERVAL = Interval(math.nan, math.nan, "none")
+
+
+def wilson(successes: int, trials: int, level: float = LEVEL) -> Interval:
+  """Wilson's score interval of a proportion."""
+  if trials <= 0:
+    return NO_INTERVAL
+  ci = stats.binomtest(int(successes), int(trials)).proportion_ci(confidence_level=level, method="wilson")
+  return Interval(float(ci.low), float(ci.high), "wilson")
+
+
+def bootstrap_mean(values: np.ndarray, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0) -> Interval:
+  """BCa bootstrap interval of the mean of `values` (one value per resampled unit)."""
+  x = np.asarray(values, np.float64)
+  if x.size == 0:
+    return NO_INTERVAL
+  if np.ptp(x) == 0:  # nothing varies: BCa is undefined, and every resample gives this value
+    return Interval(float(x[0]), float(x[0]), "bca")
+  result = stats.bootstrap((x,), np.mean, confidence_level=level, n_resamples=resamples, method="BCa",
+                           vectorized=True, rng=np.random.default_rng(seed))
+  return Interval(float(result.confidence_interval.low), float(result.confidence_interval.high), "bca")
+
+
+def over_prompts(values_P: np.ndarray, level: float = LEVEL) -> Interval:
+  """The interval of the mean over prompts of a per-prompt value: Wilson when every value is 0 or 1, else BCa."""
+  x = np.asarray(values_P, np.float64)
+  if x.size and np.all((x == 0) | (x == 1)):
+    return wilson(int(x.sum()), x.size, level)
+  return bootstrap_mean(x, level)
+
+
+def over_seeds(values_S: np.ndarray, level: float = LEVEL) -> Interval:
+  """Student's t interval of the mean over seeds (finite values only); none for fewer than two."""
+  x = np.asarray([v for v in np.asarray(values_S, np.float64) if math.isfinite(v)])
+  if x.size < 2:
+    return NO_INTERVAL
+  sem = x.std(ddof=1) / math.sqrt(x.size)
+  if sem == 0:
+    return Interval(float(x.mean()), float(x.mean()), "t")
+  lo, hi = stats.t.interval(level, df=x.size - 1, loc=x.mean(), scale=sem)
+  return Interval(float(lo), float(hi), "t")
