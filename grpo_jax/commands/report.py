@@ -4,6 +4,8 @@ seed bands (PNG).
   grpo-report runs/ablation_variants                      # -> runs/ablation_variants/report/
   grpo-report runs/av --group_by '^(.*)_seed\\d+$' --out docs/ablations --smooth 10
   grpo-report runs/av --groups '^(grpo_smtm|dapo|gspo)' --out runs/av/report_headline
+  grpo-report runs/pilot --baseline grpo --plan --effect 0.05 --width 0.1   # plan the next study from a pilot
+  grpo-report runs/pilot --baseline grpo --mean_of entropy --plan --metric mean:entropy
 
 Groups default to each member's `group` from the sweep file (its name without `_seed<N>`); --group_by REGEX
 regroups by the regex's named group `group`, else its group 1, else the whole match in the member name.
@@ -35,12 +37,29 @@ def run(argv=None) -> int:
                       "over steps of each (e.g. clip_ratio/region,entropy)")
   parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
                       "per group, mean ± std over seeds (e.g. entropy,completions/mean_length)")
+  parser.add_argument("--plan", action="store_true", help="print what this pilot says about the next study "
+                      "(smallest detectable effect for 3, 5, 10, 20 seeds; seeds for --effect; prompts for --width) "
+                      "instead of writing the report")
+  parser.add_argument("--metric", default="eval_acc_final", help="--plan's per-member figure: a column of the "
+                      "report (eval_acc_final, reward_auc, ...) or mean:<metric> of --mean_of")
+  parser.add_argument("--effect", type=float, default=None, help="--plan: the effect the next study must detect")
+  parser.add_argument("--width", type=float, default=None,
+                      help="--plan: the width of the 95%% interval on held-out accuracy the next study wants")
   args = parser.parse_args(argv)
   if args.smooth < 1:
     parser.error(f"--smooth {args.smooth}: the moving-average window must be >= 1 (1: no smoothing)")
   group_fn = report.regex_grouper(args.group_by) if args.group_by else None
+  extra = [k for k in args.mean_of.split(",") if k]
+  if args.plan:
+    runs = report.select_groups(report.load_sweep_dir(args.sweep_dir, group_fn, extra), args.groups)
+    known = [c for c, _, _ in report.columns_of(runs)]
+    if args.metric not in known:
+      parser.error(f"--metric {args.metric!r}: not a column of this report; columns: {', '.join(known)} "
+                   "(mean:<metric> needs --mean_of <metric>)")
+    print(report.plan_markdown(report.plan(runs, args.metric, args.baseline, args.effect, args.width)))
+    return 0
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
-                              args.baseline, [k for k in args.mean_of.split(",") if k],
+                              args.baseline, extra,
                               [k for k in args.curves.split(",") if k])
   print(storage.read_text(paths["summary.md"]))
   print("wrote " + ", ".join(paths.values()))

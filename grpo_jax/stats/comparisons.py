@@ -42,9 +42,10 @@ def paired(differences: Sequence[float], level: float = LEVEL) -> Paired:
     return Paired(math.nan, NO_INTERVAL, math.nan, 0, 0)
   p = math.nan
   if d.size >= 2:
-    p = 1.0 if np.ptp(d) == 0 and d[0] == 0 else float(stats.ttest_1samp(d, 0.0).pvalue)
-    if np.ptp(d) == 0 and d[0] != 0:
-      p = 0.0  # every seed moved by the same nonzero amount: no spread to doubt it
+    if np.ptp(d) <= 1e-12 * max(1.0, abs(float(d.mean()))):  # no spread (up to rounding): nothing to doubt
+      p = 1.0 if abs(float(d.mean())) <= 1e-12 else 0.0
+    else:
+      p = float(stats.ttest_1samp(d, 0.0).pvalue)
   return Paired(float(d.mean()), over_seeds(d, level), p, int(d.size), int((d > 0).sum()))
 
 

@@ -28,8 +28,10 @@ def power(effect: float, sd: float, n: int, paired: bool = True, alpha: float = 
     return math.nan
   df, se = (n - 1, sd / math.sqrt(n)) if paired else (2 * n - 2, sd * math.sqrt(2 / n))
   crit = stats.t.ppf(1 - alpha / 2, df)
-  nc = effect / se
-  return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+  nc = abs(effect) / se
+  upper, lower = stats.nct.sf(crit, df, nc), stats.nct.cdf(-crit, df, nc)
+  # far in the tail scipy's noncentral t cdf underflows to NaN: that tail is then below 1e-9
+  return float(upper + (0.0 if math.isnan(lower) else lower))
 
 
 def min_detectable_effect(sd: float, n: int, paired: bool = True, target: float = POWER,

@@ -16,7 +16,8 @@ an evaluation row and a step re-logged after a resume both land on their step):
                   killed without a trace records no end); without either, the sum of `step_time`,
   steps           the last step logged,
   mean:<metric>   for metrics asked for with --mean_of: the mean over the steps that logged it.
-Per group: mean ± sample standard deviation (ddof=1) over the group's finished members ('done'), with n.
+Per group: the mean over the group's finished members ('done') with its 95% Student's t interval over seeds,
+the sample standard deviation (ddof=1) and n (groups.csv has them all).
 
 Sweeps over tasks ("variant × task" studies, e.g. experiments/gym.py's get_sweep): when the members' `task.name`
 or `task.options` overrides take more than one value, the report adds one table per TASK_COLUMNS metric with a
@@ -31,15 +32,16 @@ import math
 import os
 import re
 import tempfile
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from grpo_jax import storage
+from grpo_jax.stats import comparisons, intervals, power
 from grpo_jax.sweep import runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.data.reasoning_gym import CONSTANT_ANSWER_METRIC
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.train.metrics import eval_row_steps, eval_rows_path, read_jsonl
 from grpo_jax.train.plotting import draw_panels
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
@@ -129,6 +131,18 @@ class MemberRun:
     wall_s = max(walls) if walls else None
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
     self.summary = summarize(self.rows, wall_s, self.extra)
+    self._eval_rows = None
+
+  @property
+  def final_eval(self) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """(prompts, greedy accuracy reward per prompt) of the member's last held-out evaluation's rows
+    (WORKDIR/eval/step_<N>.jsonl, written by runs since eval rows existed), or None."""
+    if self._eval_rows is None:
+      steps = eval_row_steps(self.workdir)
+      rows = read_jsonl(eval_rows_path(self.workdir, steps[-1])) if steps else []
+      self._eval_rows = ((tuple(r["prompt"] for r in rows), np.asarray([r["greedy"]["reward"] for r in rows],
+                                                                        np.float64)) if rows else False)
+    return self._eval_rows or None
 
 
 def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = None,
@@ -195,12 +209,23 @@ def groups_in_order(runs: Sequence[MemberRun]) -> dict[str, list[MemberRun]]:
   return grouped
 
 
-def mean_std(values: Iterable[float]) -> tuple[float, float, int]:
-  """(mean, sample std with ddof=1 (NaN for one value), count) over the finite values."""
+class SeedStat(NamedTuple):
+  """A group's figure over its finished seeds: mean, sample std (ddof=1), count, and the mean's 95% t interval
+  (grpo_jax/stats/intervals.py: a bootstrap over a handful of seeds under-covers)."""
+  mean: float
+  std: float
+  n: int
+  lo: float = math.nan
+  hi: float = math.nan
+
+
+def mean_std(values: Iterable[float]) -> SeedStat:
+  """The SeedStat of the finite values (std and interval NaN for one value)."""
   x = np.asarray([v for v in values if math.isfinite(v)], np.float64)
   if x.size == 0:
-    return float("nan"), float("nan"), 0
-  return float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else float("nan"), int(x.size)
+    return SeedStat(math.nan, math.nan, 0)
+  ci = intervals.over_seeds(x)
+  return SeedStat(float(x.mean()), float(x.std(ddof=1)) if x.size > 1 else math.nan, int(x.size), ci.lo, ci.hi)
 
 
 def columns_of(runs: Sequence[MemberRun]):
@@ -233,14 +258,17 @@ def paired_columns(runs: Sequence[MemberRun]):
 
 def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any]]:
   """Per group: differences to the `baseline` group's member with the same seed (`_seed<N>` suffix), over the
-  finished pairs: (mean, std, n) and the number of pairs where the group is higher ('wins').
+  finished pairs: a `comparisons.Paired` (mean, t interval, p, n, wins) per column, `<column>_wins`, the
+  Holm-adjusted p over every (group, column) cell of the table as `<column>_holm`, and the probability of
+  improvement over all finished members of both groups (seeds unpaired) as `<column>_poi` (estimate, interval).
 
   Members with the same seed share the warm start and the data order, so a paired difference removes the
   seed-to-seed spread of the starting point that dominates the per-group std."""
   grouped = groups_in_order(runs)
   if baseline not in grouped:
     raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
-  base = {spec_lib.seed_of(m.name): m for m in grouped[baseline] if m.status == "done"}
+  base_done = [m for m in grouped[baseline] if m.status == "done"]
+  base = {spec_lib.seed_of(m.name): m for m in base_done}
   table = []
   for group, members in grouped.items():
     if group == baseline:
@@ -249,23 +277,182 @@ def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any
              if m.status == "done" and spec_lib.seed_of(m.name) in base and spec_lib.seed_of(m.name) is not None]
     row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
     for column, _, _ in paired_columns(runs):
-      diffs = [m.summary[column] - b.summary[column] for m, b in pairs]
-      row[column] = mean_std(diffs)
-      row[column + "_wins"] = sum(d > 0 for d in diffs)
+      row[column] = comparisons.paired([m.summary[column] - b.summary[column] for m, b in pairs])
+      row[column + "_wins"] = row[column].wins
+      row[column + "_poi"] = comparisons.improvement([m.summary[column] for m in members if m.status == "done"],
+                                                     [b.summary[column] for b in base_done])
     table.append(row)
+  cells = [(row, column) for row in table for column, _, _ in paired_columns(runs)]
+  for (row, column), adjusted in zip(cells, comparisons.holm([row[column].p for row, column in cells])):
+    row[column + "_holm"] = adjusted
   return table
 
 
+def _p(p: float) -> str:
+  return "–" if not math.isfinite(p) else f"{p:.2g}" if p >= 0.001 else "<0.001"
+
+
+def _paired_cell(row: dict, column: str, fmt: str) -> str:
+  d: comparisons.Paired = row[column]
+  if d.n == 0:
+    return "–"
+  if d.n == 1:
+    return f"{fmt.format(d.mean)} (1 seed: no interval; {d.wins}/1)"
+  lo, hi = (fmt.format(v) for v in (d.interval.lo, d.interval.hi))
+  return f"{fmt.format(d.mean)} [{lo}, {hi}], p {_p(d.p)}, Holm {_p(row[column + '_holm'])} ({d.wins}/{d.n})"
+
+
+def _poi_cell(row: dict, column: str) -> str:
+  estimate, ci = row[column + "_poi"]
+  if not math.isfinite(estimate):
+    return "–"
+  if not math.isfinite(ci.lo):
+    return f"{estimate:.2f} (too few seeds for an interval)"
+  return f"{estimate:.2f} [{ci.lo:.2f}, {ci.hi:.2f}]"
+
+
 def paired_markdown(runs: Sequence[MemberRun], baseline: str) -> str:
+  table = paired_table(runs, baseline)
   lines = [f"### Paired by seed: difference to `{baseline}`", "",
-           "Mean ± std over seeds of (group − baseline) for the same seed; in brackets, the seeds where the "
-           "group is higher.", "",
+           "Mean of (group − baseline) over the seeds both finished, with its 95% t interval over seeds, the "
+           "two-sided p value of a one-sample t test, its Holm adjustment over every cell of this table, and in "
+           "brackets the seeds where the group is higher.", "",
            "| group | pairs | " + " | ".join(header for _, header, _ in paired_columns(runs)) + " |",
            "|---|---|" + "---|" * len(paired_columns(runs))]
-  for row in paired_table(runs, baseline):
-    cells = [f"{_fmt(row[c], fmt)} ({row[c + '_wins']}/{row['pairs']})" if row["pairs"] else "–"
-             for c, _, fmt in paired_columns(runs)]
+  for row in table:
+    cells = [_paired_cell(row, c, fmt) for c, _, fmt in paired_columns(runs)]
     lines.append(f"| {row['group']} | {row['pairs']} | " + " | ".join(cells) + " |")
+  lines += ["", f"Probability of improvement over `{baseline}`: P(a run of the group scores higher than a run of "
+            "the baseline), seeds unpaired, ties counting 1/2 (Mann-Whitney U / nm), with a 95% percentile "
+            "bootstrap interval over each group's seeds.", "",
+            "| group | " + " | ".join(header.replace("Δ ", "") for _, header, _ in paired_columns(runs)) + " |",
+            "|---|" + "---|" * len(paired_columns(runs))]
+  for row in table:
+    lines.append(f"| {row['group']} | " + " | ".join(_poi_cell(row, c) for c, _, _ in paired_columns(runs)) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def _shared_prompt_scores(members: Sequence[MemberRun]) -> np.ndarray | None:
+  """[S, P] the members' final greedy scores per prompt when all of them evaluated the same prompts, else None."""
+  evals = [m.final_eval for m in members]
+  if not evals or any(e is None for e in evals) or len({e[0] for e in evals}) != 1:
+    return None
+  return np.stack([e[1] for e in evals])
+
+
+def seeds_and_prompts(runs: Sequence[MemberRun], baseline: str | None = None) -> list[dict[str, Any]]:
+  """Per group with 2 or more finished members that evaluated the same held-out prompts (and, with a baseline,
+  per group's same-seed differences to it): the final greedy accuracy's t interval over seeds and its two-level
+  bootstrap (seeds, then prompts), with the standard errors from seeds alone and from prompts alone."""
+  out = []
+  grouped = {g: [m for m in ms if m.status == "done"] for g, ms in groups_in_order(runs).items()}
+  for group, members in grouped.items():
+    scores = _shared_prompt_scores(members)
+    if scores is not None and len(members) >= 2:
+      out.append({"label": group, "n": len(members), "t": intervals.over_seeds(scores.mean(axis=1)),
+                  "two_level": comparisons.two_level(scores)})
+  if baseline is not None and baseline in grouped:
+    base = {spec_lib.seed_of(m.name): m for m in grouped[baseline] if spec_lib.seed_of(m.name) is not None}
+    for group, members in grouped.items():
+      pairs = [(m, base[spec_lib.seed_of(m.name)]) for m in members
+               if group != baseline and spec_lib.seed_of(m.name) in base]
+      if len(pairs) < 2:
+        continue
+      mine, theirs = _shared_prompt_scores([m for m, _ in pairs]), _shared_prompt_scores([b for _, b in pairs])
+      if mine is None or theirs is None or pairs[0][0].final_eval[0] != pairs[0][1].final_eval[0]:
+        continue
+      diffs = mine - theirs
+      out.append({"label": f"{group} − {baseline}", "n": len(pairs), "t": intervals.over_seeds(diffs.mean(axis=1)),
+                  "two_level": comparisons.two_level(diffs)})
+  return out
+
+
+def seeds_and_prompts_markdown(runs: Sequence[MemberRun], baseline: str | None = None) -> str:
+  rows = seeds_and_prompts(runs, baseline)
+  if not rows:
+    return ""
+  lines = ["### Final held-out accuracy: seeds and prompts", "",
+           "The members of a group evaluated the same held-out prompts (their rows in WORKDIR/eval/), so an "
+           "interval over seeds alone treats those prompts as fixed. The two-level bootstrap resamples seeds, "
+           "then prompts (one draw shared by the seeds of a replicate), for an interval that also covers which "
+           "prompts were drawn; the standard errors from seeds alone and from prompts alone say which of the two "
+           "limits the comparison (more seeds, or more held-out prompts).", "",
+           "| group | seeds | mean [95% t interval over seeds] | mean [95% two-level bootstrap] | SE from seeds | "
+           "SE from prompts |", "|---|---|---|---|---|---|"]
+  for row in rows:
+    t, two = row["t"], row["two_level"]
+    lines.append(f"| {row['label']} | {row['n']} | {two.mean:+.3f} [{t.lo:+.3f}, {t.hi:+.3f}] | {two.mean:+.3f} "
+                 f"[{two.interval.lo:+.3f}, {two.interval.hi:+.3f}] | {two.seed_sd:.3f} | {two.prompt_sd:.3f} |")
+  return "\n".join(lines) + "\n"
+
+
+SEED_COUNTS = (3, 5, 10, 20)
+
+
+def plan(runs: Sequence[MemberRun], column: str = "eval_acc_final", baseline: str | None = None,
+         effect: float | None = None, width: float | None = None) -> dict[str, Any]:
+  """What a pilot study says about the next one, for the per-member `column`:
+  sd          the spread the test will face: with `baseline`, the pooled std of the same-seed differences to it
+              (a paired test); else the pooled within-group std (two independent groups);
+  mde[n]      the smallest effect n seeds per group detect at 80% power (two-sided t test, alpha 0.05);
+  seeds       the seeds per group that `effect` needs;
+  prompts     the held-out prompts a 95% interval of `width` needs, at the pilot's final accuracy (Wilson's for
+              0/1 scores, else the normal width with the per-prompt spread of the members' eval rows)."""
+  grouped = {g: [m for m in ms if m.status == "done"] for g, ms in groups_in_order(runs).items()}
+  if baseline is not None:
+    if baseline not in grouped:
+      raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
+    samples = [_paired_differences(grouped, baseline, g, column) for g in grouped if g != baseline]
+  else:
+    samples = [[m.summary[column] for m in ms] for ms in grouped.values()]
+  samples = [[v for v in x if math.isfinite(v)] for x in samples]
+  samples = [x for x in samples if len(x) >= 2]
+  dof = sum(len(x) - 1 for x in samples)
+  sd = math.sqrt(sum(np.var(x, ddof=1) * (len(x) - 1) for x in samples) / dof) if dof else math.nan
+  paired = baseline is not None
+  out: dict[str, Any] = {"column": column, "paired": paired, "sd": sd, "dof": dof,
+                         "mde": {n: power.min_detectable_effect(sd, n, paired) for n in SEED_COUNTS}}
+  if effect is not None:
+    out["effect"], out["seeds"] = effect, power.seeds_needed(effect, sd, paired) if math.isfinite(sd) else None
+  if width is not None:
+    scores = [m.final_eval[1] for ms in grouped.values() for m in ms if m.final_eval is not None]
+    if scores:
+      x = np.concatenate(scores)
+      binary = bool(np.all((x == 0) | (x == 1)))
+      out["width"], out["prompt_mean"] = width, float(x.mean())
+      out["prompts"] = (power.prompts_for_width(width, p=float(x.mean())) if binary else
+                        power.prompts_for_width(width, sd=float(x.std(ddof=1))))
+    else:
+      acc = [m.summary["eval_acc_final"] for ms in grouped.values() for m in ms
+             if math.isfinite(m.summary["eval_acc_final"])]
+      if acc:  # no rows: a 0/1 score at the mean final accuracy
+        out["width"], out["prompt_mean"] = width, float(np.mean(acc))
+        out["prompts"] = power.prompts_for_width(width, p=float(np.mean(acc)))
+  return out
+
+
+def _paired_differences(grouped, baseline: str, group: str, column: str) -> list[float]:
+  base = {spec_lib.seed_of(m.name): m for m in grouped[baseline] if spec_lib.seed_of(m.name) is not None}
+  return [m.summary[column] - base[spec_lib.seed_of(m.name)].summary[column] for m in grouped[group]
+          if spec_lib.seed_of(m.name) in base]
+
+
+def plan_markdown(result: dict[str, Any]) -> str:
+  kind = ("paired by seed (the std of same-seed differences to the baseline)" if result["paired"] else
+          "two independent groups (the pooled within-group std)")
+  lines = [f"## Plan from this pilot: `{result['column']}`", "",
+           f"Spread: {result['sd']:.4g} ({kind}, {result['dof']} degrees of freedom). Two-sided t test at "
+           "alpha 0.05 with 80% power, its power from the noncentral t distribution; a pilot's std is itself "
+           "uncertain, so read these as the order of magnitude.", "",
+           "| seeds per group | smallest detectable effect |", "|---|---|"]
+  lines += [f"| {n} | {mde:.4g} |" for n, mde in result["mde"].items()]
+  if "effect" in result:
+    seeds = result["seeds"]
+    lines += ["", f"An effect of {result['effect']:g} needs "
+              + (f"{seeds} seeds per group." if seeds else "more than 10,000 seeds per group (or no spread).")]
+  if "prompts" in result:
+    lines += ["", f"A 95% interval of width {result['width']:g} on held-out accuracy near "
+              f"{result['prompt_mean']:.3f} needs {result['prompts']} prompts."]
   return "\n".join(lines) + "\n"
 
 
@@ -277,11 +464,13 @@ def shared_overrides(members: Sequence[MemberRun]) -> dict[str, Any]:
   return shared
 
 
-def _fmt(stat: tuple[float, float, int], fmt: str) -> str:
-  mean, std, n = stat
-  if n == 0:
+def _fmt(stat: SeedStat, fmt: str) -> str:
+  """'mean [lo, hi]' (the 95% t interval over seeds), or 'mean (1 seed)'."""
+  if stat.n == 0:
     return "–"
-  return fmt.format(mean) if n == 1 else f"{fmt.format(mean)} ± {fmt.replace('+', '').format(std)}"
+  if stat.n == 1:
+    return f"{fmt.format(stat.mean)} (1 seed)"
+  return f"{fmt.format(stat.mean)} [{fmt.format(stat.lo)}, {fmt.format(stat.hi)}]"
 
 
 def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: str | None = None) -> str:
@@ -289,7 +478,8 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
   failed and the unfinished members, as Markdown."""
   table = group_table(runs)
   lines = [f"## {title}", "",
-           "Mean ± std (ddof=1) over the finished seeds of each group; n = finished / all members.", "",
+           "Mean over the finished seeds of each group with its 95% t interval over seeds (Student's t: a "
+           "bootstrap over fewer than 10 seeds under-covers); n = finished / all members.", "",
            "| group | n | " + " | ".join(header for _, header, _ in columns_of(runs)) + " |",
            "|---|---|" + "---|" * len(columns_of(runs))]
   for row in table:
@@ -300,6 +490,9 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
     lines += ["", by_task.rstrip("\n")]
   if baseline is not None:
     lines += ["", paired_markdown(runs, baseline).rstrip("\n")]
+  both = seeds_and_prompts_markdown(runs, baseline)
+  if both:
+    lines += ["", both.rstrip("\n")]
   lines += ["", "### What each group sets", "",
             "Overrides shared by all members of the group (those that differ between its members, like the "
             "seed, are left out):", ""]
@@ -406,11 +599,12 @@ def task_markdown(runs: Sequence[MemberRun]) -> str:
   lines = []
   for column, header, fmt in TASK_COLUMNS:
     lines += [f"### {header} by task", "",
-              "Rows: variants (a group's overrides other than `task.*`); columns: tasks; mean ± std over the "
-              "finished seeds (n).", "",
+              "Rows: variants (a group's overrides other than `task.*`); columns: tasks; mean over the "
+              "finished seeds with its 95% t interval (n).", "",
               "| variant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
     for row in rows:
-      cells = [f"{_fmt(row[t][column], fmt)} ({row[t][column][2]})" if t in row else "–" for t in tasks]
+      cells = [_fmt(row[t][column], fmt) + (f" (n={row[t][column].n})" if row[t][column].n > 1 else "")
+               if t in row else "–" for t in tasks]
       lines.append(f"| {row['variant']} | " + " | ".join(cells) + " |")
     lines.append("")
   return "\n".join(lines)
@@ -422,7 +616,7 @@ def tasks_csv(runs: Sequence[MemberRun]) -> str:
   writer = csv.writer(out)
   header = ["variant", "task"]
   for column, _, _ in TASK_COLUMNS:
-    header += [f"{column}_mean", f"{column}_std", f"{column}_n"]
+    header += [f"{column}_{field}" for field in SeedStat._fields]
   writer.writerow(header)
   tasks, rows = task_table(runs) or ([], [])
   for row in rows:
@@ -437,7 +631,7 @@ def groups_csv(runs: Sequence[MemberRun]) -> str:
   writer = csv.writer(out)
   header = ["group", "members", "done", "failed"]
   for column, _, _ in columns_of(runs):
-    header += [f"{column}_mean", f"{column}_std", f"{column}_n"]
+    header += [f"{column}_{field}" for field in SeedStat._fields]
   writer.writerow(header)
   for row in group_table(runs):
     cells = [row["group"], row["members"], row["done"], row["failed"]]

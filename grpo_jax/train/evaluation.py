@@ -28,6 +28,7 @@ from grpo_jax.data import tasks
 from grpo_jax.rewards.registry import answer_key
 from grpo_jax.sampling.episodes import EpisodeResult
 from grpo_jax.stats import estimators, intervals
+from grpo_jax.train.metrics import EVAL_ROWS_DIR, eval_rows_path
 from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
 
 
@@ -142,14 +143,6 @@ def prompt_rows(prompts: Sequence[str], gold: Sequence | None, completions: Sequ
   return rows
 
 
-EVAL_ROWS_DIR = "eval"  # in a workdir
-
-
-def rows_path(rows_dir: str, step: int) -> str:
-  """A training run's rows of its held-out evaluation at `step`: WORKDIR/eval/step_<step>.jsonl."""
-  return storage.join(rows_dir, f"step_{step}.jsonl")
-
-
 def write_rows(path: str, rows: Sequence[dict]) -> None:
   """The rows as JSON lines at `path` (a local path or a gs:// / s3:// URL), written whole."""
   storage.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
@@ -185,7 +178,7 @@ class RunEvaluation:
     self.transfer_columns = {name: task.transfer_rows(name, settings.eval.size)
                              for name in getattr(task, "transfer_sets", ())}
     self.seconds: dict[int, float] = {}
-    self.rows_dir: str | None = None  # where each held-out evaluation's rows go (the run's main process sets it)
+    self.workdir: str | None = None  # where each held-out evaluation's rows go (the run's main process sets it)
 
   def __call__(self, params, step: int) -> dict:
     t0 = time.perf_counter()
@@ -208,9 +201,9 @@ class RunEvaluation:
     metrics, details = evaluate(self.greedy_sampler, params, self.tokenizer, self.columns, self.scoring,
                                 samples=e.samples, pass_k=e.pass_k, maj_k=e.maj_k, sampler=self.sampler,
                                 return_details=True, **kwargs)
-    if self.rows_dir is not None:
-      storage.makedirs(self.rows_dir)
-      write_rows(rows_path(self.rows_dir, step), details["rows"])
+    if self.workdir is not None:
+      storage.makedirs(storage.join(self.workdir, EVAL_ROWS_DIR))
+      write_rows(eval_rows_path(self.workdir, step), details["rows"])
     if step == 0:
       metrics.update(self.baselines)
     if step in (0, num_steps):

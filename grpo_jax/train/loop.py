@@ -24,7 +24,6 @@ from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import workdir as workdir_lib
 from grpo_jax.train.checkpoint import WARMSTART_DIR, save_initial_state
-from grpo_jax.train.evaluation import EVAL_ROWS_DIR
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.preemption import Preemption
@@ -75,7 +74,7 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
   wd = workdir_lib.Workdir(settings, config_json, workdir, main, log_console, time_split)
   run = Run(settings, inputs, log_console, time_split)
   if main:  # each held-out evaluation's per-prompt rows: WORKDIR/eval/step_<N>.jsonl (grpo-report reads them)
-    run.evaluate.rows_dir = storage.join(workdir, EVAL_ROWS_DIR)
+    run.evaluate.workdir = workdir
   hooks: list[hooks_lib.Hook] = []
   try:
     state = _restore(run, wd)

@@ -28,6 +28,20 @@ from grpo_jax import storage
 METRICS_FILE = "metrics.jsonl"
 SAMPLES_FILE = "samples.jsonl"
 WARMSTART_FILE = "warmstart.jsonl"
+EVAL_ROWS_DIR = "eval"  # WORKDIR/eval/step_<N>.jsonl: the per-prompt rows of the held-out evaluation at step N
+
+
+def eval_rows_path(workdir: str, step: int) -> str:
+  return storage.join(workdir, EVAL_ROWS_DIR, f"step_{step}.jsonl")
+
+
+def eval_row_steps(workdir: str) -> list[int]:
+  """The steps whose held-out evaluation rows the run wrote, ascending."""
+  directory = storage.join(workdir, EVAL_ROWS_DIR)
+  if not storage.isdir(directory):
+    return []
+  names = [n for n in storage.listdir(directory) if n.startswith("step_") and n.endswith(".jsonl")]
+  return sorted(int(n[5:-6]) for n in names if n[5:-6].isdigit())
 
 
 def _plain(value: Any):

@@ -101,26 +101,31 @@ def test_group_table_mean_and_sample_std_over_finished_seeds(sweep_dir):
   assert list(table) == ["a", "b", "c", "extra"]  # plan order, then unplanned
   a = table["a"]
   assert (a["members"], a["done"], a["failed"]) == (2, 2, 0)
-  mean, std, n = a["eval_acc_final"]
+  mean, std, n = a["eval_acc_final"][:3]
   assert (mean, n) == (pytest.approx(0.7), 2) and std == pytest.approx(math.sqrt(0.02))
-  mean, std, _ = a["reward_auc"]
+  # the 95% t interval over the 2 seeds: mean ± t(0.975, 1) * std / sqrt(2), t(0.975, 1) = 12.706
+  half = 12.7062047 * math.sqrt(0.02) / math.sqrt(2)
+  assert (a["eval_acc_final"].lo, a["eval_acc_final"].hi) == (pytest.approx(0.7 - half), pytest.approx(0.7 + half))
+  mean, std, _ = a["reward_auc"][:3]
   assert mean == pytest.approx(0.45) and std == pytest.approx(math.sqrt(0.005))
-  mean, std, _ = a["steps_per_s"]
+  mean, std, _ = a["steps_per_s"][:3]
   assert mean == pytest.approx((0.4 + 0.5) / 2) and std == pytest.approx(np.std([0.4, 0.5], ddof=1))
   assert a["wall_s"][:2] == (pytest.approx(25.0), pytest.approx(math.sqrt(50.0)))
   b = table["b"]  # the failed seed is not averaged in
   assert (b["done"], b["failed"]) == (1, 1)
   assert b["eval_acc_final"][0] == 0.9 and math.isnan(b["eval_acc_final"][1]) and b["eval_acc_final"][2] == 1
+  assert math.isnan(b["eval_acc_final"].lo)  # one seed: no interval
   assert b["kl_final"][0] == 0.3 and b["steps_per_s"][0] == 0.25
-  assert table["c"]["reward_auc"] == (0.5, pytest.approx(float("nan"), nan_ok=True), 1)
+  assert table["c"]["reward_auc"][:3] == (0.5, pytest.approx(float("nan"), nan_ok=True), 1)
 
 
 def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
   runs = report.load_sweep_dir(sweep_dir)
   md = report.markdown(runs, "t")
-  assert "| a | 2/2 | 0.200 ± 0.000 | 0.700 ± 0.141 | 0.450 ± 0.071 |" in md
-  assert "| b | 1/2 | 0.300 | 0.900 |" in md
-  assert "| c | 1/2 | 0.500 | 0.500 | 0.500 | 0.00e+00 | 3.00 | 1.00 | 7 |" in md
+  assert "| a | 2/2 | 0.200 [0.200, 0.200] | 0.700 [-0.571, 1.971] | 0.450 [-0.185, 1.085] |" in md
+  assert "| b | 1/2 | 0.300 (1 seed) | 0.900 (1 seed) |" in md
+  assert ("| c | 1/2 | 0.500 (1 seed) | 0.500 (1 seed) | 0.500 (1 seed) | 0.00e+00 (1 seed) | 3.00 (1 seed) | "
+          "1.00 (1 seed) | 7 (1 seed) |") in md
   assert "### Failed members" in md and "`b_seed0` (group b): `ValueError: boom`" in md
   assert "- a: `algo.x=a`\n" in md and "- extra: (none recorded)" in md
   assert "- not started (1): `c_seed0`" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
@@ -195,7 +200,8 @@ def test_paired_differences_to_a_baseline_group(sweep_dir):
   assert table["c"]["eval_acc_final"][:1] == (pytest.approx(-0.3),) and table["c"]["pairs"] == 1
   assert table["extra"]["pairs"] == 0
   md = report.markdown(runs, "t", baseline="a")
-  assert "| b | 1 | +0.100 (1/1) | +0.000 (0/1) |" in md and "| extra | 0 | – | – |" in md
+  assert ("| b | 1 | +0.100 (1 seed: no interval; 1/1) | +0.000 (1 seed: no interval; 0/1) |" in md
+          and "| extra | 0 | – | – |" in md)
   with pytest.raises(ValueError, match="'z' is not a group"):
     report.paired_table(runs, "z")
 

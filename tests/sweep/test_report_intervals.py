@@ -1,0 +1,124 @@
+"""grpo-report's intervals: every number in the report's tables comes with its interval, paired comparisons
+with p values and Holm's adjustment, the two-level bootstrap over members' eval rows, and --plan."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from grpo_jax.stats import comparisons, power
+from grpo_jax.sweep import report
+from tests.sweep.conftest import REPO
+
+PROMPTS = [f"{a}+{b}=" for a in range(8) for b in range(8)]  # 64 held-out prompts, shared by every member
+
+
+def _member(sweep_dir, name, group, seed, rng, skill):
+  workdir = os.path.join(sweep_dir, name)
+  os.makedirs(os.path.join(workdir, "eval"))
+  correct = rng.random(len(PROMPTS)) < skill
+  rows = [{"step": s, "reward": skill * s / 4 + 0.01 * seed, "kl": 0.01 * s, "completions/mean_length": 5.0 - s,
+           "step_time": 1.0 + 0.1 * seed, "entropy": 1.0 - skill * s / 8} for s in range(1, 5)]
+  rows += [{"step": 0, "eval/accuracy": 0.1}, {"step": 4, "eval/accuracy": float(correct.mean())}]
+  with open(os.path.join(workdir, "metrics.jsonl"), "w") as f:
+    f.write("".join(json.dumps(r) + "\n" for r in rows))
+  with open(os.path.join(workdir, "eval", "step_4.jsonl"), "w") as f:
+    for prompt, right in zip(PROMPTS, correct):
+      f.write(json.dumps({"prompt": prompt, "gold": "0", "greedy": {"completion": "0", "answer": "0",
+                                                                     "reward": float(right), "correct": bool(right)}})
+              + "\n")
+  with open(os.path.join(workdir, "DONE"), "w") as f:
+    json.dump({"wall_s": 10.0 + seed}, f)
+  return {"name": name, "group": group, "overrides": {"grpo.loss": group, "seed": seed}}
+
+
+@pytest.fixture
+def study(tmp_path):
+  d = str(tmp_path / "study")
+  os.makedirs(d)
+  rng = np.random.default_rng(0)
+  members = [_member(d, f"{group}_seed{seed}", group, seed, rng, skill + 0.03 * seed)
+             for group, skill in (("base", 0.4), ("better", 0.6), ("same", 0.4)) for seed in range(4)]
+  with open(os.path.join(d, "sweep.json"), "w") as f:
+    json.dump({"members": members}, f)
+  return d
+
+
+def _table_cells(md: str):
+  """(header, cell) of every data cell of every Markdown table."""
+  header = None
+  for line in md.splitlines():
+    if not line.startswith("|"):
+      header = None
+      continue
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    if header is None:
+      header = cells
+    elif not set(line) <= set("|-"):
+      yield from zip(header, cells)
+
+
+def test_every_number_in_the_reports_tables_has_its_interval(study):
+  runs = report.load_sweep_dir(study, extra=["entropy"])
+  md = report.markdown(runs, "t", baseline="base")
+  assert "### Final held-out accuracy: seeds and prompts" in md and "Probability of improvement" in md
+  counts = {"group", "n", "pairs", "seeds", "SE from seeds", "SE from prompts"}
+  checked = 0
+  for header, cell in _table_cells(md):
+    if header in counts or cell == "–":
+      continue
+    assert re.search(r"\[[-+]?\d[\d.e+-]*, [-+]?\d[\d.e+-]*\]", cell), f"{header}: {cell!r} has no interval"
+    checked += 1
+  assert checked >= 40
+
+
+def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_table(study):
+  runs = report.load_sweep_dir(study)
+  table = {row["group"]: row for row in report.paired_table(runs, "base")}
+  by_name = {r.name: r for r in runs}
+  diffs = [by_name[f"better_seed{s}"].summary["eval_acc_final"] - by_name[f"base_seed{s}"].summary["eval_acc_final"]
+           for s in range(4)]
+  better = table["better"]["eval_acc_final"]
+  assert better.mean == pytest.approx(np.mean(diffs)) and better.p == pytest.approx(comparisons.paired(diffs).p)
+  ps = [table[g][c].p for g in ("better", "same") for c, _, _ in report.paired_columns(runs)]
+  holm = [table[g][c + "_holm"] for g in ("better", "same") for c, _, _ in report.paired_columns(runs)]
+  assert holm == pytest.approx(comparisons.holm(ps))
+  assert better.p < 0.05 and better.interval.lo > 0  # 0.6 vs 0.4 on 64 prompts, 4 seeds
+
+
+def test_two_level_bootstrap_reads_the_members_eval_rows(study):
+  runs = report.load_sweep_dir(study)
+  rows = {row["label"]: row for row in report.seeds_and_prompts(runs, "base")}
+  assert set(rows) == {"base", "better", "same", "better − base", "same − base"}
+  accuracies = [r.summary["eval_acc_final"] for r in runs if r.group == "better"]
+  assert rows["better"]["two_level"].mean == pytest.approx(np.mean(accuracies))
+  two, t = rows["better − base"]["two_level"], rows["better − base"]["t"]
+  assert two.interval.lo > 0 and t.lo > 0
+  # prompts drawn once for all seeds add width that the seeds-only interval does not have
+  assert two.prompt_sd > 0 and two.seed_sd > 0
+
+
+def test_plan_from_a_pilot_matches_the_power_functions(study):
+  runs = report.load_sweep_dir(study)
+  result = report.plan(runs, "eval_acc_final", baseline="base", effect=0.05, width=0.1)
+  by_name = {r.name: r for r in runs}
+  diffs = [[by_name[f"{g}_seed{s}"].summary["eval_acc_final"] - by_name[f"base_seed{s}"].summary["eval_acc_final"]
+            for s in range(4)] for g in ("better", "same")]
+  sd = math.sqrt((np.var(diffs[0], ddof=1) + np.var(diffs[1], ddof=1)) / 2)  # pooled, 3 dof each
+  assert result["sd"] == pytest.approx(sd) and result["dof"] == 6
+  assert result["mde"][5] == pytest.approx(power.min_detectable_effect(sd, 5))
+  assert result["seeds"] == power.seeds_needed(0.05, sd)
+  assert result["prompts"] == power.prompts_for_width(0.1, p=result["prompt_mean"])
+  out = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "report.py"), study, "--baseline", "base",
+                        "--plan", "--effect", "0.05", "--width", "0.1"], capture_output=True, text=True, cwd=REPO,
+                       timeout=120)
+  assert out.returncode == 0, out.stderr
+  assert f"| 5 | {result['mde'][5]:.4g} |" in out.stdout and f"needs {result['seeds']} seeds" in out.stdout
+  assert not os.path.exists(os.path.join(study, "report"))  # --plan prints, writes nothing
+  bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "report.py"), study, "--plan", "--metric",
+                        "nope"], capture_output=True, text=True, cwd=REPO, timeout=120)
+  assert bad.returncode == 2 and "--metric 'nope': not a column" in bad.stderr
