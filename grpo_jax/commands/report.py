@@ -1,5 +1,5 @@
-"""`grpo-report`: summarizes a sweep directory: per-group table (Markdown + CSV), per-member CSV, curves with
-seed bands (PNG).
+"""`grpo-report`: summarizes a sweep directory: per-group table (Markdown + CSV) with 95% intervals over seeds,
+paired tests against a baseline, per-member CSV, curves with interval bands (PNG); --plan sizes the next study.
 
   grpo-report runs/ablation_variants                      # -> runs/ablation_variants/report/
   grpo-report runs/av --group_by '^(.*)_seed\\d+$' --out docs/ablations --smooth 10
@@ -36,7 +36,7 @@ def run(argv=None) -> int:
   parser.add_argument("--mean_of", default="", help="comma-separated metric names: add a column with the mean "
                       "over steps of each (e.g. clip_ratio/region,entropy)")
   parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
-                      "per group, mean ± std over seeds (e.g. entropy,completions/mean_length)")
+                      "per group, the mean over seeds with its 95%% t interval (e.g. entropy,completions/mean_length)")
   parser.add_argument("--plan", action="store_true", help="print what this pilot says about the next study "
                       "(smallest detectable effect for 3, 5, 10, 20 seeds; seeds for --effect; prompts for --width) "
                       "instead of writing the report")

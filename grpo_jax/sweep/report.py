@@ -35,6 +35,7 @@ import tempfile
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
+from scipy import stats
 
 from grpo_jax import storage
 from grpo_jax.stats import comparisons, intervals, power
@@ -700,6 +701,16 @@ def paired_band(members: Sequence[MemberRun], baseline: Sequence[MemberRun], key
   return _aggregate([d for d in diffs if d])
 
 
+def interval_band(aggregate):
+  """(steps, mean, (lo, hi), count) from `band`'s (steps, mean, std, count): the mean's 95% t interval over the
+  members at each step (NaN where fewer than 2 logged it)."""
+  steps, mean, std, count = aggregate
+  half = np.full(mean.shape, np.nan)
+  several = count > 1
+  half[several] = stats.t.ppf(0.975, count[several] - 1) * std[several] / np.sqrt(count[several])
+  return steps, mean, (mean - half, mean + half), count
+
+
 def _plotted_groups(runs, include):
   grouped = {g: [m for m in ms if m.status in include] for g, ms in groups_in_order(runs).items()}
   return {g: ms for g, ms in grouped.items() if ms}
@@ -722,7 +733,7 @@ def curve_panels(runs: Sequence[MemberRun], smooth: int = 10, include=("done", "
   panels = []
   for key, label in CURVES:
     window = 1 if key == EVAL_ACC else smooth
-    curves = [(f"{g} (n={len(ms)})", band(ms, key, window), "o" if key == EVAL_ACC else None,
+    curves = [(f"{g} (n={len(ms)})", interval_band(band(ms, key, window)), "o" if key == EVAL_ACC else None,
                _floor(ms) if key == EVAL_ACC else None) for g, ms in grouped.items()]
     if key == KL and not any(c[1][0].size for c in curves):
       continue
@@ -734,13 +745,13 @@ def curve_panels(runs: Sequence[MemberRun], smooth: int = 10, include=("done", "
 
 
 def plot(runs: Sequence[MemberRun], path: str, smooth: int = 10, include=("done", "unfinished")) -> None:
-  """Mean curve ± one std over seeds per group, one panel per metric of `curve_panels`."""
+  """Mean curve over seeds per group with its 95% t interval, one panel per metric of `curve_panels`."""
   draw_panels(curve_panels(runs, smooth, include), path)
 
 
 def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int = 10,
                 include=("done", "unfinished")) -> None:
-  """Mean ± std over seeds of (group − baseline, same seed) for reward and held-out accuracy."""
+  """Mean over seeds of (group − baseline, same seed) with its 95% t interval, for reward and held-out accuracy."""
   grouped = _plotted_groups(runs, include)
   if baseline not in grouped:
     raise ValueError(f"--baseline {baseline!r} is not a group with runs; groups: {list(grouped)}")
@@ -749,16 +760,16 @@ def plot_paired(runs: Sequence[MemberRun], baseline: str, path: str, smooth: int
   for key, label in CURVES[:2]:
     window = 1 if key == EVAL_ACC else smooth
     panels.append((_title(f"{label} − {baseline} (same seed)", key, smooth),
-                   [(g, paired_band(ms, base, key, window), "o" if key == EVAL_ACC else None)
+                   [(g, interval_band(paired_band(ms, base, key, window)), "o" if key == EVAL_ACC else None)
                     for g, ms in grouped.items() if g != baseline]))
   draw_panels(panels, path)
 
 
 def plot_metrics(runs: Sequence[MemberRun], keys: Sequence[str], path: str, smooth: int = 10,
                  include=("done", "unfinished")) -> None:
-  """Mean curve ± one std over seeds per group for each metric in `keys`, one panel each."""
+  """Mean curve over seeds per group with its 95% t interval for each metric in `keys`, one panel each."""
   grouped = _plotted_groups(runs, include)
-  panels = [(_title(key, key, smooth), [(f"{g} (n={len(ms)})", band(ms, key, smooth), None)
+  panels = [(_title(key, key, smooth), [(f"{g} (n={len(ms)})", interval_band(band(ms, key, smooth)), None)
                                         for g, ms in grouped.items()]) for key in keys]
   draw_panels(panels, path)
 

@@ -2,7 +2,8 @@
 
 `plot_runs` draws runs (their metrics.jsonl) as lines: reward, held-out accuracy, KL, entropy and completion
 length against the step (the run's curves.png, grpo-plot). `draw_panels` draws any panels of curves with
-optional bands (mean ± std); the ablation report (grpo_jax/sweep/report.py) uses it for its group figures.
+optional bands (mean ± std, or an interval (lo, hi): a held-out figure's logged 95% interval); the ablation
+report (grpo_jax/sweep/report.py) uses it for its group figures.
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ OPTIONAL_PANELS = (("episodes/turns", "messages per episode"),)
 
 
 def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) -> str:
-  """panels: [(title, [(label, (steps, mean, std, count), marker[, floor])] per curve)] -> one row of plots in a PNG.
+  """panels: [(title, [(label, (steps, mean, band, count), marker[, floor])] per curve)] -> one row of plots in a PNG.
 
-  Each curve is a line with a band of ± std where std is finite (NaN: no band); a curve keeps its color (and
+  Each curve is a line with a band where it is finite (NaN: no band): `band` is a std (mean ± std) or a pair
+  (lo, hi) of arrays, an interval; a curve keeps its color (and
   line style, past 10 curves) across panels; a finite `floor` adds a dotted level line in the curve's color (a
   reference such as what one constant answer scores); a panel without data says "not logged". Returns `path`.
   `layout`: the margins of an earlier figure of the same panels (a redrawing), reused instead of a tight_layout
@@ -50,8 +52,9 @@ def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) ->
       color, style = cmap(i % 10), ("-", "--", ":")[(i // 10) % 3]
       (line,) = ax.plot(steps, mean, color=color, ls=style, lw=1.4, marker=marker, ms=3)
       legend.setdefault(label, line)
-      ok = np.isfinite(std)
-      ax.fill_between(steps[ok], (mean - std)[ok], (mean + std)[ok], color=color, alpha=0.12, lw=0)
+      lo, hi = std if isinstance(std, tuple) else (mean - std, mean + std)
+      ok = np.isfinite(lo) & np.isfinite(hi)
+      ax.fill_between(steps[ok], lo[ok], hi[ok], color=color, alpha=0.12, lw=0)
       if floor and floor[0] is not None and np.isfinite(floor[0]):
         ax.axhline(floor[0], color=color, ls=":", lw=1.2)
       drawn = True
@@ -112,10 +115,12 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
   for key, title in chosen:
     curves = []
     for records, label in zip(runs, labels):
-      pts = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-      steps, values = (np.asarray(v, np.float64) for v in zip(*pts)) if pts else (np.zeros(0), np.zeros(0))
-      curves.append((label, (steps, values, np.full(values.shape, np.nan), np.ones(values.shape)),
-                     "o" if key.startswith("eval/") else None))
+      pts = [(r["step"], r[key], r.get(f"{key}/lo", np.nan), r.get(f"{key}/hi", np.nan)) for r in records
+             if r.get(key) is not None]
+      steps, values, lo, hi = ((np.asarray(v, np.float64) for v in zip(*pts)) if pts else
+                               (np.zeros(0) for _ in range(4)))
+      # a figure logged with its interval (eval/accuracy/lo, /hi) is drawn with it as its band
+      curves.append((label, (steps, values, (lo, hi), np.ones(values.shape)), "o" if key.startswith("eval/") else None))
     panels.append((title, curves))
   return draw_panels(panels, out_path, dpi=100, layout=layout)
 

@@ -122,3 +122,23 @@ def test_plan_from_a_pilot_matches_the_power_functions(study):
   bad = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "report.py"), study, "--plan", "--metric",
                         "nope"], capture_output=True, text=True, cwd=REPO, timeout=120)
   assert bad.returncode == 2 and "--metric 'nope': not a column" in bad.stderr
+
+
+def test_curves_draw_the_t_interval_over_seeds_and_a_runs_own_eval_interval(study, monkeypatch):
+  from grpo_jax.train import plotting
+  runs = [r for r in report.load_sweep_dir(study) if r.group == "better"]
+  steps, mean, (lo, hi), count = report.interval_band(report.band(runs, "reward"))
+  values = np.array([[r.rows[s]["reward"] for r in runs] for s in steps.tolist()])
+  half = 3.182446 * values.std(axis=1, ddof=1) / 2  # t(0.975, 3) * std / sqrt(4)
+  np.testing.assert_allclose(mean, values.mean(axis=1))
+  np.testing.assert_allclose(hi - mean, half, rtol=1e-5)
+  np.testing.assert_allclose(mean - lo, half, rtol=1e-5)
+  # one run's curves: a figure logged with /lo and /hi is drawn with that interval as its band
+  workdir = runs[0].workdir
+  with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+    f.write(json.dumps({"step": 5, "eval/accuracy": 0.5, "eval/accuracy/lo": 0.4, "eval/accuracy/hi": 0.62}) + "\n")
+  drawn = {}
+  monkeypatch.setattr(plotting, "draw_panels", lambda panels, path, **kw: drawn.update(panels=panels))
+  plotting.plot_runs([workdir], os.path.join(workdir, "curves.png"))
+  (_, ((_, (steps, values, (lo, hi), _), _),)), = [p for p in drawn["panels"] if p[0] == "held-out accuracy"]
+  assert steps.tolist() == [0, 4, 5] and (lo[-1], hi[-1]) == (0.4, 0.62) and np.isnan(lo[0])
