@@ -92,10 +92,15 @@ def read_text(path: str) -> str:
     return f.read()
 
 
-def write_text(path: str, text: str) -> None:
-  """Writes `text` whole (an object store replaces the object atomically)."""
+def write_text(path: str, text: str, atomic: bool = False) -> None:
+  """Writes `text` whole (an object store replaces the object atomically; a local file too with `atomic`: written
+  beside it, then renamed over it, so a kill mid-write leaves the old file or none, never half of one)."""
   if is_url(path):
     _epath(path).write_text(text)
+  elif atomic:
+    with open(path + ".part", "w") as f:
+      f.write(text)
+    os.replace(path + ".part", path)
   else:
     with open(path, "w") as f:
       f.write(text)

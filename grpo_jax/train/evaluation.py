@@ -144,8 +144,9 @@ def prompt_rows(prompts: Sequence[str], gold: Sequence | None, completions: Sequ
 
 
 def write_rows(path: str, rows: Sequence[dict]) -> None:
-  """The rows as JSON lines at `path` (a local path or a gs:// / s3:// URL), written whole."""
-  storage.write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+  """The rows as JSON lines at `path` (a local path or a gs:// / s3:// URL), written whole and atomically (a kill
+  during an evaluation leaves no half file for grpo-report to read)."""
+  storage.write_text(path, "".join(json.dumps(row) + "\n" for row in rows), atomic=True)
 
 
 def figures_of_rows(rows: Sequence[dict], pass_k: Sequence[int] = (), maj_k: Sequence[int] = ()) -> dict:
