@@ -538,16 +538,16 @@ def decode_kernel_check(cfg, config) -> dict:
   from grpo_jax.model import decode_attention as kernel
   B = config.grpo.prompts_per_step * config.grpo.group_size
   S = config.sampling.max_prompt_length + config.sampling.max_new_tokens
-  K, G, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+  K, Q, H = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
   keys = jax.random.split(jax.random.key(0), 4)
-  q = jax.random.normal(keys[0], (B, K, G, H), jnp.bfloat16)
+  q = jax.random.normal(keys[0], (B, K, Q, H), jnp.bfloat16)
   k = jax.random.normal(keys[1], (B, K, H, S), jnp.bfloat16)
   v = jax.random.normal(keys[2], (B, K, S, H), jnp.bfloat16)
   ok = jax.random.uniform(keys[3], (B, S)) > 0.1
   length = jnp.int32(S // 2)
   fast = jax.jit(lambda *a: kernel.decode_attention(*a, scale=cfg.attention_scale))
   slow = jax.jit(lambda *a: kernel.reference_decode_attention(*a, scale=cfg.attention_scale))
-  out, last = {"shape_BxKxGxHxS": [B, K, G, H, S], "filled": int(length)}, {}
+  out, last = {"shape_BxKxQxHxS": [B, K, Q, H, S], "filled": int(length)}, {}
   for name, fn in (("pallas", fast), ("einsum", slow)):
     fn(q, k, v, ok, length).block_until_ready()
     t0 = time.perf_counter()

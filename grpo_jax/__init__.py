@@ -10,7 +10,8 @@ letters with these meanings only:
   S  KV-cache slots (P + C)
   M  mini-batches per rollout      U  micro-batches per mini-batch     b  rows of a micro-batch
   D  hidden size    F  MLP hidden size    V  vocabulary    L  layers
-  N  query heads    K  key/value heads    H  head dimension    Hh  half of it (rotary tables)
+  N  query heads    K  key/value heads    Q  query heads per key/value head (N = K x Q)
+  H  head dimension    Hh  half of it (rotary tables)
 
 A letter stands for one size; `x` joins them (`BxT` is [B, T]); a trailing `_B` names a per-row vector.
 """

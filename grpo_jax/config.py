@@ -44,22 +44,44 @@ def _config_dict(cls) -> ml_collections.ConfigDict:
   return out
 
 
+def _map_keys(cls=settings.Settings, prefix: str = "") -> frozenset[str]:
+  """The dotted keys of the config's name -> value maps (settings.py's `dict` fields: rewards, reward gates, a
+  task's field map and options), which are set, saved and compared whole."""
+  hints = typing.get_type_hints(cls)
+  out: set[str] = set()
+  for field in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(hints[field.name]):
+      out |= _map_keys(hints[field.name], f"{prefix}{field.name}.")
+    elif hints[field.name] is dict:
+      out.add(prefix + field.name)
+  return frozenset(out)
+
+
+MAP_KEYS = _map_keys()
+
+
 def _get(c, key):
   for part in filter(None, key.split(".")):
     c = c[part]
   return c
 
 
-# Fields a resumed run may change: when to stop, what to log, how often to save or evaluate, what an evaluation
-# samples (the eval/avg@N, pass@k, maj@k figures change from the resume on; training does not), and how the same
-# computation is laid out on the devices. Any other change would make the resumed run a different experiment.
-RESUMABLE_CHANGES = ("num_steps", "log.", "checkpoint.every", "checkpoint.keep", "checkpoint.async_save",
-                     "checkpoint.preemption_deadline_s", "checkpoint.preemption_notice", "checkpoint.lease_ttl_s",
-                     "eval.every", "eval.batch_size", "eval.samples", "eval.pass_k", "eval.maj_k",
-                     "eval.temperature", "mesh.", "distributed.", "model.offload_ref_params",
-                     "model.share_prompt_forward", "grpo.micro_batch_size", "grpo.length_buckets",
-                     "reward_timeout_s", "reward_isolation", "compile_cache_dir", "checkpoint.export_hf",
-                     "env.step_timeout_s", "env.max_concurrent_steps")
+def resumable_keys(cls=settings.Settings, prefix: str = "") -> tuple[str, ...]:
+  """The keys a resumed run may change (settings.py's `resumable` fields; "section." for a section marked
+  RESUMABLE): any other difference from the saved config.json is refused."""
+  if getattr(cls, "RESUMABLE", False):
+    return (prefix,)
+  hints = typing.get_type_hints(cls)
+  out: list[str] = []
+  for field in dataclasses.fields(cls):
+    if dataclasses.is_dataclass(hints[field.name]):
+      out += resumable_keys(hints[field.name], f"{prefix}{field.name}.")
+    elif field.metadata.get("resumable"):
+      out.append(prefix + field.name)
+  return tuple(out)
+
+
+RESUMABLE_CHANGES = resumable_keys()
 
 
 def keys(config=None) -> list[str]:
@@ -79,8 +101,7 @@ def keys(config=None) -> list[str]:
 def unknown_key_message(key: str) -> str:
   """One line for a key the config does not have, naming the closest keys."""
   import difflib
-  sections = ("rewards", "reward_gates", "task.field_map", "task.options")  # name -> value maps, set whole
-  known = [k for k in keys() if not isinstance(_get(get_config(), k), ml_collections.ConfigDict) or k in sections]
+  known = [k for k in keys() if not isinstance(_get(get_config(), k), ml_collections.ConfigDict) or k in MAP_KEYS]
   leaf = key.rsplit(".", 1)[-1]
   close = [k for k in known if k.rsplit(".", 1)[-1] == leaf]  # the same name in another section
   close += [k for k in difflib.get_close_matches(key, known, n=3, cutoff=0.6) if k not in close]
@@ -92,12 +113,11 @@ def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
   """A saved config.json as a ConfigDict, with every field the run predates (e.g. a config group added later) at
   its default, so the code of today reads a run of yesterday (a key the code no longer has is kept, unread)."""
   config = get_config()
-  free_form = {"rewards", "reward_gates", "task.field_map", "task.options"}  # name -> value maps: the saved one replaces ours
 
   def merge(target, values: dict, prefix: str):
-    for key, value in values.items():
+    for key, value in values.items():  # a map (MAP_KEYS): the saved one replaces ours
       if (isinstance(value, dict) and isinstance(target.get(key), ml_collections.ConfigDict)
-          and prefix + key not in free_form):
+          and prefix + key not in MAP_KEYS):
         merge(target[key], value, f"{prefix}{key}.")
       else:
         with target.ignore_type():
@@ -114,7 +134,7 @@ def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
 def _flatten(tree: dict, prefix: str = "") -> dict:
   out = {}
   for key, value in tree.items():
-    if isinstance(value, dict) and key not in ("rewards", "reward_gates", "field_map", "options"):
+    if isinstance(value, dict) and prefix + key not in MAP_KEYS:
       out.update(_flatten(value, f"{prefix}{key}."))
     else:
       out[prefix + key] = value

@@ -40,6 +40,13 @@ def _section(cls):
   return dataclasses.field(default_factory=cls)
 
 
+def resumable(default):
+  """A field a resumed run may change (config.resumable_keys): when to stop, what to log, how often to save or
+  evaluate, what an evaluation samples, how the same computation is laid out; any other change would make the
+  resumed run a different experiment. A section whose every field may change says so with `RESUMABLE = True`."""
+  return dataclasses.field(default=default, metadata={"resumable": True})
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
   """The model: a Hugging Face checkpoint, or a fresh one of the shape below."""
@@ -63,11 +70,11 @@ class ModelSettings:
                                   # or "cudnn" (its cuDNN flash attention; NVIDIA GPUs, bfloat16 compute).
   decode_attention: str = "einsum"  # the sampler's token steps: "einsum" (XLA) or "pallas" (one kernel per layer
                                   # over the filled cache slots; NVIDIA GPUs, or the CPU's slow interpreter).
-  share_prompt_forward: bool = True  # the update and the reference run each prompt once for its G rows (where
-                                  # micro-batches hold whole groups, or parts of one): fewer FLOPs, same values.
+  share_prompt_forward: bool = resumable(True)  # the update and the reference run each prompt once for its G rows
+                                  # (where micro-batches hold whole groups, or parts of one): fewer FLOPs, same values.
   logprob_chunk_size: int = 128   # sequence chunk for log-probs: [B, chunk, V] logits at a time, never [B,T,V].
-  offload_ref_params: bool = False  # keep the reference parameters in pinned host memory between uses (a no-op,
-                                  # logged, where the backend has none); saves one model copy per device.
+  offload_ref_params: bool = resumable(False)  # keep the reference parameters in pinned host memory between uses (a
+                                  # no-op, logged, where the backend has none); saves one model copy per device.
   # LoRA (grpo_jax/model/lora.py): train low-rank adapters W + (alpha / rank) B A on the chosen projections, the
   # base weights frozen; with beta > 0 the reference is the base model (adapters off), no second copy.
   lora_rank: int = 0              # 0: full fine-tuning.
@@ -96,8 +103,10 @@ class EnvSettings:
   max_turns: int = 3              # messages per episode, at most.
   max_episode_tokens: int = 48    # the episode's width after the prompt: messages and observations.
   max_observation_tokens: int = 16  # an observation's tokens, at most (longer ones are cut).
-  step_timeout_s: float = 10.0    # a reset/step that raises or takes longer ends its episode (episodes/env_failures).
-  max_concurrent_steps: int = 64  # the episodes' reset/step calls of a turn run in threads, this many at once.
+  step_timeout_s: float = resumable(10.0)  # a reset/step that raises or takes longer ends its episode
+                                  # (episodes/env_failures).
+  max_concurrent_steps: int = resumable(64)  # the episodes' reset/step calls of a turn run in threads, this many at
+                                  # once.
 
   def __post_init__(self):
     if self.name:  # single turn reads none of them; the name itself: grpo_jax/envs
@@ -120,6 +129,7 @@ class PrecisionSettings:
 @dataclasses.dataclass(frozen=True)
 class MeshSettings:
   """Devices: the axes of the device mesh (grpo_jax/model/sharding.py)."""
+  RESUMABLE: typing.ClassVar[bool] = True  # the same run laid out or logged otherwise
   data: int = -1                  # data-parallel axis size; -1: all devices not used by fsdp * tensor.
   fsdp: int = 1                   # parameters, gradients and optimizer state sharded along 'embed'.
   tensor: int = 1                 # tensor parallelism over heads / MLP units / vocabulary.
@@ -135,6 +145,7 @@ class MeshSettings:
 @dataclasses.dataclass(frozen=True)
 class DistributedSettings:
   """Multi-host (jax.distributed; docs/scaling.md). "" / 0 / -1: detected from the environment."""
+  RESUMABLE: typing.ClassVar[bool] = True  # the same run laid out or logged otherwise
   enabled: str = "auto"           # "auto": when coordinator_address or a cluster environment is set; "yes", "no".
   coordinator_address: str = ""   # "host:port" of process 0.
   num_processes: int = 0          # processes of the run (0: from the environment).
@@ -187,7 +198,7 @@ class SamplingSettings:
   """Sampling of the rollouts (grpo_jax/sampling)."""
   max_prompt_length: int = 8      # prompts are left-padded to this (one compiled shape), in tokens; longer
                                   # ones are an error (addition) or dropped and counted (dataset).
-  max_new_tokens: int = 4         # completion length limit (L_max); the stop token counts.
+  max_new_tokens: int = 4         # completion length limit (C_max, the papers' L_max); the stop token counts.
   temperature: float = 1.0        # sampling temperature; the loss uses log-probs at the same temperature.
   top_k: int = 0                  # 0: off.
   top_p: float = 1.0              # 1.0: off.
@@ -211,7 +222,7 @@ class GrpoSettings:
   prompts_per_step: int = 32      # prompts per rollout batch; rollout batch = prompts_per_step * group_size.
   num_iterations: int = 1         # mu: passes over each rollout batch.
   mini_batch_size: int = 0        # completions per optimizer update; 0: the whole rollout batch.
-  micro_batch_size: int = 0       # completions per forward/backward (gradient accumulation); 0: mini-batch.
+  micro_batch_size: int = resumable(0)  # completions per forward/backward (gradient accumulation); 0: mini-batch.
   advantage: str = "grpo"         # how a group's rewards become advantages (grpo_jax/algo/advantages.py).
   std_ddof: int = 1               # 0 or 1: ddof of the group std (TRL/Tunix: 1; population std: 0).
   advantage_eps: float = 1e-4     # added to the std before dividing.
@@ -236,10 +247,10 @@ class GrpoSettings:
   mask_truncated_completions: bool = False  # DAPO: completions that hit max_new_tokens get no loss.
   overlong_buffer: int = 0        # DAPO soft overlong penalty over the last N tokens of max_new_tokens; 0: off.
   overlong_penalty_factor: float = 1.0  # DAPO: the overlong penalty at max_new_tokens (scales overlong_buffer's ramp).
-  length_buckets: int = 4         # the update runs on prompts and completions cut to the smallest of 4 widths
-                                  # (1/4, 2/4, 3/4, 4/4 of max_prompt_length / max_new_tokens, multiples of 8)
-                                  # that holds the batch's longest: short answers cost less (one compiled
-                                  # program per width used); 1: always the full widths (one program).
+  length_buckets: int = resumable(4)  # the update runs on prompts and completions cut to the smallest of 4 widths (1/4,
+                                  # 2/4, 3/4, 4/4 of max_prompt_length / max_new_tokens, multiples of 8) that holds the
+                                  # batch's longest: short answers cost less (one compiled program per width used); 1:
+                                  # always the full widths (one program).
   dynamic_sampling: bool = False  # DAPO dynamic sampling: drop groups whose rewards are all equal and sample
                                   # more prompts (same shapes, no recompile) until the batch has prompts_per_step
                                   # groups with signal ...
@@ -329,14 +340,14 @@ class WarmstartSettings:
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
   """Evaluation on held-out prompts (grpo_jax/train/evaluation.py)."""
-  every: int = 50                 # steps; evaluation also runs at step 0 and at the end.
+  every: int = resumable(50)      # steps; evaluation also runs at step 0 and at the end.
   size: int = 256                 # held-out prompts.
-  batch_size: int = 256           # prompts per sampler call (the last batch is padded: one compiled shape).
+  batch_size: int = resumable(256)  # prompts per sampler call (the last batch is padded: one compiled shape).
   accuracy_reward: str = "exact_match"  # accuracy = mean of this reward on greedy completions.
-  samples: int = 0                # >0: also N completions per prompt at `temperature`, for avg@N, pass@k, maj@k.
-  pass_k: tuple = ()              # pass@k for each k <= samples (Chen et al. 2021's unbiased estimator).
-  maj_k: tuple = ()               # maj@k for each k <= samples (majority vote, averaged over all k-subsets).
-  temperature: float = 1.0        # sampling temperature of those N completions.
+  samples: int = resumable(0)     # >0: also N completions per prompt at `temperature`, for avg@N, pass@k, maj@k.
+  pass_k: tuple = resumable(())   # pass@k for each k <= samples (Chen et al. 2021's unbiased estimator).
+  maj_k: tuple = resumable(())    # maj@k for each k <= samples (majority vote, averaged over all k-subsets).
+  temperature: float = resumable(1.0)  # sampling temperature of those N completions.
 
   def __post_init__(self):
     # The estimators and their intervals: grpo_jax/stats/.
@@ -356,19 +367,19 @@ class EvalSettings:
 @dataclasses.dataclass(frozen=True)
 class CheckpointSettings:
   """Checkpoints (grpo_jax/train/checkpoint.py) and preemption (grpo_jax/train/preemption.py)."""
-  every: int = 100                # steps; a checkpoint is also written at the end.
-  keep: int = 2                   # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
-  export_hf: bool = False         # at the end, also write the policy as a Hugging Face model in WORKDIR/hf_model
+  every: int = resumable(100)     # steps; a checkpoint is also written at the end.
+  keep: int = resumable(2)        # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
+  export_hf: bool = resumable(False)  # at the end, also write the policy as a Hugging Face model in WORKDIR/hf_model
                                   # (grpo_jax/train/export.py; grpo-export does it for any checkpoint).
   verify: bool = True             # store a fingerprint of the saved state and check it on restore.
-  async_save: bool = True         # write checkpoints in a background thread while training goes on.
-  preemption_deadline_s: float = 25.0  # on SIGTERM/SIGINT: save the last completed step and exit (code 75) within
-                                  # this many seconds (GCP spot gives 30 s, AWS spot 120 s; docs/cloud.md).
-  preemption_notice: str = ""     # also stop on a cloud's early warning: "gce" (the `preempted` metadata key)
+  async_save: bool = resumable(True)  # write checkpoints in a background thread while training goes on.
+  preemption_deadline_s: float = resumable(25.0)  # on SIGTERM/SIGINT: save the last completed step and exit (code 75)
+                                  # within this many seconds (GCP spot gives 30 s, AWS spot 120 s; docs/cloud.md).
+  preemption_notice: str = resumable("")  # also stop on a cloud's early warning: "gce" (the `preempted` metadata key)
                                   # or "aws" (spot/instance-action, 2 min ahead); "" only on signals.
-  lease_ttl_s: float = 60.0       # a workdir on gs:// or s3://: the run holds a lease object there, renewed every
-                                  # ttl/3 s; another launch takes it over once not renewed for this long (a
-                                  # relaunch on the same host whose holder's pid is gone: at once). Local: flock.
+  lease_ttl_s: float = resumable(60.0)  # a workdir on gs:// or s3://: the run holds a lease object there, renewed every
+                                  # ttl/3 s; another launch takes it over once not renewed for this long (a relaunch on
+                                  # the same host whose holder's pid is gone: at once). Local: flock.
 
   def __post_init__(self):
     s = Section(self, "checkpoint")
@@ -380,6 +391,7 @@ class CheckpointSettings:
 @dataclasses.dataclass(frozen=True)
 class LogSettings:
   """Logging: metrics, samples, TensorBoard, Weights & Biases, the progress bar and the curves."""
+  RESUMABLE: typing.ClassVar[bool] = True  # the same run laid out or logged otherwise
   every: int = 1                  # metrics.jsonl / TensorBoard every N steps.
   samples_every: int = 50         # sampled completions with rewards to samples.jsonl and the console.
   num_samples: int = 4            # completions written to samples.jsonl each samples_every steps.
@@ -403,12 +415,13 @@ class LogSettings:
 class Settings:
   """A whole run: its own keys, then one section per part."""
   seed: int = 0                   # run seed: model init, data order, sampling; a run is reproducible from it.
-  num_steps: int = 300            # GRPO steps (rollout batches).
+  num_steps: int = resumable(300) # GRPO steps (rollout batches).
   model: ModelSettings = _section(ModelSettings)
   env: EnvSettings = _section(EnvSettings)
   precision: PrecisionSettings = _section(PrecisionSettings)
   # Compiled programs saved for later processes (a resume, a rerun, a sweep's other seeds): grpo_jax/compile_cache.py.
-  compile_cache_dir: str = "auto"  # "auto": ~/.cache/grpo_jax/xla on GPUs/TPUs, off on CPUs; a path; "": off.
+  compile_cache_dir: str = resumable("auto")  # "auto": ~/.cache/grpo_jax/xla on GPUs/TPUs, off on CPUs; a path; "":
+                                  # off.
   mesh: MeshSettings = _section(MeshSettings)
   distributed: DistributedSettings = _section(DistributedSettings)
   task: TaskSettings = _section(TaskSettings)
@@ -421,10 +434,10 @@ class Settings:
   # keys of `rewards` cannot hold dots: --config.reward_funcs='("my_pkg.rewards:brevity",)'. Logged under the path.
   reward_funcs: tuple = ()
   reward_weights: tuple = ()      # one weight per reward_funcs entry; empty: 1.0 each.
-  reward_timeout_s: float = 10.0  # a reward call slower than this scores `reward_fallback` (and is counted).
+  reward_timeout_s: float = resumable(10.0)  # a reward call slower than this scores `reward_fallback` (and is counted).
   reward_fallback: float = 0.0    # the score of a reward call that raised, timed out or was not finite.
-  reward_isolation: str = "process"  # "process": rewards run in a worker process that a timeout kills (a spinning
-                                  # or GIL-holding reward costs about reward_timeout_s); "thread": in the
+  reward_isolation: str = resumable("process")  # "process": rewards run in a worker process that a timeout kills (a
+                                  # spinning or GIL-holding reward costs about reward_timeout_s); "thread": in the
                                   # trainer's process (rewards that share its memory, e.g. a reward model).
   sampling: SamplingSettings = _section(SamplingSettings)
   grpo: GrpoSettings = _section(GrpoSettings)

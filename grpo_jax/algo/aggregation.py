@@ -14,9 +14,9 @@ With m_{i,t} the completion mask, |o_i| = Σ_t m_{i,t}, and G⁺ the number of c
 |---------------------------|----------------------------------|--------------|-------------------------------|
 | `seq_mean_token_mean`     | Σ_i (1/|o_i|) Σ_t m ℓ_{i,t}      | G⁺           | DeepSeekMath Eq. 3; TRL `grpo` |
 | `token_mean`              | Σ_{i,t} m ℓ_{i,t}                | Σ_i |o_i|    | DAPO (arXiv:2503.14476); TRL `dapo` |
-| `seq_mean_token_sum_norm` | Σ_{i,t} m ℓ_{i,t}                | G⁺ · L_max   | Dr. GRPO (arXiv:2503.20783); TRL `dr_grpo` |
+| `seq_mean_token_sum_norm` | Σ_{i,t} m ℓ_{i,t}                | G⁺ · C_max   | Dr. GRPO (arXiv:2503.20783); TRL `dr_grpo` |
 
-L_max is `max_completion_length`, or the mask's width T when None.
+C_max is `max_completion_length`, or the mask's width T when None.
 
 Empty completions (|o_i| = 0, e.g. rows that only pad a batch to a static shape) contribute to neither the
 sum nor the denominator, so they are inert; a real completion always has ≥ 1 token (its stop token). TRL
@@ -63,10 +63,10 @@ def token_mean(loss_BxT, mask_BxT, max_completion_length=None):
 
 @AGGREGATIONS.register("seq_mean_token_sum_norm")
 def seq_mean_token_sum_norm(loss_BxT, mask_BxT, max_completion_length=None):
-  """(Σ_{i,t} ℓ_{i,t}, number of non-empty completions × L_max): a length-independent constant normalizer."""
-  L_max = mask_BxT.shape[-1] if max_completion_length is None else max_completion_length
+  """(Σ_{i,t} ℓ_{i,t}, number of non-empty completions × C_max): a length-independent constant normalizer."""
+  C_max = mask_BxT.shape[-1] if max_completion_length is None else max_completion_length
   num_seqs = jnp.sum(_lengths_B(mask_BxT) > 0).astype(jnp.float32)
-  return jnp.sum(_masked(loss_BxT, mask_BxT)), num_seqs * float(L_max)
+  return jnp.sum(_masked(loss_BxT, mask_BxT)), num_seqs * float(C_max)
 
 
 def get_aggregation(name_or_fn: str | Callable) -> Callable:

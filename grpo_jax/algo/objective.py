@@ -21,7 +21,7 @@ For completion i of the rollout batch and its real tokens t (mask m_{i,t}):
   `vllm_importance_sampling_correction` (cap 2 there) and verl's TIS. Needs `sampler_logp_BxT`.
 
 With π_old = sg(π_θ) (μ = 1), `clipped` and k3 give ∂loss/∂logp_{i,t} = −(Â_i + β(π_ref/π_θ − 1)) · w_{i,t},
-where w_{i,t} is the aggregation's weight of token t (1/(|o_i| G⁺), 1/Σ|o|, 1/(G⁺ L_max)): the gradient
+where w_{i,t} is the aggregation's weight of token t (1/(|o_i| G⁺), 1/Σ|o|, 1/(G⁺ C_max)): the gradient
 coefficient of DeepSeekMath (Shao et al. 2024, arXiv:2402.03300) appendix A.1.6, negated because this is a
 loss to minimize.
 
@@ -64,7 +64,7 @@ class LossConfig:
   entropy_coef: weight of the entropy bonus (the loss gets −entropy_coef·H).
   top_entropy_quantile: keep the policy term only on this top fraction of highest-entropy tokens (None: all).
   aggregation: "seq_mean_token_mean" | "token_mean" | "seq_mean_token_sum_norm".
-  max_completion_length: L_max of seq_mean_token_sum_norm (None: the mask's width).
+  max_completion_length: C_max of seq_mean_token_sum_norm (None: the mask's width).
   tis_cap: truncated importance sampling cap C > 0 on π_old / π_sampler per token (None: off).
   correction: what the ratio is taken against for a batch an older policy sampled (`corrections.py`):
     "proximal" (the trainer's policy at the update's start; with tis_cap, AReaL's decoupled objective) or

@@ -133,7 +133,7 @@ def model_config(name_or_path: str, param_dtype: str, dtype: str):
     return from_hf_config(json.load(f)).replace(param_dtype=param_dtype, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=64)  # tracing the model's shapes takes ~0.5 s; plans and tables ask again and again
+@functools.lru_cache(maxsize=64)  # tracing the model's shapes is slow, and plans and tables ask again and again
 def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
   """(total parameters, parameters per device) with the trainer's sharding rules."""
 

@@ -92,8 +92,8 @@ def main() -> None:
   """The `grpo-train` command."""
   catch_signals_while_starting()  # again (`python -m grpo_jax.commands.train` starts here)
   # JAX lets a process use 75% of a GPU's memory unless told otherwise; a training run owns its accelerator, and
-  # the Countdown recipe at Qwen2.5-3B needs 58.6 GiB for its update alone, over 75% of an 80 GB H100 (59.4 GiB;
-  # benchmarks/memory_fit.py). Read when the backend starts (after this); an explicit setting wins.
+  # the larger recipes' updates need more than 75% of an 80 GB H100 (benchmarks/README.md, "Figures behind code
+  # choices"). Read when the backend starts (after this); an explicit setting wins.
   os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
   hash_seed.pin()  # the same data in every process (grpo_jax/hash_seed.py)
   app.run(_train, flags_parser=_parse_flags)

@@ -12,7 +12,7 @@ slow), and its backward is the einsum reference's (`reference_decode_attention`)
 happens to take this path stays differentiable. Under a multi-device mesh XLA cannot split the kernel: use
 "einsum" there.
 
-Shapes, as the KV cache stores them (grpo_jax/model/transformer.py): q [B, K, G, H] (G query heads per kv
+Shapes, as the KV cache stores them (grpo_jax/model/transformer.py): q [B, K, Q, H] (Q query heads per kv
 head), keys [B, K, H, S], values [B, K, S, H], key_ok [B, S] (the step's attention mask), length a scalar.
 """
 from __future__ import annotations
@@ -44,18 +44,18 @@ def block_slots(head_dim: int) -> int:
 
 
 def _kernel(length_ref, q_ref, k_ref, v_ref, ok_ref, o_ref, *, groups: int, slots: int, block: int, scale: float):
-  """One (row, kv head): q_ref [Gp, H] (rows >= `groups` are padding), k_ref [H, S], v_ref [S, H], ok_ref [S],
-  o_ref [Gp, H]."""
+  """One (row, kv head): q_ref [Qp, H] (rows >= `groups` are padding), k_ref [H, S], v_ref [S, H], ok_ref [S],
+  o_ref [Qp, H]."""
   pl, pltriton = _pallas_modules()
   # float32 inputs in full float32 (Triton's default is TF32); bfloat16 ones are unaffected.
   dot = functools.partial(pltriton.dot, precision=jax.lax.Precision.HIGHEST)
-  Gp, H = q_ref.shape
-  rows_ok = jnp.arange(Gp) < groups
+  Qp, H = q_ref.shape
+  rows_ok = jnp.arange(Qp) < groups
   q = pltriton.load(q_ref, mask=rows_ok[:, None], other=0)
   length = jnp.minimum(length_ref[0], slots)
 
   def body(j, carry):
-    o_GxH, max_G, sum_G = carry
+    o_QxH, max_Q, sum_Q = carry
     start = pl.multiple_of(j * block, block)
     cols = start + jnp.arange(block)
     filled = cols < length  # length <= slots: the last block may run past the filled slots and the cache
@@ -63,55 +63,55 @@ def _kernel(length_ref, q_ref, k_ref, v_ref, ok_ref, o_ref, *, groups: int, slot
     # Zeros, not whatever the unfilled slots hold: their probabilities are 0, but 0 * inf is not.
     v_SxH = pltriton.load(v_ref.at[pl.ds(start, block), :], mask=filled[:, None], other=0)
     seen = pltriton.load(ok_ref.at[pl.ds(start, block)], mask=filled, other=0) != 0
-    scores = jnp.where(seen[None, :], dot(q, k_HxS) * scale, -jnp.inf)  # [Gp, block], float32
-    new_max = jnp.maximum(max_G, scores.max(axis=1))
+    scores = jnp.where(seen[None, :], dot(q, k_HxS) * scale, -jnp.inf)  # [Qp, block], float32
+    new_max = jnp.maximum(max_Q, scores.max(axis=1))
     # A row that has seen no key yet keeps max -inf; its terms are zero, not exp(-inf - -inf).
     probs = jnp.where(seen[None, :], jnp.exp(scores - new_max[:, None]), 0.0)
-    shrink = jnp.where(new_max == -jnp.inf, 1.0, jnp.exp(max_G - new_max))
-    o_GxH = o_GxH * shrink[:, None] + dot(probs.astype(v_SxH.dtype), v_SxH)
-    return o_GxH, new_max, sum_G * shrink + probs.sum(axis=1)
+    shrink = jnp.where(new_max == -jnp.inf, 1.0, jnp.exp(max_Q - new_max))
+    o_QxH = o_QxH * shrink[:, None] + dot(probs.astype(v_SxH.dtype), v_SxH)
+    return o_QxH, new_max, sum_Q * shrink + probs.sum(axis=1)
 
-  init = (jnp.zeros((Gp, H), jnp.float32), jnp.full((Gp,), -jnp.inf, jnp.float32), jnp.zeros((Gp,), jnp.float32))
-  o_GxH, _, sum_G = jax.lax.fori_loop(0, pl.cdiv(length, block), body, init)
-  out = o_GxH / jnp.where(sum_G > 0, sum_G, 1.0)[:, None]  # a row with no key seen: zeros
+  init = (jnp.zeros((Qp, H), jnp.float32), jnp.full((Qp,), -jnp.inf, jnp.float32), jnp.zeros((Qp,), jnp.float32))
+  o_QxH, _, sum_Q = jax.lax.fori_loop(0, pl.cdiv(length, block), body, init)
+  out = o_QxH / jnp.where(sum_Q > 0, sum_Q, 1.0)[:, None]  # a row with no key seen: zeros
   pltriton.store(o_ref, out.astype(o_ref.dtype), mask=rows_ok[:, None])
 
 
-def pallas_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale: float, interpret: bool):
+def pallas_decode_attention(q_BxKxQxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale: float, interpret: bool):
   """The kernel alone (no backward): `interpret` runs it in Pallas' interpreter, else it is lowered for Triton."""
   pl, pltriton = _pallas_modules()
-  B, K, G, H = q_BxKxGxH.shape
+  B, K, Q, H = q_BxKxQxH.shape
   S = v_BxKxSxH.shape[2]
-  Gp = _pow2_at_least(G, 16)  # Triton's dot: every dimension a power of two >= 16
-  kernel = functools.partial(_kernel, groups=G, slots=S, block=block_slots(H), scale=scale)
+  Qp = _pow2_at_least(Q, 16)  # Triton's dot: every dimension a power of two >= 16
+  kernel = functools.partial(_kernel, groups=Q, slots=S, block=block_slots(H), scale=scale)
   return pl.pallas_call(
       kernel,
       grid=(B, K),
       in_specs=[pl.BlockSpec((1,), lambda b, k: (0,)),
-                pl.BlockSpec((None, None, Gp, H), lambda b, k: (b, k, 0, 0)),
+                pl.BlockSpec((None, None, Qp, H), lambda b, k: (b, k, 0, 0)),
                 pl.BlockSpec((None, None, H, S), lambda b, k: (b, k, 0, 0)),
                 pl.BlockSpec((None, None, S, H), lambda b, k: (b, k, 0, 0)),
                 pl.BlockSpec((None, S), lambda b, k: (b, 0))],
-      out_specs=pl.BlockSpec((None, None, Gp, H), lambda b, k: (b, k, 0, 0)),
-      out_shape=jax.ShapeDtypeStruct(q_BxKxGxH.shape, q_BxKxGxH.dtype),
+      out_specs=pl.BlockSpec((None, None, Qp, H), lambda b, k: (b, k, 0, 0)),
+      out_shape=jax.ShapeDtypeStruct(q_BxKxQxH.shape, q_BxKxQxH.dtype),
       compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
       interpret=interpret,
       name="grpo_decode_attention",
-  )(jnp.reshape(length, (1,)).astype(jnp.int32), q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS.astype(jnp.int32))
+  )(jnp.reshape(length, (1,)).astype(jnp.int32), q_BxKxQxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS.astype(jnp.int32))
 
 
-def reference_decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale: float):
+def reference_decode_attention(q_BxKxQxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale: float):
   """The same function in jnp (float32 scores, as the model's einsum path): slots >= `length` are masked."""
   S = v_BxKxSxH.shape[2]
   seen_BxS = key_ok_BxS & (jnp.arange(S) < length)[None]
-  scores = jnp.einsum("bkgh,bkhs->bkgs", q_BxKxGxH, k_BxKxHxS, preferred_element_type=jnp.float32) * scale
+  scores = jnp.einsum("bkgh,bkhs->bkgs", q_BxKxQxH, k_BxKxHxS, preferred_element_type=jnp.float32) * scale
   scores = jnp.where(seen_BxS[:, None, None], scores, -jnp.inf)
   top = jnp.max(scores, axis=-1, keepdims=True)
   probs = jnp.where(seen_BxS[:, None, None], jnp.exp(scores - jnp.where(top == -jnp.inf, 0.0, top)), 0.0)
   total = jnp.sum(probs, axis=-1, keepdims=True)
   probs = probs / jnp.where(total > 0, total, 1.0)
   return jnp.einsum("bkgs,bksh->bkgh", probs.astype(v_BxKxSxH.dtype), v_BxKxSxH,
-                    preferred_element_type=jnp.float32).astype(q_BxKxGxH.dtype)
+                    preferred_element_type=jnp.float32).astype(q_BxKxQxH.dtype)
 
 
 @functools.cache
@@ -150,13 +150,13 @@ def _backward(scale, interpret, saved, grad):
 _decode_attention.defvjp(_forward, _backward)
 
 
-def decode_attention(q_BxKxGxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale: float):
-  """[B, K, G, H] in q's dtype: softmax(q K^T * scale) V over the slots s < `length` with key_ok[b, s]; a query
+def decode_attention(q_BxKxQxH, k_BxKxHxS, v_BxKxSxH, key_ok_BxS, length, scale: float):
+  """[B, K, Q, H] in q's dtype: softmax(q K^T * scale) V over the slots s < `length` with key_ok[b, s]; a query
   that sees no key gets zeros. Keys and values are cast to q's dtype (the cache may be stored wider)."""
   platform = jax.default_backend()
-  check_supported(q_BxKxGxH.shape[-1], platform)
+  check_supported(q_BxKxQxH.shape[-1], platform)
   if platform != "gpu":
     _warn_interpreted(platform)
-  dt = q_BxKxGxH.dtype
-  return _decode_attention(q_BxKxGxH, k_BxKxHxS.astype(dt), v_BxKxSxH.astype(dt), key_ok_BxS, length, scale,
+  dt = q_BxKxQxH.dtype
+  return _decode_attention(q_BxKxQxH, k_BxKxHxS.astype(dt), v_BxKxSxH.astype(dt), key_ok_BxS, length, scale,
                            platform != "gpu")

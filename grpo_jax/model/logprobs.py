@@ -1,4 +1,4 @@
-"""Per-token log-probs (and entropies) of chosen tokens without materializing [B, L, V] logits.
+"""Per-token log-probs (and entropies) of chosen tokens without materializing [B, T, V] logits.
 
 The sequence is processed in chunks of `chunk_size` positions; each chunk's logits are computed, reduced to
 logit[target] − logsumexp, and discarded. The chunk function is rematerialized so the backward pass does not
@@ -12,16 +12,16 @@ import jax.numpy as jnp
 from grpo_jax.model.transformer import Transformer, extend_cache, init_cache
 
 
-def causal_attention_mask(mask_BxL: jax.Array) -> jax.Array:
-  """[B,L,L] bool: query t sees key s iff s <= t and key s is a real (non-padding) token."""
-  L = mask_BxL.shape[1]
-  causal = jnp.tril(jnp.ones((L, L), bool))
-  return causal[None] & mask_BxL[:, None, :].astype(bool)
+def causal_attention_mask(mask_BxT: jax.Array) -> jax.Array:
+  """[B,T,T] bool: query t sees key s iff s <= t and key s is a real (non-padding) token."""
+  T = mask_BxT.shape[1]
+  causal = jnp.tril(jnp.ones((T, T), bool))
+  return causal[None] & mask_BxT[:, None, :].astype(bool)
 
 
-def positions_from_mask(mask_BxL: jax.Array) -> jax.Array:
+def positions_from_mask(mask_BxT: jax.Array) -> jax.Array:
   """Position ids that skip left padding: 0 at the first real token of each row."""
-  return jnp.maximum(jnp.cumsum(mask_BxL.astype(jnp.int32), axis=1) - 1, 0)
+  return jnp.maximum(jnp.cumsum(mask_BxT.astype(jnp.int32), axis=1) - 1, 0)
 
 
 def head_logits(h_BxCxD: jax.Array, w_DxV: jax.Array) -> jax.Array:

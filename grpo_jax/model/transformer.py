@@ -157,14 +157,14 @@ def _attend(q, k, v, attn_mask_BxTxS, spec: str, dt, scale: float):
   return jnp.einsum(f"bkgts,{v_spec}->{q_spec}", probs, v)
 
 
-def _library_attention(q_BxTxKxGxH, k_BxSxKxH, v_BxSxKxH, attn_mask_BxTxS, attention: str, scale: float):
-  """`jax.nn.dot_product_attention` (XLA, or cuDNN flash attention for attention="cudnn"); [B, T, K, G, H].
-  Query head n uses key/value head n // G in both this module and that function."""
-  B, T, K, G, H = q_BxTxKxGxH.shape
-  out = jax.nn.dot_product_attention(q_BxTxKxGxH.reshape(B, T, K * G, H), k_BxSxKxH, v_BxSxKxH,
+def _library_attention(q_BxTxKxQxH, k_BxSxKxH, v_BxSxKxH, attn_mask_BxTxS, attention: str, scale: float):
+  """`jax.nn.dot_product_attention` (XLA, or cuDNN flash attention for attention="cudnn"); [B, T, K, Q, H].
+  Query head n uses key/value head n // Q in both this module and that function."""
+  B, T, K, Q, H = q_BxTxKxQxH.shape
+  out = jax.nn.dot_product_attention(q_BxTxKxQxH.reshape(B, T, K * Q, H), k_BxSxKxH, v_BxSxKxH,
                                      mask=attn_mask_BxTxS[:, None], scale=scale,
                                      implementation="cudnn" if attention == "cudnn" else "xla")
-  return out.reshape(B, T, K, G, H)
+  return out.reshape(B, T, K, Q, H)
 
 
 class Attention(nnx.Module):
@@ -223,9 +223,9 @@ class Attention(nnx.Module):
       if ring:  # one new key: written over the oldest, which is out of the window, then attended to in place
         cache_index = cache_index % cache.v_BxKxSxH.shape[2]
       # The T new keys/values are small; moving their axes (not the cache's) keeps the cache layout fixed
-      # across decode steps. The query is put in [B, K, G, T, H] too, so that both dots are batched over
-      # (B, K) with every operand and result in place; with q as [B, T, K, G, H] XLA on CPU swapped the dot
-      # operands for T = 1 and decoding ran ~30% slower.
+      # across decode steps. The query is put in [B, K, Q, T, H] too, so that both dots are batched over
+      # (B, K) with every operand and result in place; with q as [B, T, K, Q, H] XLA on CPU swapped the dot
+      # operands for T = 1 and decoding ran slower (benchmarks/README.md, "Figures behind code choices").
       cache_dt = cache.v_BxKxSxH.dtype
       k_new_BxKxHxT = jnp.transpose(k, (0, 2, 3, 1)).astype(cache_dt)
       k_all = jax.lax.dynamic_update_slice_in_dim(cache.k_BxKxHxS, k_new_BxKxHxT,
@@ -252,20 +252,20 @@ class Attention(nnx.Module):
       y = self.adapters.add("o_proj", out, y)
     return y, new_cache
 
-  def _ring_block(self, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, attn_mask_BxTxW2, cache: LayerCache, cache_index):
+  def _ring_block(self, q_BxTxKxQxH, k_BxTxKxH, v_BxTxKxH, attn_mask_BxTxW2, cache: LayerCache, cache_index):
     """T > 1 new tokens on a ring buffer of W slots: they attend to the ring's keys and to each other (a
     W + T key axis, the mask's), then the last min(T, W) of them are written at slots (index mod W)."""
     cfg = self.cfg
     dt = cfg.jnp_dtype
-    T, W = q_BxTxKxGxH.shape[1], cache.v_BxKxSxH.shape[2]
+    T, W = q_BxTxKxQxH.shape[1], cache.v_BxKxSxH.shape[2]
     k_all_BxKxHxS = jnp.concatenate([cache.k_BxKxHxS.astype(dt), jnp.transpose(k_BxTxKxH, (0, 2, 3, 1))], axis=3)
     v_all_BxKxSxH = jnp.concatenate([cache.v_BxKxSxH.astype(dt), jnp.swapaxes(v_BxTxKxH, 1, 2)], axis=2)
     if cfg.attention != "einsum":
-      out = _library_attention(q_BxTxKxGxH, jnp.transpose(k_all_BxKxHxS, (0, 3, 1, 2)),
+      out = _library_attention(q_BxTxKxQxH, jnp.transpose(k_all_BxKxHxS, (0, 3, 1, 2)),
                                jnp.swapaxes(v_all_BxKxSxH, 1, 2), attn_mask_BxTxW2, cfg.attention,
                                cfg.attention_scale)
     else:
-      out = _attend(q_BxTxKxGxH, k_all_BxKxHxS, v_all_BxKxSxH, attn_mask_BxTxW2, "btkgh,bkhs,bksh", dt,
+      out = _attend(q_BxTxKxQxH, k_all_BxKxHxS, v_all_BxKxSxH, attn_mask_BxTxW2, "btkgh,bkhs,bksh", dt,
                     cfg.attention_scale)
     n = min(T, W)
     slots_n = (cache_index + T - n + jnp.arange(n)) % W

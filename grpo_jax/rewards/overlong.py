@@ -1,9 +1,9 @@
 """DAPO's soft overlong punishment (docs/algorithms.md §6) as a reward term.
 
-With L_max the generation limit and B the buffer, a completion of L tokens gets
-    0                               if L <= L_max - B
-    -(L - (L_max - B)) / B * factor if L_max - B < L <= L_max   (a linear ramp from 0 down to -factor)
-    -factor                         if L > L_max
+With C_max the generation limit (the papers' L_max) and `buffer` tokens, a completion of |o| tokens gets
+    0                                              if |o| <= C_max - buffer
+    -(|o| - (C_max - buffer)) / buffer * factor    if C_max - buffer < |o| <= C_max   (a ramp from 0 to -factor)
+    -factor                                        if |o| > C_max
 """
 from __future__ import annotations
 

@@ -14,10 +14,10 @@ first real token is position 0). Query rows attend to prompt slots holding real 
 slots already written. Prefill and every loop step run the model's own cached forward (`Transformer.__call__`
 with T = P, then T = 1), which updates the KV cache (`init_cache`: keys [B, K, H, S], values [B, K, S, H]) in
 place. The rotary tables and the uniforms of every step are computed once per call, outside the loop.
-Decode segments (`SamplingConfig.decode_segment` = L > 0): the loop runs in segments of L token steps, and
-segment k's cache holds only the P + (k + 1) L slots filled by its end (the prefill writes P + L; each later
-segment pads the cache to its width, `transformer.extend_cache`), so a token step reads the KV cache of the
-slots written so far, rounded up to L, not all S: on average about P + C / 2 + L / 2 slots. The tokens and
+Decode segments (`SamplingConfig.decode_segment` = `seg` > 0): the loop runs in segments of `seg` token steps,
+and segment k's cache holds only the P + (k + 1) seg slots filled by its end (the prefill writes P + seg; each
+later segment pads the cache to its width, `transformer.extend_cache`), so a token step reads the KV cache of the
+slots written so far, rounded up to seg, not all S: on average about P + C / 2 + seg / 2 slots. The tokens and
 log-probs are those of one segment (attention to an unwritten slot is masked out either way); the price is a
 cache copy per segment, when the old and the new cache briefly coexist. `decode_segments` gives the widths.
 Sliding-window layers (Gemma 3) keep only their window: their cache is a ring buffer of

@@ -85,8 +85,9 @@ def loss_config(settings: Settings) -> LossConfig:
 
 
 def make_samplers(graphdef, settings: Settings, tokenizer):
-  """(training sampler, greedy evaluation sampler, the sampler of eval.samples at eval.temperature or None); with `env.name`, episode samplers
-  (grpo_jax/sampling/episodes.py) around samplers that also stop at the environment's stop strings."""
+  """(training sampler, greedy evaluation sampler, the sampler of eval.samples at eval.temperature or None); with
+  `env.name`, episode samplers (grpo_jax/sampling/episodes.py) around samplers that also stop at the
+  environment's stop strings."""
   s, e = settings.sampling, settings.env
   make_env = env_factory(e.name) if e.name else None
   extra_stops = stop_token_ids(make_env(), tokenizer) if make_env else ()

@@ -56,20 +56,6 @@ class Restored(NamedTuple):
   pending: Any = None  # the arrays of rollouts sampled ahead (a dict of numpy arrays), when the checkpoint has them
 
 
-def state_checksum(state) -> str:
-  """SHA-256 over the leaves' key paths, dtypes, shapes and bytes (host copies). What checkpoints stored
-  before `state_fingerprint`; still checked when a checkpoint has it."""
-  h = hashlib.sha256()
-  for path, leaf in jax.tree_util.tree_flatten_with_path(state)[0]:
-    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:  # multi-host: a collective gather
-      leaf = multihost_utils.process_allgather(leaf, tiled=True)
-    arr = np.asarray(jax.device_get(leaf))
-    h.update(jax.tree_util.keystr(path).encode())
-    h.update(f"{arr.dtype}{arr.shape}".encode())
-    h.update(np.ascontiguousarray(arr).tobytes())
-  return h.hexdigest()
-
-
 _FINGERPRINT_MULTIPLIER = 0x9E3779B1  # odd: multiplying by it permutes uint32, so no bit pattern is lost
 
 
@@ -101,8 +87,9 @@ def _shard_sums(x, first_word, word_strides: tuple[int, ...]) -> jax.Array:
                     jnp.sum(u * (odd * jnp.uint32(_FINGERPRINT_MULTIPLIER)), dtype=jnp.uint32)])
 
 
-# One program per shard shape, dtype and strides (a few dozen for a transformer), dispatched shard by shard:
-# a single program over all 871 arrays of a 0.5B state took 10.7 s to compile on the CPU, these 4.8 s.
+# One program per shard shape, dtype and strides (a few dozen for a transformer), dispatched shard by shard: a
+# single program over every array of a state compiled more slowly (benchmarks/README.md, "Figures behind code
+# choices").
 _jitted_shard_sums = jax.jit(_shard_sums, static_argnums=2)
 
 
@@ -181,12 +168,10 @@ def state_fingerprint(state) -> str:
 
 
 def _check_fingerprint(state, meta: dict) -> None:
-  """Raises ValueError if `state` does not match the fingerprint (or, from older checkpoints, the SHA-256 of
-  its bytes) stored in `meta` at save time; a checkpoint with neither passes."""
+  """Raises ValueError if `state` does not match the fingerprint stored in `meta` at save time; a checkpoint
+  without one passes."""
   if "state_fingerprint" in meta and state_fingerprint(state) != meta["state_fingerprint"]:
     raise ValueError("the state's fingerprint does not match the one stored at save time")
-  if "state_sha256" in meta and state_checksum(state) != meta["state_sha256"]:
-    raise ValueError("the state's checksum does not match the one stored at save time")
 
 
 class Checkpointer:

@@ -60,7 +60,7 @@ def top_entropy_select(ent, lengths, q):
   return [ent[i, :n] >= thr for i, n in enumerate(lengths)]
 
 
-def aggregate(per_seq_tokens, mode, L_max):
+def aggregate(per_seq_tokens, mode, C_max):
   """per_seq_tokens: list of 1-D float64 arrays (the real tokens' losses). Returns the scalar loss."""
   nonempty = [x for x in per_seq_tokens if len(x)]
   if not nonempty:
@@ -70,7 +70,7 @@ def aggregate(per_seq_tokens, mode, L_max):
   if mode == "token_mean":
     return sum(x.sum() for x in nonempty) / sum(len(x) for x in nonempty)
   if mode == "seq_mean_token_sum_norm":
-    return sum(x.sum() for x in nonempty) / (len(nonempty) * L_max)
+    return sum(x.sum() for x in nonempty) / (len(nonempty) * C_max)
   raise ValueError(mode)
 
 
@@ -104,7 +104,7 @@ def policy_term(lp, old, A, cfg):
 def objective(logp, old, ref, adv, lengths, ent, cfg):
   """(loss, metric means) of the whole batch. old None means old = logp; ref None means no KL."""
   B = len(lengths)
-  L_max = cfg.get("max_completion_length") or logp.shape[1]
+  C_max = cfg.get("max_completion_length") or logp.shape[1]
   sel = None
   if cfg.get("top_entropy_quantile") is not None:
     sel = top_entropy_select(ent, lengths, cfg["top_entropy_quantile"])
@@ -127,7 +127,7 @@ def objective(logp, old, ref, adv, lengths, ent, cfg):
       ents.append(np.float64(ent[i, :n]))
       total = total - cfg.get("entropy_coef", 0.0) * np.float64(ent[i, :n])
     per_seq.append(total)
-  loss = aggregate(per_seq, cfg["aggregation"], L_max)
+  loss = aggregate(per_seq, cfg["aggregation"], C_max)
   n_tok = sum(lengths)
 
   def mean(xs):

@@ -10,13 +10,13 @@ MODES = ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("L_max", [None, 16])
+@pytest.mark.parametrize("C_max", [None, 16])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_matches_reference_with_nan_padding(mode, L_max, seed):
+def test_matches_reference_with_nan_padding(mode, C_max, seed):
   b = make_batch(seed)                  # lengths include 0, 1 and T; padding is NaN
   loss = b["logp"]
-  total, denom = agg.aggregate(mode, jnp.asarray(loss), jnp.asarray(b["mask"]), L_max)
-  expected = ref.aggregate([np.float64(loss[i, :n]) for i, n in enumerate(b["lengths"])], mode, L_max or 6)
+  total, denom = agg.aggregate(mode, jnp.asarray(loss), jnp.asarray(b["mask"]), C_max)
+  expected = ref.aggregate([np.float64(loss[i, :n]) for i, n in enumerate(b["lengths"])], mode, C_max or 6)
   assert np.isfinite(float(total)) and np.isfinite(float(denom))
   np.testing.assert_allclose(float(agg.safe_divide(total, denom)), expected, rtol=1e-5)
 
