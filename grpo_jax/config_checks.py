@@ -19,18 +19,19 @@ from grpo_jax.errors import ConfigError
 _NO_VALUE = object()
 
 
-def fail(key: str, allowed: str, value: Any = _NO_VALUE):
-  """Raises the ConfigError `config.<key>=<value>: <allowed>` (without `=<value>` when none is given)."""
+def fail(key: str, allowed: str, value: Any = _NO_VALUE, root: str = "config."):
+  """Raises the ConfigError `config.<key>=<value>: <allowed>` (without `=<value>` when none is given; `root`
+  replaces "config." for values set in code, e.g. "LossConfig.")."""
   shown = "" if value is _NO_VALUE else f"={value!r}"
-  raise ConfigError(f"config.{key}{shown}: {allowed}")
+  raise ConfigError(f"{root}{key}{shown}: {allowed}")
 
 
 class Section:
   """A config section (a ConfigDict or a grpo_jax/settings.py section, or the whole config with name "") with
   checks that name key and value."""
 
-  def __init__(self, values, name: str = ""):
-    self.values, self.name = values, name
+  def __init__(self, values, name: str = "", root: str = "config."):
+    self.values, self.name, self.root = values, name, root
 
   def key(self, field: str) -> str:
     return f"{self.name}.{field}" if self.name else field
@@ -42,7 +43,7 @@ class Section:
     return value
 
   def fail(self, field: str, allowed: str):
-    fail(self.key(field), allowed, self[field])
+    fail(self.key(field), allowed, self[field], self.root)
 
   def at_least(self, low, *fields: str, why: str = ""):
     for field in fields:

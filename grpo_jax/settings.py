@@ -209,10 +209,17 @@ class SamplingSettings:
 
   def __post_init__(self):
     s = Section(self, "sampling")
-    s.at_least(1, "max_prompt_length", "max_new_tokens")
-    s.positive("temperature")
-    s.at_least(0, "top_k", "decode_segment")
-    s.within("top_p", 0, 1, open_low=True)
+    s.at_least(1, "max_prompt_length")
+    check_sampling(s)
+
+
+def check_sampling(s: Section) -> None:
+  """The ranges of the sampler's knobs, in one place for a run's `sampling` section and a notebook's
+  SamplingConfig (grpo_jax/sampling/config.py), which has the same fields."""
+  s.at_least(1, "max_new_tokens")
+  s.positive("temperature")
+  s.at_least(0, "top_k", "decode_segment")
+  s.within("top_p", 0, 1, open_low=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +241,7 @@ class GrpoSettings:
   cispo_epsilon_high: float = 5.0  # CISPO's upper truncation of the importance weight.
   kl_estimator: str = "k3"        # the per-token KL estimator (grpo_jax/algo/kl.py).
   beta: float = 0.04              # KL weight (DeepSeekMath 0.04); 0 skips the reference model entirely.
-  entropy_coef: float = 0.0       # adds -entropy_coef * H per token.
+  entropy_coef: float = 0.0       # adds -entropy_coef * H per token (negative: an entropy penalty).
   top_entropy_quantile: Optional[float] = None  # e.g. 0.2: gradient only on the top 20% entropy.
   aggregation: str = "seq_mean_token_mean"  # per-token losses to one scalar (grpo_jax/algo/aggregation.py).
   tis_cap: float = 0.0            # truncated importance sampling: weight each token's policy term by
@@ -264,17 +271,29 @@ class GrpoSettings:
     s.at_least(1, "prompts_per_step", "num_iterations", "dynamic_sampling_max_rounds", "length_buckets")
     s.at_least(0, "mini_batch_size", "micro_batch_size", "ref_reset_every", "overlong_buffer")
     s.one_of("std_ddof", (0, 1))
-    s.positive("advantage_eps", "cispo_epsilon_high")
-    s.at_least(0, "epsilon_low", "beta", "entropy_coef", "tis_cap")
-    if self.epsilon_high is not None:
-      s.at_least(0, "epsilon_high", why=" or None")
-    if self.delta is not None and not self.delta > 1:
-      s.fail("delta", "the dual-clip cap must be > 1 (e.g. 3) or None")
-    s.one_of("importance_level", IMPORTANCE_LEVELS)
-    s.within("top_entropy_quantile", 0, 1, open_low=True, or_none=True)
-    if self.correction == "behaviour" and self.tis_cap:
-      s.fail("tis_cap", "weights by pi_proximal / pi_behaviour, which is 1 with grpo.correction='behaviour': set it "
-             "to 0 there")
+    s.positive("advantage_eps")
+    check_objective(s)
+
+
+def check_objective(s: Section) -> None:
+  """The ranges of the objective's knobs, in one place for a run's `grpo` section (GrpoSettings) and a notebook's
+  LossConfig (grpo_jax/algo/objective.py), which has the same fields; their names are checked by the registries."""
+  s.within("epsilon_low", 0, 1, open_high=True)
+  if s["epsilon_high"] is not None:
+    s.at_least(0, "epsilon_high", why=" or None")
+  if s["delta"] is not None and not s["delta"] > 1:
+    s.fail("delta", "the dual-clip cap must be > 1 (e.g. 3) or None")
+  s.one_of("importance_level", IMPORTANCE_LEVELS)
+  s.positive("cispo_epsilon_high")
+  s.at_least(0, "beta")
+  if not math.isfinite(s["entropy_coef"]):
+    s.fail("entropy_coef", "must be a finite number (negative: an entropy penalty)")
+  s.within("top_entropy_quantile", 0, 1, open_low=True, or_none=True)
+  if s["tis_cap"] is not None:
+    s.at_least(0, "tis_cap", why=" (0 or None: off)")
+  if s["correction"] == "behaviour" and s["tis_cap"]:
+    s.fail("tis_cap", "weights by pi_proximal / pi_behaviour, which is 1 with correction='behaviour': set it to 0 "
+           "there")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,7 +44,7 @@ from grpo_jax.algo.corrections import CORRECTIONS, behaviour_ratio_metrics, get_
 from grpo_jax.algo.entropy import top_entropy_mask
 from grpo_jax.algo.registry import LOSSES, get_loss
 from grpo_jax.config_checks import Section
-from grpo_jax.settings import IMPORTANCE_LEVELS, GrpoSettings
+from grpo_jax.settings import GrpoSettings, check_objective
 
 _RUN = GrpoSettings  # a run's defaults (grpo_jax/settings.py), also the library's
 
@@ -82,37 +82,19 @@ class LossConfig:
   top_entropy_quantile: Optional[float] = _RUN.top_entropy_quantile
   aggregation: str = _RUN.aggregation
   max_completion_length: Optional[int] = None  # the run's completion width (Settings.completion_width)
-  tis_cap: Optional[float] = None              # the run's 0 (off) is None here
+  tis_cap: Optional[float] = None              # None or 0: off
   correction: str | Callable = _RUN.correction
 
   def __post_init__(self):
     if not (isinstance(self.policy_loss, str) or callable(self.policy_loss)):
       raise ValueError(f"LossConfig.policy_loss must be a registered name or a function, got "
                        f"{self.policy_loss!r}")
-    if not 0.0 <= self.epsilon_low < 1.0:
-      raise ValueError(f"LossConfig.epsilon_low must be in [0, 1), got {self.epsilon_low}")
-    if self.epsilon_high is not None and not self.epsilon_high >= 0.0:
-      raise ValueError(f"LossConfig.epsilon_high must be >= 0 or None, got {self.epsilon_high}")
-    if self.delta is not None and not self.delta > 1.0:
-      raise ValueError(f"LossConfig.delta (dual clip) must be > 1 or None, got {self.delta}")
-    if self.importance_level not in IMPORTANCE_LEVELS:
-      raise ValueError(f"LossConfig.importance_level must be one of {list(IMPORTANCE_LEVELS)}, got "
-                       f"{self.importance_level!r}")
-    if not self.cispo_epsilon_high > 0.0:
-      raise ValueError(f"LossConfig.cispo_epsilon_high must be > 0, got {self.cispo_epsilon_high}")
+    if self.tis_cap == 0:  # off, as a run's grpo.tis_cap = 0
+      object.__setattr__(self, "tis_cap", None)
+    check_objective(Section(self, "LossConfig", root=""))  # the ranges, as a run's grpo section has them
     kl_lib.get_kl_estimator(self.kl_estimator)
-    if not self.beta >= 0.0:
-      raise ValueError(f"LossConfig.beta must be >= 0, got {self.beta}")
-    if self.top_entropy_quantile is not None and not 0.0 < self.top_entropy_quantile <= 1.0:
-      raise ValueError(f"LossConfig.top_entropy_quantile must be in (0, 1] or None, got "
-                       f"{self.top_entropy_quantile}")
     agg.get_aggregation(self.aggregation)
-    if self.tis_cap is not None and not self.tis_cap > 0.0:
-      raise ValueError(f"LossConfig.tis_cap must be > 0 or None, got {self.tis_cap}")
     get_correction(self.correction)
-    if self.correction == "behaviour" and self.tis_cap is not None:
-      raise ValueError("LossConfig.tis_cap weights by pi_prox / pi_behav, which is 1 when the ratio is taken "
-                       "against pi_behav (correction 'behaviour'): set one of them")
     if self.max_completion_length is not None and (
         isinstance(self.max_completion_length, bool) or not isinstance(self.max_completion_length, int)
         or self.max_completion_length < 1):
@@ -123,12 +105,8 @@ class LossConfig:
   def from_settings(cls, grpo: GrpoSettings, max_completion_length: int | None = None) -> "LossConfig":
     """From a run's `grpo` section (its loss knobs; tis_cap 0 is off); `max_completion_length` is the completion
     width of the run (Settings.completion_width)."""
-    g = grpo
-    return cls(policy_loss=g.policy_loss, epsilon_low=g.epsilon_low, epsilon_high=g.epsilon_high, delta=g.delta,
-               importance_level=g.importance_level, cispo_epsilon_high=g.cispo_epsilon_high,
-               kl_estimator=g.kl_estimator, beta=g.beta, entropy_coef=g.entropy_coef,
-               top_entropy_quantile=g.top_entropy_quantile, aggregation=g.aggregation,
-               max_completion_length=max_completion_length, tis_cap=g.tis_cap or None, correction=g.correction)
+    shared = {f.name: getattr(grpo, f.name) for f in dataclasses.fields(cls) if hasattr(grpo, f.name)}
+    return cls(**shared, max_completion_length=max_completion_length)
 
   @property
   def resolved_epsilon_high(self) -> float:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from grpo_jax.config_checks import Section
+from grpo_jax.settings import check_sampling
+
 
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
@@ -37,22 +40,15 @@ class SamplingConfig:
   def __post_init__(self):
     # Accept any iterable of ints for stop_ids but store a tuple so the config stays hashable.
     object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
-    if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-      raise ValueError(f"SamplingConfig.max_new_tokens={self.max_new_tokens!r}: expected an int >= 1")
-    if not self.temperature > 0:
-      raise ValueError(f"SamplingConfig.temperature={self.temperature!r}: expected > 0 "
-                       "(use greedy=True for argmax decoding)")
-    if not isinstance(self.top_k, int) or self.top_k < 0:
-      raise ValueError(f"SamplingConfig.top_k={self.top_k!r}: expected an int >= 0 (0 disables top-k)")
-    if not 0.0 < self.top_p <= 1.0:
-      raise ValueError(f"SamplingConfig.top_p={self.top_p!r}: expected 0 < top_p <= 1 (1 disables top-p)")
+    for name in ("max_new_tokens", "top_k", "pad_id", "decode_segment"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"SamplingConfig.{name}={value!r}: expected an int")
+    check_sampling(Section(self, "SamplingConfig", root=""))  # the ranges, as a run's sampling section has them
     if any(s < 0 for s in self.stop_ids):
       raise ValueError(f"SamplingConfig.stop_ids={self.stop_ids!r}: token ids must be >= 0")
     if self.pad_id < 0:
       raise ValueError(f"SamplingConfig.pad_id={self.pad_id!r}: expected a token id >= 0")
-    if not isinstance(self.decode_segment, int) or self.decode_segment < 0:
-      raise ValueError(f"SamplingConfig.decode_segment={self.decode_segment!r}: expected an int >= 0 (0: one "
-                       "segment)")
 
   @classmethod
   def from_config(cls, sampling, **fields) -> "SamplingConfig":

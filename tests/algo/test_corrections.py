@@ -77,5 +77,5 @@ def test_settings_name_the_mistakes():
   config.grpo.correction, config.grpo.tis_cap = "behaviour", 2.0
   with pytest.raises(errors.ConfigError, match=r"config.grpo.tis_cap=2.0: weights by pi_proximal"):
     validate(config)
-  with pytest.raises(ValueError, match="correction 'behaviour'"):
+  with pytest.raises(ValueError, match="LossConfig.tis_cap=2.0: .* with correction='behaviour'"):
     LossConfig(correction="behaviour", tis_cap=2.0)

@@ -238,16 +238,32 @@ def test_policy_loss_with_wrong_shape_is_named():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(kl_estimator="k4"), "unknown KL estimator 'k4'"),
     (dict(aggregation="mean"), "unknown aggregation 'mean'"),
-    (dict(importance_level="seq"), "importance_level must be one of"),
-    (dict(epsilon_low=1.0), r"epsilon_low must be in \[0, 1\)"),
-    (dict(epsilon_high=-0.1), "epsilon_high must be >= 0"),
-    (dict(delta=0.9), "delta .* must be > 1"),
-    (dict(beta=-1.0), "beta must be >= 0"),
-    (dict(top_entropy_quantile=1.5), "top_entropy_quantile must be in"),
+    (dict(importance_level="seq"), r"^LossConfig.importance_level='seq': not one of"),
+    (dict(epsilon_low=1.0), r"^LossConfig.epsilon_low=1.0: must be in \[0, 1\)"),
+    (dict(epsilon_high=-0.1), "LossConfig.epsilon_high=-0.1: must be >= 0"),
+    (dict(delta=0.9), "LossConfig.delta=0.9: the dual-clip cap must be > 1"),
+    (dict(beta=-1.0), "LossConfig.beta=-1.0: must be >= 0"),
+    (dict(top_entropy_quantile=1.5), "LossConfig.top_entropy_quantile=1.5: must be in"),
     (dict(max_completion_length=0), "max_completion_length must be a positive int"),
-    (dict(cispo_epsilon_high=0.0), "cispo_epsilon_high must be > 0"),
+    (dict(cispo_epsilon_high=0.0), "LossConfig.cispo_epsilon_high=0.0: must be > 0"),
+    (dict(tis_cap=-1.0), "LossConfig.tis_cap=-1.0: must be >= 0"),
+    (dict(tis_cap=2.0, correction="behaviour"), "LossConfig.tis_cap=2.0: weights by pi_proximal"),
     (dict(policy_loss=3), "policy_loss must be a registered name or a function"),
 ])
 def test_bad_config(kwargs, message):
   with pytest.raises(ValueError, match=message):
     LossConfig(**kwargs)
+
+
+def test_loss_config_takes_every_loss_knob_of_a_runs_grpo_section():
+  """from_settings copies each field the two share by name (a knob added to both is carried without a line here),
+  and a run's tis_cap 0 is off in both."""
+  import dataclasses
+  from grpo_jax.settings import GrpoSettings
+  grpo = GrpoSettings(epsilon_low=0.1, epsilon_high=0.3, delta=3.0, beta=0.0, entropy_coef=0.01, tis_cap=0.0,
+                      aggregation="token_mean", top_entropy_quantile=0.5, kl_estimator="k2")
+  cfg = LossConfig.from_settings(grpo, 24)
+  shared = [f.name for f in dataclasses.fields(LossConfig) if hasattr(grpo, f.name)]
+  assert len(shared) == 13 and cfg.max_completion_length == 24 and cfg.tis_cap is None
+  assert all(getattr(cfg, name) == getattr(grpo, name) for name in shared if name != "tis_cap")
+  assert LossConfig(tis_cap=0.0) == LossConfig()
