@@ -18,6 +18,8 @@ import os
 import posixpath
 import shutil
 
+from grpo_jax import orbax_s3
+
 URL_SCHEMES = ("gs://", "s3://")
 
 
@@ -181,46 +183,4 @@ def use_endpoints() -> None:
   emulator = os.environ.get("STORAGE_EMULATOR_HOST")
   if emulator and _TS_GCS_URL not in os.environ:
     os.environ[_TS_GCS_URL] = emulator if "://" in emulator else "http://" + emulator
-  _orbax_s3_paths()
-
-
-def s3_kvstore_spec(url: str) -> dict:
-  """TensorStore's kvstore spec of an s3:// URL, with the endpoint and region of the standard variables."""
-  bucket, _, key = url[len("s3://"):].partition("/")
-  spec = {"driver": "s3", "bucket": bucket, "path": key}
-  endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-  if endpoint:
-    spec["endpoint"] = endpoint
-  region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-  if region:
-    spec["aws_region"] = region
-  return spec
-
-
-_ORBAX_PATCHED = False
-
-
-def _orbax_s3_paths() -> None:
-  """orbax-checkpoint 0.12 sends gs:// to TensorStore's gcs driver and every other path to its file driver
-  (s3://b/x would become a relative file path). Its spec builders and path normalization learn s3:// here;
-  gs:// and local paths are untouched."""
-  global _ORBAX_PATCHED
-  if _ORBAX_PATCHED:
-    return
-  from orbax.checkpoint._src.path import gcs_utils
-  from orbax.checkpoint._src.serialization import tensorstore_utils as ts_utils
-  gcs_driver, gcs_spec, normalize = ts_utils._use_gcs_driver, gcs_utils.get_kvstore_for_gcs, ts_utils._normalize_path
-
-  def use_store_driver(directory: str) -> bool:
-    return directory.startswith("s3://") or gcs_driver(directory)
-
-  def kvstore_for_store(path: str) -> dict:
-    return s3_kvstore_spec(path) if str(path).startswith("s3://") else gcs_spec(path)
-
-  def normalize_path(path: str) -> str:  # os.path.normpath would make s3://b/x s3:/b/x
-    return "s3://" + os.path.normpath(path[len("s3://"):]) if str(path).startswith("s3://") else normalize(path)
-
-  ts_utils._normalize_path = normalize_path
-  ts_utils._use_gcs_driver = use_store_driver
-  gcs_utils.get_kvstore_for_gcs = kvstore_for_store
-  _ORBAX_PATCHED = True
+  orbax_s3.teach_orbax_s3()
