@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import spec as spec_lib
-from grpo_jax.train.lease import LEASE_FILE, wait_until_free
+from grpo_jax.train.workdir_lock import wait_until_free
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
 
@@ -218,7 +218,7 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
   node leaves only the first). `abort()`, polled every second, stops the trainer early (rc -SIGTERM); `tick()`,
   called every second too, shows progress."""
   storage.remove(storage.join(workdir, FAILED))
-  _wait_until_unlocked(workdir)
+  wait_until_free(workdir)  # the trainer of an earlier attempt may still be saving and exiting
   log_path = storage.join(workdir, log_name)
   with _AttemptLog(log_path) as log:
     log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {spec_lib.shell_join(argv)}\n")
@@ -308,28 +308,6 @@ class _AttemptLog:
         self.upload()
     finally:
       self._file.close()
-
-
-def _wait_until_unlocked(workdir: str, timeout_s: float = 120.0) -> None:
-  """Waits while the trainer of an earlier attempt still holds the workdir's lock (WORKDIR/.lock, taken by
-  grpo-train): after a lost Ray worker, that trainer is still saving and exiting when the retry starts."""
-  if storage.is_url(workdir):
-    wait_until_free(storage.join(workdir, LEASE_FILE), timeout_s)
-    return
-  import fcntl
-  path, deadline = os.path.join(workdir, ".lock"), time.time() + timeout_s
-  if not os.path.exists(path):
-    return
-  with open(path, "a") as f:
-    while True:
-      try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(f, fcntl.LOCK_UN)
-        return
-      except BlockingIOError:
-        if time.time() > deadline:
-          return  # the trainer reports the busy workdir itself
-        time.sleep(0.5)
 
 
 # SIGTERM, then SIGKILL after this long. The trainer saves and exits within its own

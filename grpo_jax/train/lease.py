@@ -26,7 +26,6 @@ from typing import Callable
 from grpo_jax import errors
 
 LEASE_FILE = ".lease"
-DEFAULT_TTL_S = 60.0  # config.checkpoint.lease_ttl_s's default
 
 
 class Conflict(Exception):
@@ -228,18 +227,14 @@ class Lease:
     self.release()
 
 
-def wait_until_free(url: str, timeout_s: float, poll_s: float = 0.5) -> None:
-  """Waits, at most `timeout_s`, while the lease at `url` has a holder that may not be taken over (a trainer of
-  an earlier attempt still saving and exiting); the trainer reports a workdir still busy after that itself."""
-  probe = Lease(url, ttl_s=DEFAULT_TTL_S)
-  deadline = time.time() + timeout_s
-  while time.time() < deadline:
-    current = probe._store.read()
-    if current is None:
-      return
-    try:
-      if probe._takeable(json.loads(current[0])) is not None:
-        return
-    except ValueError:
-      return
-    time.sleep(poll_s)
+def lease_is_free(url: str, ttl_s: float) -> bool:
+  """Whether a launch could take the lease at `url` now: none, unreadable, stale or its holder gone (`ttl_s`:
+  the staleness of a lease that does not state its own)."""
+  probe = Lease(url, ttl_s=ttl_s)
+  current = probe._store.read()
+  if current is None:
+    return True
+  try:
+    return probe._takeable(json.loads(current[0])) is not None
+  except ValueError:
+    return True

@@ -32,6 +32,7 @@ from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
 from grpo_jax.train.workdir import Summary
+from grpo_jax.train.workdir_lock import WorkdirLock
 
 def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
           reward_weights: Sequence[float] | None = None, train_dataset=None, eval_dataset=None,
@@ -58,7 +59,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
     preemption.install()  # again: jax.distributed took SIGTERM for its own preemption notifier
     try:
       if main:  # the lock file is the only thing written before the settings are checked
-        with workdir_lib.WorkdirLock(workdir, settings.checkpoint.lease_ttl_s, log_console):
+        with WorkdirLock(workdir, settings.checkpoint.lease_ttl_s, log_console):
           workdir_lib.check_resumable(config, workdir, log_console)  # the saved config.json against this one
           return _train(settings, config_json, workdir, time_split, main, log_console, inputs, preemption)
       return _train(settings, config_json, workdir, time_split, main, log_console, inputs, preemption)

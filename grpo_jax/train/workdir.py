@@ -1,4 +1,4 @@
-"""A run's workdir: its config.json, run id, lock, the checks before a resume, summary.json at the end, and
+"""A run's workdir: its config.json, run id, the checks before a resume, summary.json at the end, and
 `Workdir`, the one object through which the loop writes there (checkpoints, metrics, samples, curves).
 
 WORKDIR holds config.json (the settings the run started with), run_id, .lock (held while the run lives),
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import uuid
 from typing import Any, Callable
@@ -21,8 +20,6 @@ from grpo_jax import storage
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
-from grpo_jax.train.lease import DEFAULT_TTL_S as DEFAULT_LEASE_TTL_S
-from grpo_jax.train.lease import LEASE_FILE, Lease
 from grpo_jax.train.distributed import NullWriter
 from grpo_jax.train.plotting import CurvesRefresher, plot_runs
 
@@ -116,52 +113,6 @@ def refuse_to_overwrite_history(workdir: str) -> None:
                        "or use a new --workdir.")
 
 
-
-
-class WorkdirLock:
-  """One run per workdir: an exclusive `flock` on WORKDIR/.lock, held while the run lives. The kernel drops it
-  when the process dies, however it dies, so a stale lock never blocks a resume.
-
-  On an object store (gs://, s3://) the lock is a lease object instead (grpo_jax/train/lease.py): renewed
-  while the run lives, taken over once not renewed for `lease_ttl_s`, or at once by a launch on the same host
-  whose holder's pid is gone."""
-
-  def __init__(self, workdir: str, lease_ttl_s: float = DEFAULT_LEASE_TTL_S, log=print):
-    self.path = storage.join(workdir, ".lock")
-    self._file = None
-    self._lease = None
-    if storage.is_url(workdir):
-      self._lease = Lease(storage.join(workdir, LEASE_FILE), lease_ttl_s)
-    self._log = log
-
-  def __enter__(self):
-    if self._lease is not None:
-      self._lease.__enter__()
-      if self._lease.took_over:
-        self._log(f"[lease] took over {self._lease.url} ({self._lease.took_over})")
-      return self
-    import fcntl
-    os.makedirs(os.path.dirname(self.path), exist_ok=True)
-    self._file = open(self.path, "a+")
-    try:
-      fcntl.flock(self._file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      self._file.seek(0)
-      holder = self._file.read().strip() or "another process"
-      self._file.close()
-      raise errors.WorkdirError(f"workdir {os.path.dirname(self.path)} is in use by {holder}; wait for it to finish or "
-                         "use another --workdir") from None
-    self._file.seek(0)
-    self._file.truncate()
-    self._file.write(f"process {os.getpid()} on {os.uname().nodename}\n")
-    self._file.flush()
-    return self
-
-  def __exit__(self, *exc):
-    if self._lease is not None:
-      self._lease.__exit__(*exc)
-      return
-    self._file.close()  # releases the lock
 
 
 RUN_ID_FILE = "run_id"

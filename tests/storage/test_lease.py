@@ -13,20 +13,20 @@ import pytest
 
 from grpo_jax import errors
 from grpo_jax.train import lease as lease_lib
-from grpo_jax.train.workdir import WorkdirLock
+from grpo_jax.train.workdir_lock import WorkdirLock
 
 
 def test_a_second_launch_is_refused_in_one_line_and_the_lease_is_released_at_the_end(store):
   workdir = store.url()
-  with WorkdirLock(workdir, lease_ttl_s=30):
+  with WorkdirLock(workdir, ttl_s=30):
     with pytest.raises(errors.WorkdirError) as refused:
-      with WorkdirLock(workdir, lease_ttl_s=30):
+      with WorkdirLock(workdir, ttl_s=30):
         pass
     message = str(refused.value)
     assert "\n" not in message and f"workdir {workdir} is in use by process {os.getpid()}" in message
     assert "--workdir" in message
   assert lease_lib.store_for(workdir + "/" + lease_lib.LEASE_FILE).read() is None  # released
-  with WorkdirLock(workdir, lease_ttl_s=30):  # and free again
+  with WorkdirLock(workdir, ttl_s=30):  # and free again
     pass
 
 

@@ -17,10 +17,9 @@ from grpo_jax.commands import plot as plot_command
 from grpo_jax.rewards import register_reward
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, checks, loop
-from grpo_jax.train import workdir as workdir_lib
 from grpo_jax.train import run as run_lib
-from grpo_jax.train import step as step_lib
 from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.train.workdir_lock import WorkdirLock
 from tests.train.conftest import load_experiment
 
 TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
@@ -341,11 +340,11 @@ def test_a_run_saved_before_the_settings_tree_resumes(reference_run, tmp_path):
 
 def test_a_second_launch_on_a_workdir_in_use_refuses_before_touching_it(tmp_path):
   workdir = str(tmp_path / "busy")
-  with workdir_lib.WorkdirLock(workdir):  # a first run holds the workdir
+  with WorkdirLock(workdir):  # a first run holds the workdir
     with pytest.raises(RuntimeError, match=rf"in use by process {os.getpid()} on "):
       loop.train(_config(), workdir)
     assert os.listdir(workdir) == [".lock"]
-  with workdir_lib.WorkdirLock(workdir):  # released when its holder ends: the next launch may take it
+  with WorkdirLock(workdir):  # released when its holder ends: the next launch may take it
     pass
 
 
