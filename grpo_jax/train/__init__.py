@@ -4,7 +4,7 @@
   rollout.py     prompts -> sampler -> rewards -> advantages -> a RolloutBatch
   policy.py      what is trained: full fine-tuning, or LoRA adapters on a frozen base
   offload.py     reference parameters parked in host memory between uses
-  evaluation.py  held-out greedy accuracy, mean reward, pass@k
+  evaluation.py  held-out greedy accuracy, avg@N, pass@k, maj@k with intervals, per-prompt rows
   warmstart.py   supervised warm start (teacher-forced cross-entropy)
   optim.py       AdamW + warmup/cosine schedule + global-norm clipping
   state.py       optimizer state placed like the parameters
@@ -20,7 +20,8 @@
   distributed.py multi-host runs: one process per host, collectives at the loop's decision points
   preemption.py  SIGTERM / SIGINT / a cloud's notice: stop at the next safe point, a deadline
   lease.py       one run per workdir on an object store (a lease taken with a conditional write)
-  workdir.py     config.json, run id, lock, resume checks, summary.json
+  workdir_lock.py one run per workdir: a file lock locally, the lease on a store
+  workdir.py     config.json, run id, resume checks, summary.json
   hooks.py       what happens after a step: evaluate, log, callbacks, checkpoint, stop on divergence
   loop.py        `train(config, workdir)`: init or restore, then rollout -> update -> the after-step hooks
 """
