@@ -9,6 +9,7 @@
   optim.py       AdamW + warmup/cosine schedule + global-norm clipping
   state.py       optimizer state placed like the parameters
   checkpoint.py  orbax checkpoints with fallback past a damaged one
+  fingerprint.py a state's fingerprint, computed where its arrays live
   export.py      the policy as a Hugging Face model directory
   metrics.py     metrics.jsonl, samples.jsonl, TensorBoard, the progress bar
   plotting.py    training curves of one or more runs

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.train import checkpoint
-from grpo_jax.train.checkpoint import (Checkpointer, restore_params, save_initial_state,
-                                       state_fingerprint)
+from grpo_jax.train import checkpoint, fingerprint
+from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state
+from grpo_jax.train.fingerprint import state_fingerprint
 from tests.virtual_devices import run_worker
 
 
@@ -114,15 +114,15 @@ def _numpy_fingerprint(x: np.ndarray) -> tuple[int, int]:
 def test_leaf_fingerprint_matches_numpy_and_sees_one_changed_element(dtype):
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(5, 7)) * 100).astype(dtype)
-  got = tuple(int(v) for v in np.asarray(checkpoint._leaf_fingerprint(x)))
+  got = tuple(int(v) for v in np.asarray(fingerprint._leaf_fingerprint(x)))
   assert got == _numpy_fingerprint(np.asarray(x))
   for i, j in [(0, 0), (4, 6), (2, 3)]:  # any single changed element changes both sums (odd weights)
     y = x.at[i, j].set(x[i, j] + 1)
-    other = np.asarray(checkpoint._leaf_fingerprint(y))
+    other = np.asarray(fingerprint._leaf_fingerprint(y))
     assert np.all(other != np.asarray(got))
   swapped = x.at[0, 0].set(x[0, 1]).at[0, 1].set(x[0, 0])  # the same values in another order
   if x[0, 0] != x[0, 1]:
-    assert tuple(int(v) for v in np.asarray(checkpoint._leaf_fingerprint(swapped))) != got
+    assert tuple(int(v) for v in np.asarray(fingerprint._leaf_fingerprint(swapped))) != got
 
 
 def test_shard_parts_add_up_to_the_whole_arrays_fingerprint():
@@ -131,13 +131,13 @@ def test_shard_parts_add_up_to_the_whole_arrays_fingerprint():
   the whole array's sums; a PRNG key array (2 words per key) and a scalar match numpy too."""
   x = jnp.asarray(np.random.default_rng(1).normal(size=(6, 8)), jnp.float32)
   strides = (8, 1, 1)  # words of the array read as (6, 8, 1)
-  parts = [checkpoint._jitted_shard_sums(x[r:r + 3, c:c + 2], np.uint32(r * 8 + c), strides)
+  parts = [fingerprint._jitted_shard_sums(x[r:r + 3, c:c + 2], np.uint32(r * 8 + c), strides)
            for r in (0, 3) for c in (0, 2, 4, 6)]
-  assert tuple(int(v) for v in checkpoint._combine(jax.device_get(parts))) == _numpy_fingerprint(np.asarray(x))
+  assert tuple(int(v) for v in fingerprint._combine(jax.device_get(parts))) == _numpy_fingerprint(np.asarray(x))
   keys = jax.random.split(jax.random.key(3), 5)
-  assert tuple(int(v) for v in checkpoint._leaf_fingerprint(keys)) == _numpy_fingerprint(
+  assert tuple(int(v) for v in fingerprint._leaf_fingerprint(keys)) == _numpy_fingerprint(
       np.asarray(jax.random.key_data(keys)))
-  assert tuple(int(v) for v in checkpoint._leaf_fingerprint(jnp.int32(7))) == _numpy_fingerprint(
+  assert tuple(int(v) for v in fingerprint._leaf_fingerprint(jnp.int32(7))) == _numpy_fingerprint(
       np.asarray([7], np.int32))
 
 
@@ -147,9 +147,9 @@ def test_fingerprint_compiles_one_program_per_shape_whatever_the_sharding():
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1, 1), ("data", "fsdp", "tensor"))
   x = jnp.asarray(np.random.default_rng(5).normal(size=(5, 7)), jnp.float32)
   on_mesh = jax.device_put(x, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-  before = checkpoint._jitted_shard_sums._cache_size()
+  before = fingerprint._jitted_shard_sums._cache_size()
   assert state_fingerprint({"w": on_mesh}) == state_fingerprint({"w": x})
-  assert checkpoint._jitted_shard_sums._cache_size() - before <= 1  # 2 when each sharding compiles its own
+  assert fingerprint._jitted_shard_sums._cache_size() - before <= 1  # 2 when each sharding compiles its own
 
 
 def test_fingerprint_sees_values_layout_and_dtype():
