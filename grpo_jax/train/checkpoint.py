@@ -228,11 +228,14 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
 
 
 def _holds_adapters(directory: str, step: int) -> bool:
-  """Whether checkpoint `step` in `directory` is a LoRA run's (its array tree has an "adapters" branch)."""
-  path = storage.join(directory, str(step), "state", "_METADATA")  # orbax's tree metadata: key paths
-  if not storage.exists(path):
+  """Whether checkpoint `step` in `directory` is a LoRA run's (its array tree, as orbax's metadata of it says,
+  has an "adapters" branch)."""
+  from etils import epath
+  try:
+    tree = ocp.PyTreeCheckpointHandler().metadata(epath.Path(storage.join(directory, str(step), "state"))).tree
+  except (FileNotFoundError, OSError, ValueError):
     return False
-  return "('adapters'," in storage.read_text(path)
+  return "adapters" in tree
 
 
 def save_initial_state(directory: str, params, meta: dict, verify: bool = True) -> None:
