@@ -257,6 +257,13 @@ def paired_columns(runs: Sequence[MemberRun]):
   return PAIRED_COLUMNS + [(f"mean:{key}", f"Δ mean {key}", "{:+.3g}") for key in extra]
 
 
+def same_seed_pairs(members: Sequence[MemberRun], baseline: Sequence[MemberRun]) -> list[tuple[MemberRun, MemberRun]]:
+  """(member, the baseline member with the same seed, the `_seed<N>` suffix) for the finished members of both."""
+  base = {spec_lib.seed_of(b.name): b for b in baseline if b.status == "done" and spec_lib.seed_of(b.name) is not None}
+  return [(m, base[spec_lib.seed_of(m.name)]) for m in members
+          if m.status == "done" and spec_lib.seed_of(m.name) in base]
+
+
 def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any]]:
   """Per group: differences to the `baseline` group's member with the same seed (`_seed<N>` suffix), over the
   finished pairs: a `comparisons.Paired` (mean, t interval, p, n, wins) per column, `<column>_wins`, the
@@ -269,13 +276,11 @@ def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any
   if baseline not in grouped:
     raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
   base_done = [m for m in grouped[baseline] if m.status == "done"]
-  base = {spec_lib.seed_of(m.name): m for m in base_done}
   table = []
   for group, members in grouped.items():
     if group == baseline:
       continue
-    pairs = [(m, base[spec_lib.seed_of(m.name)]) for m in members
-             if m.status == "done" and spec_lib.seed_of(m.name) in base and spec_lib.seed_of(m.name) is not None]
+    pairs = same_seed_pairs(members, grouped[baseline])
     row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
     for column, _, _ in paired_columns(runs):
       row[column] = comparisons.paired([m.summary[column] - b.summary[column] for m, b in pairs])
@@ -353,10 +358,8 @@ def seeds_and_prompts(runs: Sequence[MemberRun], baseline: str | None = None) ->
       out.append({"label": group, "n": len(members), "t": intervals.over_seeds(scores.mean(axis=1)),
                   "two_level": comparisons.two_level(scores)})
   if baseline is not None and baseline in grouped:
-    base = {spec_lib.seed_of(m.name): m for m in grouped[baseline] if spec_lib.seed_of(m.name) is not None}
     for group, members in grouped.items():
-      pairs = [(m, base[spec_lib.seed_of(m.name)]) for m in members
-               if group != baseline and spec_lib.seed_of(m.name) in base]
+      pairs = same_seed_pairs(members, grouped[baseline]) if group != baseline else []
       if len(pairs) < 2:
         continue
       mine, theirs = _shared_prompt_scores([m for m, _ in pairs]), _shared_prompt_scores([b for _, b in pairs])
@@ -433,9 +436,7 @@ def plan(runs: Sequence[MemberRun], column: str = "eval_acc_final", baseline: st
 
 
 def _paired_differences(grouped, baseline: str, group: str, column: str) -> list[float]:
-  base = {spec_lib.seed_of(m.name): m for m in grouped[baseline] if spec_lib.seed_of(m.name) is not None}
-  return [m.summary[column] - base[spec_lib.seed_of(m.name)].summary[column] for m in grouped[group]
-          if spec_lib.seed_of(m.name) in base]
+  return [m.summary[column] - b.summary[column] for m, b in same_seed_pairs(grouped[group], grouped[baseline])]
 
 
 def plan_markdown(result: dict[str, Any]) -> str:

@@ -58,6 +58,12 @@ def with_interval(name: str, values_P: np.ndarray, methods: dict | None = None) 
   return {name: float(np.mean(values_P)), f"{name}/lo": ci.lo, f"{name}/hi": ci.hi}
 
 
+def greedy_figures(accuracy_P: np.ndarray, methods: dict | None = None) -> dict[str, float]:
+  """eval/accuracy and eval/full_credit (the share with accuracy reward >= 1), with their intervals."""
+  return {**with_interval("eval/accuracy", accuracy_P, methods),
+          **with_interval("eval/full_credit", (accuracy_P >= 1.0).astype(np.float64), methods)}
+
+
 def _jsonable(answer):
   return None if answer is None else answer if isinstance(answer, (str, int, float, bool)) else str(answer)
 
@@ -98,9 +104,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
   result, completions, _ = grade(tokenizer, out, texts, other, scoring)
   accuracy = np.asarray(result.per_fn[accuracy_reward], np.float64)
   methods: dict[str, str] = {}
-  metrics = {**with_interval("eval/accuracy", accuracy, methods),
-             **with_interval("eval/full_credit", (accuracy >= 1.0).astype(np.float64), methods),
-             "eval/reward": float(np.mean(result.total)),
+  metrics = {**greedy_figures(accuracy, methods), "eval/reward": float(np.mean(result.total)),
              "eval/mean_length": float(np.mean(out.lengths_B))}
   if isinstance(out, EpisodeResult):
     metrics.update(episode_metrics(out, prefix="eval/episodes/"))
@@ -153,8 +157,7 @@ def figures_of_rows(rows: Sequence[dict], pass_k: Sequence[int] = (), maj_k: Seq
   """The figures of `evaluate` recomputed from its rows (what a reader of a --out file can do): greedy accuracy
   and full credit, and avg@N, pass@k, maj@k from the samples when the rows have them."""
   accuracy = np.asarray([r["greedy"]["reward"] for r in rows], np.float64)
-  figures = {**with_interval("eval/accuracy", accuracy),
-             **with_interval("eval/full_credit", (accuracy >= 1.0).astype(np.float64))}
+  figures = greedy_figures(accuracy)
   if rows and rows[0].get("samples"):
     scores = np.asarray([[s["reward"] for s in r["samples"]] for r in rows], np.float64)
     answers = [[s["answer"] for s in r["samples"]] for r in rows]
