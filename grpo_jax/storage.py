@@ -29,7 +29,7 @@ def is_url(path) -> bool:
 
 
 def join(base: str, *parts: str) -> str:
-  return posixpath.join(base, *parts) if is_url(base) else os.path.join(base, *parts)
+  return posixpath.join(base, *parts)  # also a local path's join on the POSIX systems JAX runs on
 
 
 def absolute(path: str) -> str:
@@ -41,25 +41,24 @@ def basename(path: str) -> str:
   return posixpath.basename(path.rstrip("/")) if is_url(path) else os.path.basename(os.path.normpath(path))
 
 
+# What works the same on a local path and a URL goes through epath, which keeps `os`'s behaviour for local paths.
 def _epath(path: str):
   from etils import epath
   return epath.Path(path)
 
 
 def exists(path: str) -> bool:
-  return _epath(path).exists() if is_url(path) else os.path.exists(path)
+  return _epath(path).exists()
 
 
 def isdir(path: str) -> bool:
-  return _epath(path).is_dir() if is_url(path) else os.path.isdir(path)
+  return _epath(path).is_dir()
 
 
 def listdir(path: str) -> list[str]:
   """Names in a directory ([] when it does not exist)."""
-  if is_url(path):
-    p = _epath(path)
-    return [child.name for child in p.iterdir()] if p.is_dir() else []
-  return os.listdir(path) if os.path.isdir(path) else []
+  p = _epath(path)
+  return [child.name for child in p.iterdir()] if p.is_dir() else []
 
 
 def makedirs(path: str) -> None:
@@ -70,61 +69,40 @@ def makedirs(path: str) -> None:
 
 def remove(path: str) -> None:
   """Deletes a file if it exists."""
-  if is_url(path):
-    p = _epath(path)
-    if p.exists():
-      p.unlink()
-  elif os.path.exists(path):
-    os.remove(path)
+  _epath(path).unlink(missing_ok=True)
 
 
 def rmtree(path: str) -> None:
-  if is_url(path):
-    p = _epath(path)
-    if p.exists():
-      p.rmtree()
-  else:
-    shutil.rmtree(path, ignore_errors=True)
+  p = _epath(path)
+  if p.exists():
+    p.rmtree()
 
 
 def read_text(path: str) -> str:
-  if is_url(path):
-    return _epath(path).read_text()
-  with open(path) as f:
-    return f.read()
+  return _epath(path).read_text()
 
 
 def write_text(path: str, text: str, atomic: bool = False) -> None:
   """Writes `text` whole (an object store replaces the object atomically; a local file too with `atomic`: written
   beside it, then renamed over it, so a kill mid-write leaves the old file or none, never half of one)."""
-  if is_url(path):
-    _epath(path).write_text(text)
-  elif atomic:
-    with open(path + ".part", "w") as f:
-      f.write(text)
+  if atomic and not is_url(path):
+    write_text(path + ".part", text)
     os.replace(path + ".part", path)
   else:
-    with open(path, "w") as f:
-      f.write(text)
+    _epath(path).write_text(text)
 
 
 def read_bytes(path: str) -> bytes:
-  if is_url(path):
-    return _epath(path).read_bytes()
-  with open(path, "rb") as f:
-    return f.read()
+  return _epath(path).read_bytes()
 
 
 def write_bytes(path: str, data: bytes) -> None:
-  if is_url(path):
-    _epath(path).write_bytes(data)
-  else:
-    with open(path, "wb") as f:
-      f.write(data)
+  _epath(path).write_bytes(data)
 
 
 def copy(src: str, dst: str) -> None:
-  """One file from anywhere to anywhere (local, gs://, s3://)."""
+  """One file from anywhere to anywhere (local, gs://, s3://); between local paths without holding it in memory
+  (an exported model's weights)."""
   if not is_url(src) and not is_url(dst):
     shutil.copy(src, dst)
   else:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import warnings
 from typing import Any, NamedTuple
@@ -178,6 +177,13 @@ def _store_options(directory: str) -> dict:
   return {"atomicity_options": ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)}
 
 
+def _read_only_manager(directory: str, **kwargs) -> ocp.CheckpointManager:
+  """A manager of another run's `directory` that moves, cleans and rotates nothing there."""
+  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False,
+                                         **_store_options(directory))
+  return ocp.CheckpointManager(directory, options=options, **kwargs)
+
+
 def _os_failure_reason(error: Exception) -> str | None:
   """The operating system's words for a failed write ("No space left on device"): from an OSError, or from the
   `[os_error_code=...]` that tensorstore puts in orbax's message. None for any other error."""
@@ -195,9 +201,7 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
   checked when the checkpoint holds nothing but the parameters (a warm-start directory); a full checkpoint's
   covers state we do not read."""
   directory = storage.absolute(directory)
-  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False,
-                                         **_store_options(directory))
-  manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
+  manager = _read_only_manager(directory, item_names=("state", "meta"))
   try:
     if step not in manager.all_steps():
       raise FileNotFoundError(f"{directory} has no complete checkpoint at step {step} (steps: "
@@ -250,27 +254,24 @@ def save_initial_state(directory: str, params, meta: dict, verify: bool = True) 
 def initial_state_dir(source: str) -> tuple[str, int]:
   """(orbax directory, step) of the starting point in `source`: a run's workdir (its warmstart/ directory,
   else its step-0 checkpoint) or a warmstart/ or checkpoints/ directory itself."""
-  candidates = [(storage.join(source, WARMSTART_DIR), 0), (storage.join(source, CHECKPOINT_DIR), 0), (source, 0)]
-  for directory, step in candidates:
-    if storage.exists(storage.join(directory, str(step), "commit_success.txt")) or (
-        not storage.is_url(directory) and  # a store's committed checkpoints all have commit_success.txt
-        os.path.isdir(os.path.join(directory, str(step), "state")) and
-        os.path.isdir(os.path.join(directory, str(step), "meta"))):
-      return directory, step
+  for directory in (storage.join(source, WARMSTART_DIR), storage.join(source, CHECKPOINT_DIR), source):
+    if 0 in committed_steps(directory):
+      return directory, 0
   raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (expected "
                           f"{WARMSTART_DIR}/0 or {CHECKPOINT_DIR}/0 of a run's workdir, written after its warm "
                           "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
 
 
 def committed_steps(directory: str) -> list[int]:
-  """The steps of the committed checkpoints in `directory` (none when it does not exist), read without a
-  CheckpointManager. On a store a checkpoint is committed by its commit_success.txt (`_store_options`)."""
+  """The steps of the committed checkpoints in `directory` (none when it does not exist), as orbax itself
+  counts them (a renamed temporary directory locally, a commit_success.txt on a store: `_store_options`)."""
   if not storage.isdir(directory):
     return []
-  if not storage.is_url(directory):
-    return sorted(ocp.utils.checkpoint_steps(directory))
-  return sorted(int(name) for name in storage.listdir(directory)
-                if name.isdigit() and storage.exists(storage.join(directory, name, "commit_success.txt")))
+  manager = _read_only_manager(directory)
+  try:
+    return sorted(manager.all_steps())
+  finally:
+    manager.close()
 
 
 def has_initial_state(directory: str) -> bool:

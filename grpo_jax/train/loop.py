@@ -103,11 +103,9 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
         if preempted := preemption.stop_requested():
           break
         t0 = time.time()
-        if wd.saved_step != state.step:  # a signal during the rollout saves this state at once (preemption.py)
-          preemption.guard(*wd.rescue(run, state, preemption))
-        # Pending through step + k (past num_steps too: a longer resumed run stays the same run).
-        sampled = run.sample_ahead(state, step, step + k - overlapped, sampler_params)
-        preemption.release()
+        with wd.save_on_request(run, state, preemption):  # a signal during the rollout saves this state at once
+          # Pending through step + k (past num_steps too: a longer resumed run stays the same run).
+          sampled = run.sample_ahead(state, step, step + k - overlapped, sampler_params)
         if preempted := preemption.stop_requested():  # drop the new rollouts: the update would donate the state
           break
         rollout, sampled = sampled.pending[0], sampled._replace(pending=sampled.pending[1:])

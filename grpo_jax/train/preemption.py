@@ -13,10 +13,10 @@ same path (grpo_jax/train/loop.py):
   already is, and the run ends. A signal that lands during an update lets it finish; its step is saved. A
   checkpoint being written (in the background) is waited for.
 - A rollout can outlast the notice (SmolLM2's sampling on a 2-core CPU takes minutes), and Python runs a signal
-  handler only when the main thread comes back from XLA. So the loop `guard`s the last completed state while a
-  rollout runs: the signal also wakes a thread (`signal.set_wakeup_fd`) that saves that state at once, beside
-  the sampler, records the preemption and ends the process once the checkpoint is committed. `release()`,
-  before the update donates the state, waits for such a save.
+  handler only when the main thread comes back from XLA. So the signal also wakes a thread
+  (`signal.set_wakeup_fd`) that records the request at once and sets the events the loop asked to hear it on
+  (`notify`): the loop's own thread then saves the last completed state beside the sampler
+  (`Workdir.save_on_request`, grpo_jax/train/workdir.py). What is saved, and when, is the loop's.
 - A watchdog thread ends the process `deadline_s` after the signal if it is still alive (an update longer than
   the deadline: on a slow machine, raise the deadline where the cloud allows, or checkpoint more often), with
   whatever checkpoints are committed by then: orbax writes each into a temporary directory first.
@@ -79,9 +79,7 @@ class Preemption:
     self._previous = {}
     self._closed = threading.Event()
     self._lock = threading.Lock()
-    self._guarded: tuple[Callable[[], None], Callable[[], None]] | None = None  # (save, finish) of the rescue
-    self._rescue_done = threading.Event()
-    self._rescue_done.set()
+    self._listeners: list[threading.Event] = []  # set on the first request (`notify`)
     self._wakeup: tuple[int, int, int] | None = None  # (read end, write end, the previous wakeup fd)
 
   # -- installing and removing ---------------------------------------------------------------------------------
@@ -129,52 +127,32 @@ class Preemption:
     self.request(signal.Signals(signum).name)
 
   def request(self, reason: str) -> None:
-    """Asks the run to stop (a signal, a cloud notice). Raises `Preempted` outside `deferred()` when called in
-    the main thread (a signal handler runs there); starts the rescue of a guarded state otherwise."""
+    """Asks the run to stop (a signal, a cloud notice) and sets the events given to `notify`. Raises `Preempted`
+    outside `deferred()` when called in the main thread (a signal handler runs there)."""
     with self._lock:
       first = self.reason is None
       if first:
         self.reason, self.requested_at = reason, time.monotonic()
+      listeners = list(self._listeners)
     if first:
       self.log(f"[preempted] {reason}: stopping at the next safe point (deadline {self.deadline_s:.0f} s)")
       threading.Thread(target=self._watchdog, name="preemption-deadline", daemon=True).start()
+    for event in listeners:
+      event.set()
     if self._immediate and threading.current_thread() is threading.main_thread():
       raise errors.Preempted(self.reason)
-    if threading.current_thread() is not threading.main_thread():
-      self._rescue()
 
-  def guard(self, save: Callable[[], None], finish: Callable[[], None]) -> None:
-    """Until `release()`: on a request, a thread calls `save()` (the last completed step, committed when it
-    returns) and `finish()` (records the preemption), then ends the process with EXIT_PREEMPTED. Only with one
-    process; the state must stay untouched (not donated) until `release()`."""
-    if not self.collective:
-      with self._lock:
-        self._guarded = (save, finish)
+  def notify(self, event: threading.Event) -> None:
+    """Sets `event` on a request, from whichever thread hears it first (at once when one was made already),
+    until `forget(event)`."""
+    with self._lock:
+      self._listeners.append(event)
       if self.reason is not None:
-        threading.Thread(target=self._rescue, name="preemption-rescue", daemon=True).start()
+        event.set()
 
-  def release(self) -> None:
-    """Ends the guard; waits for a rescue save in flight (the process then ends with it, unless it failed)."""
+  def forget(self, event: threading.Event) -> None:
     with self._lock:
-      self._guarded = None
-    self._rescue_done.wait()
-
-  def _rescue(self) -> None:
-    with self._lock:
-      job, self._guarded = self._guarded, None
-      if job is None:
-        return
-      self._rescue_done.clear()
-    save, finish = job
-    try:
-      save()
-      finish()
-    except BaseException as e:  # pylint: disable=broad-except  (the main thread's own path still saves)
-      self.log(f"[preempted] saving from the signal's thread failed ({type(e).__name__}: {e}); the loop saves at "
-               "its next safe point")
-      self._rescue_done.set()
-      return
-    exit_preempted()
+      self._listeners.remove(event)
 
   @contextlib.contextmanager
   def deferred(self):

@@ -6,8 +6,10 @@ metrics.jsonl, checkpoints/, warmstart/ and, once the run has reached its last s
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import threading
 import time
 import uuid
 from typing import Any, Callable
@@ -19,6 +21,7 @@ from grpo_jax import errors
 from grpo_jax import storage
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.train import preemption as preemption_lib
 from grpo_jax.train.checkpoint import CHECKPOINT_DIR
 from grpo_jax.train.distributed import NullWriter
 from grpo_jax.train.plotting import CurvesRefresher, plot_runs
@@ -225,19 +228,45 @@ class Workdir:
       self.writer.flush()  # the curves' helper draws metrics.jsonl as stored
       self.curves.after_eval()
 
-  def rescue(self, run, state, preemption) -> tuple[Callable[[], None], Callable[[], None]]:
-    """(save, finish) of `state` for the preemption's rescue thread, while a rollout keeps the main thread."""
-    def save():
-      self.writer.flush()  # (a store's metrics rows are written at flushes) the rows up to this step, then the step
-      self.save(run, state)
-      self.checkpointer.wait()
+  @contextlib.contextmanager
+  def save_on_request(self, run, state, preemption):
+    """Within it (a rollout keeping the main thread, which hears a signal only when XLA returns), a stop request
+    wakes a thread that saves `state` at once, records the preemption and ends the process with EXIT_PREEMPTED
+    once the checkpoint is committed. Leaving waits for such a save in flight: the update then donates `state`.
+    With one process only (a save is collective), and only when `state` is not saved already."""
+    if preemption.collective or self.saved_step == state.step:
+      yield
+      return
+    wake, turn = threading.Event(), threading.Lock()  # whoever takes `turn` first: this save or the way out
 
-    def finish():
-      self._record_preemption(state, preemption.reason, preemption)
-      self.log(f"[preempted] {preemption.reason}: step {state.step} saved during the rollout of the next; exiting "
-               f"{preemption.seconds_since_request():.1f} s after it with code {errors.EXIT_PREEMPTED}; nothing was "
-               f"lost: the same command resumes the run from step {state.step}")
-    return save, finish
+    def save_and_exit():
+      wake.wait()
+      if not turn.acquire(blocking=False):  # the rollout ended first
+        return
+      try:
+        self.writer.flush()  # (a store's rows are written at flushes) the rows up to this step, then the step
+        self.save(run, state)
+        self.checkpointer.wait()
+        self._record_preemption(state, preemption.reason, preemption)
+      except BaseException as e:  # pylint: disable=broad-except  (the loop's own path saves at its next safe point)
+        self.log(f"[preempted] saving during the rollout failed ({type(e).__name__}: {e}); the loop saves at its "
+                 "next safe point")
+        return
+      self.log(f"[preempted] {preemption.reason}: step {state.step} saved during the rollout of the next; "
+               f"exiting {preemption.seconds_since_request():.1f} s after it with code {errors.EXIT_PREEMPTED}; "
+               f"nothing was lost: the same command resumes the run from step {state.step}")
+      preemption_lib.exit_preempted()
+
+    saver = threading.Thread(target=save_and_exit, name="preemption-save", daemon=True)
+    saver.start()
+    preemption.notify(wake)
+    try:
+      yield
+    finally:
+      preemption.forget(wake)
+      turn.acquire(blocking=False)
+      wake.set()
+      saver.join()  # a save in flight ends the process; a failed one returns
 
   def stop_preempted(self, run, state, preemption):
     """Saves the last completed step (unless it is saved), waits for the checkpoint to be committed, records the

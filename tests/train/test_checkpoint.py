@@ -42,10 +42,19 @@ def test_unfinished_save_is_ignored(tmp_path):
   ck.close()
   # A save interrupted mid-way leaves only orbax's temporary directory behind.
   os.makedirs(tmp_path / "ck" / "2.orbax-checkpoint-tmp" / "state")
+  assert checkpoint.committed_steps(str(tmp_path / "ck")) == [1]  # read without a writer's manager
+  assert checkpoint.committed_steps(str(tmp_path / "absent")) == []
   ck = Checkpointer(str(tmp_path / "ck"), keep=3)
   assert ck.all_steps() == [1]
   assert ck.restore_latest(_abstract()).step == 1
   ck.close()
+
+
+def test_a_starting_point_is_a_committed_step_0(tmp_path):
+  os.makedirs(tmp_path / "run" / "warmstart" / "0.orbax-checkpoint-tmp" / "state")  # a warm start cut short
+  assert not checkpoint.has_initial_state(str(tmp_path / "run"))
+  save_initial_state(str(tmp_path / "run" / "checkpoints"), {"w": jnp.ones((2,))}, {})
+  assert checkpoint.initial_state_dir(str(tmp_path / "run")) == (str(tmp_path / "run" / "checkpoints"), 0)
 
 
 @pytest.mark.parametrize("damage", ["meta_json", "altered_bytes"])
