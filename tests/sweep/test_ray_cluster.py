@@ -7,6 +7,7 @@ is resubmitted as a preemption; every `ray job submit` command of the README and
 one-node cluster started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
 import concurrent.futures
 import json
+import math
 import os
 import re
 import shlex
@@ -160,9 +161,9 @@ MULTIHOST = {"warmstart.enabled": False, "eval.every": 100, "checkpoint.every": 
              "num_steps": 3, "grpo.overlong_buffer": 3, **COMMON}
 
 
-def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_path):
+def test_a_two_host_member_runs_on_two_nodes_as_one_world(tmp_path):
   from ray.cluster_utils import Cluster
-  # Compiled as the reference below is (the suite's fast compilation, where it has it: tests/xla_compiler.py).
+  # The suite's fast compilation, where it has it (tests/xla_compiler.py).
   two_devices = {"XLA_FLAGS": " ".join(["--xla_force_host_platform_device_count=2", *fast_flags()]),
                  "JAX_PLATFORMS": "cpu"}
   cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -182,18 +183,11 @@ def test_a_two_host_member_runs_on_two_nodes_and_trains_as_one_process_does(tmp_
   # One process on each node (STRICT_SPREAD), process 0 the only writer.
   nodes = {r["node"] for r in runner.read_jsonl(os.path.join(two, runner.ATTEMPTS)) if "node" in r}
   assert len(nodes) == 1 and "[done]" in logs[0] and "[done]" not in logs[1]
-  # The one-process, one-device reference of the same global batch.
-  one = str(tmp_path / "one")
-  subprocess.run([sys.executable, "scripts/train.py", "--config", CONFIG, "--workdir", one,
-                  *(f"--config.{k}={spec.format_value(v)}" for k, v in MULTIHOST.items())],
-                 cwd=REPO, check=True, capture_output=True, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  a, b = _metrics(two), _metrics(one)
-  assert [r["step"] for r in a] == [r["step"] for r in b] == [0, 1, 2, 3]
-  for x, y in zip(a[1:], b[1:]):
-    for k in ("reward", "completions/mean_length", "frac_reward_zero_std"):
-      assert x[k] == y[k], k
-    for k in ("loss", "grad_norm", "kl"):
-      assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-8), k
+  # The mesh's 4 devices exist only as one world of both processes (2 each): the run finishing proves it formed.
+  # That world trains as one process does (same rewards, losses to 1e-4): tests/distributed/test_multihost.py.
+  rows = _metrics(two)
+  assert [r["step"] for r in rows] == [0, 1, 2, 3]
+  assert all(r["grad_norm"] > 0 and math.isfinite(r["loss"]) for r in rows[1:])
 
 
 RAY = os.path.join(os.path.dirname(sys.executable), "ray")
