@@ -36,6 +36,14 @@ def _map(**defaults):
   return dataclasses.field(default_factory=lambda: dict(defaults))
 
 
+def task_key(default, does: str):
+  """A config.task key read only by the tasks that name it in their `takes` (grpo_jax/data/tasks.py); `does` ends
+  the error any other task gets: "only reasoning_gym tasks <does>, not 'addition'"."""
+  if isinstance(default, dict):
+    return dataclasses.field(default_factory=lambda: dict(default), metadata={"does": does})
+  return dataclasses.field(default=default, metadata={"does": does})
+
+
 def _section(cls):
   return dataclasses.field(default_factory=cls)
 
@@ -177,19 +185,20 @@ class TaskSettings:
   max_rows: int = 0               # read at most this many rows of each file; 0: all.
   template: str = "plain"         # grpo_jax/data/templates.py's TEMPLATES; "chat": the tokenizer's template.
   system_prompt: str = ""         # chat template: the system message ("": none).
-  answer_only: bool = False       # reasoning_gym: prompt ends in "<answer>", completion stops at "</".
+  answer_only: bool = task_key(False, "have an answer-only mode")  # reasoning_gym: prompt ends in "<answer>",
+                                  # completion stops at "</".
   prefill_think: bool = False     # end the prompt with "<think>" (score with the format_*_prefilled rewards).
   # word_arithmetic (grpo_jax/data/word_arithmetic.py): sums asked in English, chat template, needs hf_path.
   # reasoning_gym:<dataset> (grpo_jax/data/reasoning_gym.py, pip install -e '.[gym]'): any reasoning-gym
   # dataset, its items rendered like dataset rows (template, system_prompt), needs hf_path; reward "reasoning_gym".
-  options: dict = _map()          # the dataset's own options, e.g. {"min_animals": 2}; composite:
+  options: dict = task_key({}, "take options")  # the dataset's own options, e.g. {"min_animals": 2}; composite:
                                   # {"datasets": {"leg_counting": {"weight": 2.0, "config": {...}}, ...}}.
   train_size: int = 10000         # training items: 0 .. train_size-1 of the dataset seeded train_seed ...
   train_seed: int = 1             # reasoning_gym: the training items' seed.
   heldout_size: int = 500         # ... held-out items: of the one seeded heldout_seed (eval.size of them are
   heldout_seed: int = 1_000_000   # evaluated), minus any whose question is a training question (counted).
-  transfer: str = ""              # word_arithmetic: further held-out sets, never trained on, comma-separated
-                                  # ("three_digit,reworded"), evaluated at steps 0 and num_steps as
+  transfer: str = task_key("", "have transfer sets")  # word_arithmetic: further held-out sets, never trained
+                                  # on, comma-separated ("three_digit,reworded"), evaluated at steps 0 and num_steps as
                                   # transfer/<name>/accuracy ...; "": none.
 
 

@@ -27,11 +27,13 @@ if [ "$have" != "$want $extra" ] && [ "$have" != "$want test" ]; then
   fi
   # constraints.txt: the exact versions this repository was tested with (setup.cfg declares ranges). uv (a pinned
   # wheel) installs them: its parallel downloads took 18 s here where pip took about 100 s. It reads pip's
-  # PIP_FIND_LINKS (a machine's local wheels), not pip's config files; pip takes over if uv fails.
+  # PIP_FIND_LINKS (a machine's local wheels), not pip's config files; pip takes over if uv fails. Bytecode is
+  # compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set, every test's subprocess would otherwise
+  # compile jax's and transformers' sources again (the suite took 19 min instead of 14).
   "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" uv >&2
   links=()
   for dir in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$dir"); done
-  if ! "$venv/bin/uv" pip install --python "$venv/bin/python" -c "$root/constraints.txt" "${links[@]}" \
+  if ! "$venv/bin/uv" pip install --compile-bytecode --python "$venv/bin/python" -c "$root/constraints.txt" "${links[@]}" \
       -e "$root${extra:+[$extra]}" >&2; then
     echo "[setup] uv failed: installing with pip" >&2
     # Not -q: pip's lines (Collecting / Downloading with a bar / Installing) show what the minutes go to.

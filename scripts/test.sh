@@ -4,4 +4,6 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/setup_env.sh" test
 cd "$root"
+# The repository's own bytecode, once: with PYTHONDONTWRITEBYTECODE set, each test's subprocess would compile it.
+"$root/.venv/bin/python" -m compileall -q grpo_jax tests scripts benchmarks experiments > /dev/null
 exec "$root/.venv/bin/python" -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"

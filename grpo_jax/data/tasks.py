@@ -56,13 +56,8 @@ BUILTIN_TASKS = ("grpo_jax.data.synthetic", "grpo_jax.data.datasets", "grpo_jax.
                  "grpo_jax.data.reasoning_gym")
 # name -> TaskPlugin; tokenizer: the checkpoint's (config.model.hf_path) or None.
 TASKS = Registry("task", builtins=BUILTIN_TASKS)
-# The keys of config.task that every task reads: its name. Each task names the others it reads (`takes`).
-SHARED_KEYS = ("name",)
 # The keys of the tasks whose rows are rendered with a prompt template and the checkpoint's tokenizer.
 RENDER_KEYS = ("template", "system_prompt", "prefill_think")
-# What a task that reads one of these keys does with it (the error for any other task).
-WHAT_KEYS_DO = {"options": "take options", "answer_only": "have an answer-only mode",
-                "transfer": "have transfer sets"}
 # A task's step-0 metric: what one constant answer scores on its held-out rows (the floor to read accuracy
 # against; the start line prints it, sweep reports tabulate it).
 CONSTANT_ANSWER_METRIC = "eval/constant_answer"
@@ -241,8 +236,9 @@ def eval_baselines(settings, eval_columns: dict) -> dict[str, float]:
 
 
 def task_keys() -> tuple[str, ...]:
-  """The keys of config.task that some tasks read and others do not (all but SHARED_KEYS)."""
-  return tuple(f.name for f in dataclasses.fields(TaskSettings) if f.name not in SHARED_KEYS)
+  """The keys of config.task that some tasks read and others do not: all but the name, which every task reads.
+  Each task names the others it reads (`takes`)."""
+  return tuple(f.name for f in dataclasses.fields(TaskSettings) if f.name != "name")
 
 
 def _takers(key: str) -> str:
@@ -266,7 +262,7 @@ def validate_config(settings, in_memory_dataset: bool = False) -> None:
   for key in task_keys():
     if key in plugin.takes or getattr(t, key) == getattr(defaults, key):
       continue
-    what = WHAT_KEYS_DO.get(key, f"read task.{key}")
+    what = TaskSettings.__dataclass_fields__[key].metadata.get("does", f"read task.{key}")
     message = (f"only {_takers(key)} tasks {what}, not {t.name!r} (leave it at its default "
                f"{getattr(defaults, key)!r})")
     if isinstance(getattr(t, key), dict):

@@ -52,11 +52,12 @@ def repeat_columns(columns: dict[str, list], times: int) -> dict[str, list]:
 
 class Scoring(NamedTuple):
   """How completions are scored: the (name, fn, weight) rewards, each call's timeout in seconds, the score of a
-  call that fails, and where the functions run ("process" or "thread": grpo_jax/rewards/isolation.py)."""
+  call that fails, and where the functions run ("process" or "thread": grpo_jax/rewards/isolation.py). No
+  defaults here: a run's come from its settings (`scoring_of`)."""
   reward_fns: Sequence[RewardSpec]
-  timeout_s: float = 10.0
-  fallback: float = 0.0
-  isolation: str = "process"
+  timeout_s: float
+  fallback: float
+  isolation: str
 
   def __call__(self, prompts: list[str], completions: list[str], columns: dict[str, list]):
     return score_completions(list(self.reward_fns), prompts, completions, columns, timeout_s=self.timeout_s,
@@ -64,14 +65,15 @@ class Scoring(NamedTuple):
 
 
 class RolloutSettings(NamedTuple):
-  """What a rollout needs besides the sampler and the prompts: built once per run (`from_settings`)."""
+  """What a rollout needs besides the sampler and the prompts: built once per run (`from_settings`; the defaults
+  and the meaning of each field are grpo_jax/settings.py's)."""
   group_size: int                 # G
   max_prompt_length: int
   scoring: Scoring
-  advantage: str = "grpo"
-  std_ddof: int = 1
-  advantage_eps: float = 1e-4
-  mask_truncated: bool = False    # DAPO: completions that hit max_new_tokens get no loss
+  advantage: str
+  std_ddof: int
+  advantage_eps: float
+  mask_truncated: bool            # DAPO: completions that hit max_new_tokens get no loss
 
   @classmethod
   def from_settings(cls, settings, reward_fns: Sequence[RewardSpec]) -> "RolloutSettings":

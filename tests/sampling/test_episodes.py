@@ -121,7 +121,8 @@ def test_episode_assembly_by_hand():
     return [0.0] * len(completions)
 
   settings = RolloutSettings(group_size=2, max_prompt_length=8, scoring=Scoring(
-      [("exact_match", get_reward("exact_match"), 1.0), ("remember", remember, 1.0)], isolation="thread"))
+      [("exact_match", get_reward("exact_match"), 1.0), ("remember", remember, 1.0)], timeout_s=10.0, fallback=0.0,
+      isolation="thread"), advantage="grpo", std_ddof=1, advantage_eps=1e-4, mask_truncated=False)
   columns = {"prompt": ["12*34=", "99*99="], "answer": ["408", "9801"]}
   scored = sample_and_score(sampler, None, TOK, columns, settings, jax.random.key(0))
   np.testing.assert_array_equal(scored.rewards_B, [1, 1, 0, 0])
