@@ -71,6 +71,21 @@ def read_jsonl(path: str) -> list[dict]:
   return out
 
 
+def _summary_writer_class():
+  """tensorboardX's SummaryWriter, imported without torch: its writer module imports torch whenever it is installed
+  (only to accept torch tensors, which we never pass), 1.6 s of every run's start where the tests' reference
+  torch is. A None entry in sys.modules makes `import torch` raise ImportError, which tensorboardX expects."""
+  if "torch" in sys.modules:  # imported already (a notebook): nothing to save
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules["torch"] = None
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    del sys.modules["torch"]
+  return SummaryWriter
+
+
 def _truncate_jsonl(path: str, last_step: int) -> None:
   """Keeps records with step <= last_step (rewritten atomically)."""
   if not storage.exists(path):
@@ -117,7 +132,7 @@ class MetricsWriter:
                      for path in (self.metrics_path, self.samples_path)}
     self._tb = None
     if tensorboard:
-      from tensorboardX import SummaryWriter
+      SummaryWriter = _summary_writer_class()
       purge = None if resume_step is None else resume_step + 1
       tb_dir, suffix = storage.join(workdir, "tensorboard"), ""
       if storage.is_url(workdir):
