@@ -26,10 +26,9 @@ if [ "$have" != "$want $extra" ] && [ "$have" != "$want test" ]; then
       --index-url https://download.pytorch.org/whl/cpu torch >&2
   fi
   # constraints.txt: the exact versions this repository was tested with (setup.cfg declares ranges). uv (a pinned
-  # wheel) installs them: its parallel downloads took 18 s here where pip took about 100 s. It reads pip's
-  # PIP_FIND_LINKS (a machine's local wheels), not pip's config files; pip takes over if uv fails. Bytecode is
-  # compiled at install, as pip does: with PYTHONDONTWRITEBYTECODE set, every test's subprocess would otherwise
-  # compile jax's and transformers' sources again (the suite took 19 min instead of 14).
+  # wheel) installs them, in a third of pip's time (benchmarks/README.md). It reads pip's PIP_FIND_LINKS (a
+  # machine's local wheels), not pip's config files; pip takes over if uv fails. Bytecode is compiled at install,
+  # as pip does: where PYTHONDONTWRITEBYTECODE is set, every test's subprocess would compile jax's sources again.
   "$venv/bin/python" -m pip install -q -c "$root/constraints.txt" uv >&2
   links=()
   for dir in ${PIP_FIND_LINKS:-}; do links+=(--find-links "$dir"); done

@@ -73,8 +73,9 @@ def read_jsonl(path: str) -> list[dict]:
 
 def _summary_writer_class():
   """tensorboardX's SummaryWriter, imported without torch: its writer module imports torch whenever it is installed
-  (only to accept torch tensors, which we never pass), 1.6 s of every run's start where the tests' reference
-  torch is. A None entry in sys.modules makes `import torch` raise ImportError, which tensorboardX expects."""
+  (only to accept torch tensors, which we never pass), a second and a half of every run's start where torch is
+  (benchmarks/README.md). A None entry in sys.modules makes `import torch` raise ImportError, which tensorboardX
+  expects."""
   if "torch" in sys.modules:  # imported already (a notebook): nothing to save
     from tensorboardX import SummaryWriter
     return SummaryWriter
