@@ -128,16 +128,16 @@ def test_staleness_is_checked():
     Run(settings, RunInputs((even_length,)), log=lambda *a, **k: None)
 
 
-def _launch(workdir, devices: int, *overrides: str) -> list[dict]:
-  """The default test preset with staleness 1, launched on `devices` virtual CPU devices; its metrics without
+def _launch(workdir, devices: int, experiment: str, *overrides: str) -> list[dict]:
+  """`experiment`'s test preset with staleness 1, launched on `devices` virtual CPU devices; its metrics without
   timings, and the final checkpoint's state fingerprint."""
   env = env_with_devices(devices)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
   proc = subprocess.run(
-      [sys.executable, "scripts/train.py", "--config", "experiments/default.py:test", "--config.rollout.staleness=1",
-       '--config.reward_funcs=("tests.train.fault_runner:even_length",)', "--config.optim.learning_rate=0.03",
-       "--config.warmstart.enabled=False", "--config.log.plot=False", "--config.log.tensorboard=False",
-       "--workdir", str(workdir), *overrides], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+      [sys.executable, "scripts/train.py", "--config", f"experiments/{experiment}.py:test",
+       "--config.rollout.staleness=1", "--config.warmstart.enabled=False", "--config.log.plot=False",
+       "--config.log.tensorboard=False", "--workdir", str(workdir), *overrides],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [{k: v for k, v in json.loads(line).items() if not k.startswith("timing/") and k not in (
       "step_time", "tokens_per_s")} for line in open(os.path.join(workdir, "metrics.jsonl"))]
@@ -145,10 +145,21 @@ def _launch(workdir, devices: int, *overrides: str) -> list[dict]:
     return rows + [json.load(f)["state_fingerprint"]]
 
 
-def test_overlapped_rollouts_equal_inline_ones(tmp_path):
+@pytest.mark.parametrize("experiment, overrides, exercised", [
+    # Rewards that move the policy, and DAPO's dynamic sampling: a second sampler call in every step.
+    ("default", ('--config.reward_funcs=("tests.train.fault_runner:even_length",)',
+                 "--config.optim.learning_rate=0.03", "--config.grpo.dynamic_sampling=True"),
+     "dynamic_sampling/rounds"),
+    # Multi-turn episodes with a tool (47 s for the pair, so on demand: pytest -m slow).
+    pytest.param("calculator", (), "episodes/turns", marks=pytest.mark.slow),
+])
+def test_overlapped_rollouts_equal_inline_ones(experiment, overrides, exercised, tmp_path):
   """The sampler on a device of its own (rollout.sampler_devices = 1 of 2), sampling during the update, gives the
   run of one device sampling before it: the same trainer mesh (one device) and a sampler mesh of the same shape."""
-  overlapped = _launch(tmp_path / "overlapped", 2, "--config.rollout.sampler_devices=1")
-  inline = _launch(tmp_path / "inline", 1)
+  overlapped = _launch(tmp_path / "overlapped", 2, experiment, *overrides, "--config.rollout.sampler_devices=1")
+  inline = _launch(tmp_path / "inline", 1, experiment, *overrides)
   assert overlapped == inline
-  assert len({r["reward"] for r in inline[1:-1]}) > 1  # the policy moved: a batch of the wrong policy would show
+  steps = [r for r in inline[:-1] if r.get("step", 0) > 0 and "event" not in r]
+  assert max(r[exercised] for r in steps) > 1  # the path under test ran: a second sampler call, a second turn
+  if experiment == "default":
+    assert len({r["reward"] for r in steps}) > 1  # the policy moved: a batch of the wrong policy would show
