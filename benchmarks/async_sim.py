@@ -16,6 +16,14 @@ The model (one step in the steady state; every phase data-parallel over its devi
   sync / inline (all n devices):          T = O + S(n) + W + F(n) + U(n)
   overlapped (s sampler, n - s trainer):  T = O + F(n - s) + max(U(n - s), X + S(s) + W)
 
+  overlapped on one shared pool:          T = O + S + W + F + U + X   (every phase timed on the whole pool)
+
+The last form is for devices that are slices of one pool of compute, as XLA's virtual CPU devices are (they
+share one intra-op thread pool): phases that overlap in time still queue for the same cores, so a split hides
+nothing of the compute and the step costs what the synchronous one does, plus the copy. It is the form
+benchmarks/async_bench.py can check on a CPU; the two-sided form above assumes each side owns its devices, as
+accelerators do.
+
 The overlapped form is this project's loop (grpo_jax/train/loop.py): the reference log-probs of batch t are
 computed before update t is dispatched; the sampler then samples batch t + k during the update, after the new
 parameters reach its devices (X = parameter bytes / `--transfer_gbps`: device to device, NVLink ~ 150 GB/s
@@ -61,6 +69,12 @@ def overlapped_step(p: Phases, devices: int, sampler_devices: int, transfer_s: f
   s = lambda t, n, e: scaled(t, p.devices, n, e)
   return p.other + s(p.reference, trainer, efficiency) + max(
       s(p.update, trainer, efficiency), transfer_s + s(p.sample, sampler_devices, sample_efficiency) + p.reward)
+
+
+def shared_pool_step(p: Phases, transfer_s: float = 0.0) -> float:
+  """The overlapped step when both sides draw on one pool of compute (module docstring): the phases, each timed
+  on the whole pool, add up as in the synchronous step."""
+  return p.other + p.sample + p.reward + p.reference + p.update + transfer_s
 
 
 def table(p: Phases, devices: int, transfer_s: float, efficiency: float = 1.0,

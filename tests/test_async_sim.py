@@ -1,0 +1,39 @@
+"""benchmarks/async_sim.py's step-time model against hand-worked numbers."""
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import async_sim
+
+# Sampling 4 s, rewards 0.5 s (host), reference 1 s, update 6 s, other 0.25 s, measured on 1 device.
+P = async_sim.Phases(sample=4.0, reward=0.5, reference=1.0, update=6.0, devices=1, other=0.25)
+
+
+def test_scaling():
+  assert async_sim.scaled(6.0, 1, 2) == 3.0  # perfect scaling below 8x unless an efficiency is given
+  assert async_sim.scaled(6.0, 2, 1) == 12.0  # fewer devices: proportionally slower, no efficiency bonus
+  # 0.5 at 8x, interpolated in log2: at 2x (one third of the way to 8x) the efficiency is 1 - 0.5 / 3.
+  assert async_sim.scaled(6.0, 1, 2, 0.5) == pytest.approx(3.0 / (1 - 0.5 / 3))
+  assert async_sim.scaled(8.0, 1, 8, 0.5) == pytest.approx(2.0)
+  assert async_sim.scaled(8.0, 1, 16, 0.5) == pytest.approx(1.0)  # capped at 8x's efficiency
+
+
+def test_the_three_layouts():
+  # sync on 2 devices: 0.25 + 4/2 + 0.5 + 1/2 + 6/2
+  assert async_sim.sync_step(P, 2) == pytest.approx(6.25)
+  # 1 sampler + 1 trainer, 0.1 s copy: 0.25 + 1 + max(6, 0.1 + 4 + 0.5)
+  assert async_sim.overlapped_step(P, 2, 1, transfer_s=0.1) == pytest.approx(7.25)
+  # 1 sampler + 3 trainers: 0.25 + 1/3 + max(2, 0.1 + 4 + 0.5): the sampler is the critical path
+  assert async_sim.overlapped_step(P, 4, 1, transfer_s=0.1) == pytest.approx(0.25 + 1 / 3 + 4.6)
+  # one shared pool: nothing of the compute hides
+  assert async_sim.shared_pool_step(P, transfer_s=0.1) == pytest.approx(11.85)
+
+
+def test_the_table_recommends_the_fastest_split(capsys):
+  rows = async_sim.table(P, 4, transfer_s=0.0)
+  assert [name for name, _ in rows] == ["sync / inline, 4 devices", "overlapped, sampler 1 + trainer 3",
+                                        "overlapped, sampler 2 + trainer 2", "overlapped, sampler 3 + trainer 1"]
+  async_sim.main(["--phases", "4,0.5,1,6", "--devices", "4", "--param_gb", "0", "--efficiency", "1",
+                  "--sample_efficiency", "1"])
+  best = min(rows[1:], key=lambda r: r[1])
+  assert f"recommended: {best[0]}" in capsys.readouterr().out
