@@ -21,6 +21,7 @@ orbax (every process calls save/restore).
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from typing import NamedTuple
@@ -132,11 +133,28 @@ def put_batch(tree, mesh):
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
 
+def local_batch(tree, mesh):
+  """The inverse of `put_batch`: this process's rows of global arrays, as numpy (the tree itself with one
+  process)."""
+  if jax.process_count() == 1:
+    return tree
+  return jax.tree.map(lambda x: np.asarray(multihost_utils.global_array_to_host_local_array(x, mesh, BATCH_SPEC)),
+                      tree)
+
+
 def allgather(x: np.ndarray) -> np.ndarray:
   """[num_processes, *x.shape]: x from every process, in process order (identity with one process)."""
   if jax.process_count() == 1:
     return np.asarray(x)[None]
   return np.asarray(multihost_utils.process_allgather(np.asarray(x)))
+
+
+def allgather_json(value) -> list:
+  """[value of process 0, value of process 1, ...] for a JSON-serialisable value (a collective)."""
+  data = np.frombuffer(json.dumps(value).encode(), np.uint8)
+  sizes = allgather(np.array([data.size], np.int64))[:, 0]
+  rows = allgather(np.pad(data, (0, int(sizes.max()) - data.size)))
+  return [json.loads(row[:size].tobytes()) for row, size in zip(rows, sizes)]
 
 
 def all_true(flag: bool) -> bool:

@@ -168,7 +168,9 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
         "counted in wall_s_total")
   params, ref_state = run.policy.from_checkpoint(restored.state, meta, workdir)
   log(f"[resume] restored step {restored.step} from {wd.checkpointer.directory}")
-  pending = tuple(restored_rollout(restored.pending[str(i)], info) for i, info in enumerate(meta.get("pending", [])))
+  pending = tuple(restored_rollout(distributed.local_batch(restored.pending[str(i)], run.mesh),
+                                  info["by_process"][jax.process_index()] if "by_process" in info else info)
+                  for i, info in enumerate(meta.get("pending", [])))
   return RunState(params, restored.state["opt_state"], ref_state, restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
                   meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),

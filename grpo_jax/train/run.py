@@ -108,9 +108,9 @@ class Run:
     self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
                                distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
     self.sampler = distributed.GlobalSampler(sampler, self.offset * g.group_size)
-    if settings.rollout.staleness and jax.process_count() > 1:
-      raise errors.ConfigError(f"config.rollout.staleness={settings.rollout.staleness}: rollouts ahead of the update "
-                               "run in one process for now (their checkpointed rows are this process's)")
+    if settings.rollout.sampler_devices and jax.process_count() > 1:
+      raise errors.ConfigError(f"config.rollout.sampler_devices={settings.rollout.sampler_devices}: the sampler's own "
+                               "devices work in one process for now; with several, set it to 0 (inline rollouts)")
 
   def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
                 wall_before: float = 0.0) -> RunState:
@@ -131,11 +131,14 @@ class Run:
             "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json),
             **self.policy.checkpoint_meta(state.params)}
     saved = [saved_rollout(r) for r in state.pending]  # rollouts sampled ahead: part of the checkpoint
-    if saved:
-      meta["pending"] = [info for _, info in saved]
+    several = jax.process_count() > 1
+    if saved:  # with several processes, each one's texts and (unmerged) metrics
+      meta["pending"] = [{"by_process": distributed.allgather_json(info)} if several else info for _, info in saved]
+    # With several processes each array is the global batch, each process's rows where its devices hold them.
+    pending = {str(i): distributed.put_batch(arrays, self.mesh) if several else arrays
+               for i, (arrays, _) in enumerate(saved)}
     with self.time_split.phase("checkpoint"):
-      checkpointer.save(state.step, self.checkpoint_arrays(state), meta,
-                        pending={str(i): arrays for i, (arrays, _) in enumerate(saved)} or None)
+      checkpointer.save(state.step, self.checkpoint_arrays(state), meta, pending=pending or None)
 
   @property
   def overlapped(self) -> bool:

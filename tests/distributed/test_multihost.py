@@ -18,9 +18,11 @@ WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 # data=2 spans the two processes, fsdp=2 the two devices of each; the overlong penalty (a length-dependent
 # reward) makes the advantages non-zero, so the updates really move the parameters. The two-process run keeps
 # its reference parameters in host memory between steps: that must not change the result either.
+# Both sample one step ahead (rollout.staleness = 1): the two-process checkpoint at step 2 holds step 3's batch,
+# each process's rows, and the resume restores them.
 RUN_ARGS = ["--resume", "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.grpo.overlong_buffer=3",
-            "--config.model.offload_ref_params=True"]
-REF_ARGS = ["--config.grpo.overlong_buffer=3"]
+            "--config.model.offload_ref_params=True", "--config.rollout.staleness=1"]
+REF_ARGS = ["--config.grpo.overlong_buffer=3", "--config.rollout.staleness=1"]
 
 
 def _free_port() -> int:
