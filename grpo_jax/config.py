@@ -124,10 +124,6 @@ def saved_with_defaults(saved: dict) -> ml_collections.ConfigDict:
           target[key] = value
 
   merge(config, saved, "")
-  legacy = config.eval.get("pass_k")
-  if isinstance(legacy, int):  # a run before eval.samples: pass_k = K was pass@K from K samples
-    with config.eval.ignore_type():
-      config.eval.samples, config.eval.pass_k = legacy, (legacy,) if legacy else ()
   return config
 
 

@@ -22,7 +22,8 @@ if [ "$have" != "$want $extra" ] && [ "$have" != "$want test" ]; then
   # constraints.txt pins. From that index torch alone (--no-deps): its dependencies come from PyPI below.
   if [[ ",$extra," == *",test,"* ]]; then
     echo "[setup] torch's CPU build from PyTorch's index" >&2
-    "$venv/bin/python" -m pip install --progress-bar on --no-deps -c "$root/constraints.txt" \
+    # One retry: where that index is out of reach, a local wheel (PIP_FIND_LINKS) is found without pip's backoff.
+    "$venv/bin/python" -m pip install --progress-bar on --no-deps --retries 1 -c "$root/constraints.txt" \
       --index-url https://download.pytorch.org/whl/cpu torch >&2
   fi
   # constraints.txt: the exact versions this repository was tested with (setup.cfg declares ranges). uv (a pinned

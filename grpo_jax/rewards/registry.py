@@ -14,7 +14,6 @@ callable itself.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable, Hashable
 
 from grpo_jax.config_checks import fail
@@ -26,17 +25,12 @@ RewardFn = Callable[..., list]
 REWARDS = Registry("reward", objects=True, import_paths=True)
 
 
-def register_reward(name: str, *, overwrite: bool = False, override: bool | None = None):
+def register_reward(name: str, *, overwrite: bool = False):
   """Decorator: `@register_reward("gsm8k_accuracy")` makes the function available to `get_reward`.
 
   `Registry.register`'s rules: a different function under a taken name is an error unless `overwrite=True`; the
-  same object, or a function with the same module and qualified name, replaces it silently. `override=` is the
-  old spelling: accepted, with a DeprecationWarning.
+  same object, or a function with the same module and qualified name, replaces it silently.
   """
-  if override is not None:
-    warnings.warn("register_reward(override=...) is deprecated; use overwrite=...", DeprecationWarning,
-                  stacklevel=2)
-    overwrite = overwrite or override
   return REWARDS.register(name, overwrite=overwrite)
 
 

@@ -161,8 +161,7 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
   if meta.get("seed") != settings.seed:
     raise errors.ConfigError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
                      f"{settings.seed}; use another workdir")
-  # Legacy checkpoints (no run id) count as this run's.
-  own = meta.get("run_id") in (None, workdir_lib.read_run_id(workdir))
+  own = meta.get("run_id") == workdir_lib.read_run_id(workdir)
   if not own:
     log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
         "counted in wall_s_total")

@@ -29,9 +29,7 @@ def test_register_and_duplicate_names(monkeypatch):
   other = lambda p, c, **k: []
   register_reward("my_len", overwrite=True)(other)
   assert get_reward("my_len") is other
-  # The old keyword still works, with a warning that names the new one.
-  with pytest.warns(DeprecationWarning, match="use overwrite="):
-    register_reward("my_len", override=True)(my_len)
+  register_reward("my_len", overwrite=True)(my_len)
   assert get_reward("my_len") is my_len
 
   # A re-run notebook cell defines a new function object with the same name: it replaces the old one.
