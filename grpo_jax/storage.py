@@ -84,20 +84,21 @@ def read_text(path: str) -> str:
 
 def write_text(path: str, text: str, atomic: bool = False) -> None:
   """Writes `text` whole (an object store replaces the object atomically; a local file too with `atomic`: written
-  beside it, then renamed over it, so a kill mid-write leaves the old file or none, never half of one)."""
-  if atomic and not is_url(path):
-    write_text(path + ".part", text)
-    os.replace(path + ".part", path)
-  else:
-    _epath(path).write_text(text)
+  beside it, then renamed over it, so a kill mid-write, or a reader, sees the old file or none, never half of one)."""
+  write_bytes(path, text.encode(), atomic)
 
 
 def read_bytes(path: str) -> bytes:
   return _epath(path).read_bytes()
 
 
-def write_bytes(path: str, data: bytes) -> None:
-  _epath(path).write_bytes(data)
+def write_bytes(path: str, data: bytes, atomic: bool = False) -> None:
+  """As `write_text`."""
+  if atomic and not is_url(path):
+    _epath(path + ".part").write_bytes(data)
+    os.replace(path + ".part", path)
+  else:
+    _epath(path).write_bytes(data)
 
 
 def copy(src: str, dst: str) -> None:

@@ -73,13 +73,11 @@ def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) ->
     if layout is not None:
       p = fig.subplotpars
       layout.update(left=p.left, right=p.right, bottom=p.bottom, top=p.top, wspace=p.wspace, hspace=p.hspace)
-  if storage.is_url(path):  # matplotlib writes to a buffer, stored whole
-    buffer = io.BytesIO()
-    fig.savefig(buffer, dpi=dpi, format="png")
-    storage.write_bytes(path, buffer.getvalue())
-  else:
+  buffer = io.BytesIO()
+  fig.savefig(buffer, dpi=dpi, format=os.path.splitext(path)[1][1:] or "png")  # .png, .pdf, .svg ...
+  if not storage.is_url(path):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=dpi)
+  storage.write_bytes(path, buffer.getvalue(), atomic=True)  # a viewer (or a test) never reads half a figure
   plt.close(fig)
   return path
 

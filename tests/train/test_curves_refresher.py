@@ -65,8 +65,7 @@ def test_the_helper_keeps_to_its_share_of_a_core(tmp_path):
   wait_for(lambda: png.exists() and png.stat().st_size > 10_000)
   first = png.stat().st_mtime_ns
   os.write(write, b"draw\n")  # the first drawing's imports and layout are not paced: the second comes at once
-  wait_for(lambda: png.stat().st_mtime_ns > first)
-  time.sleep(0.2)  # (its file written whole)
+  wait_for(lambda: png.stat().st_mtime_ns > first)  # written whole: the figure is renamed into place
   second = png.stat().st_mtime_ns
   os.write(write, b"draw\n")  # the next evaluation, within 10,000 drawing times of the second: it waits
   time.sleep(2.0)
