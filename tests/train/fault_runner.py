@@ -15,6 +15,7 @@ import sys
 
 NUM_STEPS = 6
 STALENESS_VARIABLE = "FAULT_RUNNER_STALENESS"  # rollout.staleness of the run (0 when unset)
+SAMPLER_DEVICES_VARIABLE = "FAULT_RUNNER_SAMPLER_DEVICES"  # rollout.sampler_devices (0 when unset)
 
 
 def even_length(prompts, completions, **unused):
@@ -31,6 +32,7 @@ def config():
     c.rollout.staleness = staleness
     c.reward_funcs = ("tests.train.fault_runner:even_length",)
     c.optim.learning_rate = 3e-2
+  c.rollout.sampler_devices = int(os.environ.get(SAMPLER_DEVICES_VARIABLE, "0"))
   c.checkpoint.every = 2
   c.checkpoint.keep = 2
   c.eval.every = 3

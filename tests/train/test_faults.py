@@ -19,7 +19,7 @@ import pytest
 from grpo_jax.errors import EXIT_PREEMPTED
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT
-from tests.train.fault_runner import KILL_POINTS, SIGNAL_POINTS, STALENESS_VARIABLE
+from tests.train.fault_runner import KILL_POINTS, SAMPLER_DEVICES_VARIABLE, SIGNAL_POINTS, STALENESS_VARIABLE
 
 TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
 
@@ -30,11 +30,14 @@ IN_DEFAULT_SUITE = {("after_warmstart_save", 1), ("mid_checkpoint_save", 3), ("d
 SIGNALS_IN_DEFAULT_SUITE = {("rollout", 4), ("reward", 5)}
 
 
-def _run(workdir, cache_dir, *point, staleness: int = 0) -> subprocess.CompletedProcess:
-  # The default backend (a GPU where there is one), with tests/conftest.py's XLA_FLAGS (deterministic GPU ops).
+def _run(workdir, cache_dir, *point, staleness: int = 0, sampler_devices: int = 0) -> subprocess.CompletedProcess:
+  # The default backend (a GPU where there is one), with tests/conftest.py's XLA_FLAGS (deterministic GPU ops);
+  # with a sampler on its own device, one more virtual CPU device for it.
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
              PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-             **{STALENESS_VARIABLE: str(staleness)})
+             **{STALENESS_VARIABLE: str(staleness), SAMPLER_DEVICES_VARIABLE: str(sampler_devices)})
+  if sampler_devices:
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={1 + sampler_devices}"
   # A session of its own: a signal to the run's process group must not reach pytest.
   return subprocess.run([sys.executable, "-m", "tests.train.fault_runner", str(workdir), *map(str, point)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, start_new_session=True)
@@ -129,6 +132,24 @@ def test_with_rollouts_ahead_an_interrupted_run_resumes_bitwise_identical(point,
   staleness = [r["rollout/staleness"] for r in read_jsonl(os.path.join(tmp_path, "metrics.jsonl"))
                if "event" not in r and r["step"] > 0]
   assert staleness == [0, 1, 1, 1, 1, 1]
+
+@pytest.mark.faults
+@pytest.mark.parametrize("action", ["term", "kill"])
+def test_with_the_sampler_on_its_own_device_an_interrupted_run_resumes_to_the_inline_run(action, uninterrupted_ahead,
+                                                                                         cache_dir, tmp_path):
+  """rollout.sampler_devices = 1 of 2: the third sampler call is batch 3's, on the sampler's device while update 2
+  runs. A SIGTERM there ends the run after step 2, saved with batch 3 pending; a SIGKILL loses both (the last
+  checkpoint is step 0). Either way the resumed run ends as the uninterrupted inline run does (overlapped equals
+  inline: tests/train/test_rollouts_ahead.py)."""
+  stopped = _run(tmp_path, cache_dir, "rollout", 3, *(() if action == "kill" else (action,)), staleness=1,
+                 sampler_devices=1)
+  assert stopped.returncode == (-signal.SIGKILL if action == "kill" else EXIT_PREEMPTED), stopped.stderr[-3000:]
+  if action == "term":
+    assert "step 2" in stopped.stdout + stopped.stderr
+  resumed = _run(tmp_path, cache_dir, staleness=1, sampler_devices=1)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert _outcome(tmp_path) == uninterrupted_ahead
+
 
 @pytest.mark.faults
 def test_sigterms_over_the_first_seconds_of_the_default_run_each_exit_75(tmp_path):
