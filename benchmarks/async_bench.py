@@ -57,6 +57,12 @@ def median(rows: list[dict], key: str) -> float:
   return statistics.median(float(r.get(key, 0.0)) for r in rows)
 
 
+def phases(rows: list[dict], devices: int) -> async_sim.Phases:
+  """The median phase seconds of a run's steps."""
+  sample, reward, reference, update, other = (median(rows, key) for key in PHASES)
+  return async_sim.Phases(sample, reward, reference, update, devices=devices, other=other)
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--config", default="experiments/default.py")
@@ -68,19 +74,15 @@ def main(argv=None) -> None:
     for name, kwargs in (("inline", {}), ("overlapped", {"devices": 2}), ("inline_1core", {"cores": "0"})):
       runs[name] = launch(os.path.join(tmp, name), args.config, args.steps, args.set, **kwargs)
   steps = {name: median(rows, "step_time") for name, rows in runs.items()}
-  one = {key: median(runs["inline_1core"], key) for key in PHASES}
-  p = async_sim.Phases(one["timing/sample_s"], one["timing/reward_s"], one["timing/reference_s"],
-                       one["timing/update_s"], devices=1, other=one["timing/other_s"])
-  owned = async_sim.overlapped_step(p, devices=2, sampler_devices=1, transfer_s=0.0)
-  two = {key: median(runs["inline"], key) for key in PHASES}
-  shared = async_sim.shared_pool_step(async_sim.Phases(
-      two["timing/sample_s"], two["timing/reward_s"], two["timing/reference_s"], two["timing/update_s"], devices=2,
-      other=two["timing/other_s"]))
+  one, two = phases(runs["inline_1core"], 1), phases(runs["inline"], 2)
+  owned = async_sim.overlapped_step(one, devices=2, sampler_devices=1, transfer_s=0.0)
+  shared = async_sim.shared_pool_step(two)
   print(f"{args.config}, {args.steps} steps, staleness 1, overrides {args.set}; median step seconds (steps 3+):")
   for name, seconds in steps.items():
     print(f"  {name:<13} {seconds:.4f} s")
-  print("  phases, inline (2 cores):  " + ", ".join(f"{k[7:-2]} {v:.4f}" for k, v in two.items()))
-  print("  phases, inline (1 core):   " + ", ".join(f"{k[7:-2]} {v:.4f}" for k, v in one.items()))
+  for cores, p in (("2 cores", two), ("1 core", one)):
+    print(f"  phases, inline ({cores}):".ljust(28) + ", ".join(f"{k} {v:.4f}" for k, v in p._asdict().items()
+                                                             if k != "devices"))
   print(f"overlapped / inline (baseline `inline`): {steps['inline'] / steps['overlapped']:.2f}x the speed")
   for premise, predicted in (("owned devices, 1-core phases", owned), ("shared pool, 2-core phases", shared)):
     print(f"model (async_sim, {premise}): {predicted:.4f} s predicted against {steps['overlapped']:.4f} s "

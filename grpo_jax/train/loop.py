@@ -27,7 +27,6 @@ from grpo_jax.train.checkpoint import WARMSTART_DIR, save_initial_state
 from grpo_jax.train.export import EXPORT_DIR, write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.preemption import Preemption
-from grpo_jax.train.rollout import restored_rollout
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
@@ -167,9 +166,7 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
         "counted in wall_s_total")
   params, ref_state = run.policy.from_checkpoint(restored.state, meta, workdir)
   log(f"[resume] restored step {restored.step} from {wd.checkpointer.directory}")
-  pending = tuple(restored_rollout(distributed.local_batch(restored.pending[str(i)], run.mesh),
-                                  info["by_process"][jax.process_index()] if "by_process" in info else info)
-                  for i, info in enumerate(meta.get("pending", [])))
+  pending = run.restored_pending(restored.pending, meta.get("pending", []))
   return RunState(params, restored.state["opt_state"], ref_state, restored.step,
                   int(meta["data_position"]), meta["initial_eval"],
                   meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),

@@ -27,8 +27,8 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
-from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout, saved_rollout,
-                                   trim_padding)
+from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout,
+                                   restored_rollout, saved_rollout, trim_padding)
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
@@ -139,6 +139,12 @@ class Run:
                for i, (arrays, _) in enumerate(saved)}
     with self.time_split.phase("checkpoint"):
       checkpointer.save(state.step, self.checkpoint_arrays(state), meta, pending=pending or None)
+
+  def restored_pending(self, arrays: dict | None, infos: list[dict]) -> tuple:
+    """The inverse of `save_checkpoint`'s pending rollouts: this process's rows, texts and metrics."""
+    own = lambda info: info["by_process"][jax.process_index()] if "by_process" in info else info
+    return tuple(restored_rollout(distributed.local_batch(arrays[str(i)], self.mesh), own(info))
+                 for i, info in enumerate(infos))
 
   @property
   def overlapped(self) -> bool:
