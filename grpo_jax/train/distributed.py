@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -252,13 +251,3 @@ class NullWriter:
   def close(self):
     pass
 
-
-class ProcessInfo(NamedTuple):
-  index: int
-  count: int
-  local_devices: int
-  global_devices: int
-
-
-def process_info() -> ProcessInfo:
-  return ProcessInfo(jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count())
