@@ -50,10 +50,6 @@ ANSWER_ONLY_SYSTEM_PROMPT = ("Give only the final answer, on one line, in the fo
                              "then </answer>. No explanation.")
 
 
-def is_gym_task(name: str) -> bool:
-  return isinstance(name, str) and name.startswith(PREFIX)
-
-
 def dataset_name(task_name: str) -> str:
   """"reasoning_gym:leg_counting" -> "leg_counting"."""
   return task_name[len(PREFIX):]
