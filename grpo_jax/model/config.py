@@ -148,7 +148,6 @@ class ModelConfig:
 # HF model_type -> architecture class name.
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
             "gemma3_text": "Gemma3ForCausalLM"}
-SUPPORTED_ARCHITECTURES = tuple(FAMILIES.values())
 # The multimodal Gemma 3 (4B/12B/27B): its language model is a gemma3_text model under `text_config`.
 MULTIMODAL = {"gemma3": "Gemma3ForConditionalGeneration"}
 # Families users ask for, with what their layers do that the decoder here does not.
