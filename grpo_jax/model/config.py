@@ -218,8 +218,6 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", True))
     text["architectures"] = [FAMILIES["gemma3_text"]]
     return from_hf_config(text, **overrides)
-  if model_type == "gemma3_text":
-    return _from_gemma3_config(hf, archs, overrides)
   if model_type in NOT_YET_SUPPORTED:
     _unsupported(f"model_type={model_type!r} ({', '.join(archs)}) is not supported yet: "
                  f"{NOT_YET_SUPPORTED[model_type]}. Supported: {', '.join(FAMILIES)}")
@@ -230,6 +228,8 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     if arch != FAMILIES[model_type]:
       _unsupported(f"architecture {arch!r} is not supported (for model_type={model_type!r} only "
                    f"{FAMILIES[model_type]!r})")
+  if model_type == "gemma3_text":
+    return _from_gemma3_config(hf, overrides)
   if hf.get("hidden_act", "silu") != "silu":
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported (only 'silu')")
   num_heads = hf["num_attention_heads"]
@@ -286,13 +286,10 @@ def _rope_scaling_of(rs: Mapping[str, Any] | None):
   return None
 
 
-def _from_gemma3_config(hf: Mapping[str, Any], archs, overrides) -> ModelConfig:
+def _from_gemma3_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
   """A gemma3_text config.json (transformers 4.5x's rope_theta / rope_local_base_freq / rope_scaling /
-  sliding_window_pattern, or transformers 5's rope_parameters per layer type and layer_types)."""
-  for arch in archs:
-    if arch != FAMILIES["gemma3_text"]:
-      _unsupported(f"architecture {arch!r} is not supported (for model_type='gemma3_text' only "
-                   f"'Gemma3ForCausalLM')")
+  sliding_window_pattern, or transformers 5's rope_parameters per layer type and layer_types); its
+  architectures are checked by from_hf_config."""
   hf = {**GEMMA3_TEXT_DEFAULTS, **{k: v for k, v in hf.items() if v is not None or k not in (
       "head_dim", "sliding_window", "query_pre_attn_scalar", "rope_theta", "rope_local_base_freq")}}
   act = hf.get("hidden_activation") or hf.get("hidden_act")
@@ -388,10 +385,8 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
         f"ModelConfig(family={cfg.family!r}, attention_bias={cfg.attention_bias}, qk_norm={cfg.qk_norm}) has "
         f"no Hugging Face equivalent: llama has neither, qwen2 has attention_bias only, qwen3 has qk_norm "
         f"only; set `family` accordingly")
-  rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
   legacy_scaling = _rope_dict(cfg.rope_scaling)
-  if legacy_scaling is not None:
-    rope.update(legacy_scaling)
+  rope = {"rope_type": "default", "rope_theta": cfg.rope_theta, **(legacy_scaling or {})}
   hf = {
       **_shape_fields(cfg),
       "hidden_act": "silu",
