@@ -89,31 +89,28 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
   """The per-member numbers of the module docstring; NaN where the metric was never logged. For each metric
   name in `extra`, `mean:<name>` is its mean over the steps that logged it."""
   nan = float("nan")
-  means = {}
-  for key in extra:
+
+  def of(key: str, pick: Callable[[np.ndarray], float]) -> float:
+    """pick(the logged values of `key`, in step order); NaN when it was never logged."""
     _, values = series(rows, key)
-    means[f"mean:{key}"] = values.mean() if values.size else nan
-  _, acc = series(rows, EVAL_ACC)
-  _, constant = series(rows, CONSTANT_ANSWER_METRIC)
-  _, full = series(rows, FULL_CREDIT)
-  _, reward = series(rows, REWARD)
-  _, kl = series(rows, KL)
-  _, length = series(rows, LENGTH)
+    return pick(values) if values.size else nan
+
+  first, last, mean = (lambda v: v[0]), (lambda v: v[-1]), (lambda v: v.mean())
   _, step_time = series(rows, STEP_TIME)
   if wall_s is None:
     wall_s = float(step_time.sum()) if step_time.size else nan
   return {
-      "eval_acc_start": acc[0] if acc.size else nan,
-      "eval_acc_final": acc[-1] if acc.size else nan,
-      "constant_answer": constant[0] if constant.size else nan,
-      "full_credit_final": full[-1] if full.size else nan,
-      "reward_auc": reward.mean() if reward.size else nan,
-      "kl_final": kl[-1] if kl.size else nan,
-      "mean_length": length.mean() if length.size else nan,
+      "eval_acc_start": of(EVAL_ACC, first),
+      "eval_acc_final": of(EVAL_ACC, last),
+      "constant_answer": of(CONSTANT_ANSWER_METRIC, first),
+      "full_credit_final": of(FULL_CREDIT, last),
+      "reward_auc": of(REWARD, mean),
+      "kl_final": of(KL, last),
+      "mean_length": of(LENGTH, mean),
       "steps_per_s": 1.0 / np.median(step_time) if step_time.size and np.median(step_time) > 0 else nan,
       "wall_s": wall_s,
       "steps": float(max(rows)) if rows else nan,
-      **means,
+      **{f"mean:{key}": of(key, mean) for key in extra},
   }
 
 
@@ -612,14 +609,16 @@ def task_markdown(runs: Sequence[MemberRun]) -> str:
   return "\n".join(lines)
 
 
+def _stat_header(columns) -> list[str]:
+  """`<column>_<field>` for each SeedStat field of each (column, header, format)."""
+  return [f"{column}_{field}" for column, _, _ in columns for field in SeedStat._fields]
+
+
 def tasks_csv(runs: Sequence[MemberRun]) -> str:
   """variant, task, then (mean, std, n) of each TASK_COLUMNS metric: one line per (variant, task) group."""
   out = io.StringIO()
   writer = csv.writer(out)
-  header = ["variant", "task"]
-  for column, _, _ in TASK_COLUMNS:
-    header += [f"{column}_{field}" for field in SeedStat._fields]
-  writer.writerow(header)
+  writer.writerow(["variant", "task", *_stat_header(TASK_COLUMNS)])
   tasks, rows = task_table(runs) or ([], [])
   for row in rows:
     for t in tasks:
@@ -631,15 +630,10 @@ def tasks_csv(runs: Sequence[MemberRun]) -> str:
 def groups_csv(runs: Sequence[MemberRun]) -> str:
   out = io.StringIO()
   writer = csv.writer(out)
-  header = ["group", "members", "done", "failed"]
-  for column, _, _ in columns_of(runs):
-    header += [f"{column}_{field}" for field in SeedStat._fields]
-  writer.writerow(header)
+  writer.writerow(["group", "members", "done", "failed", *_stat_header(columns_of(runs))])
   for row in group_table(runs):
-    cells = [row["group"], row["members"], row["done"], row["failed"]]
-    for column, _, _ in columns_of(runs):
-      cells += list(row[column])
-    writer.writerow(cells)
+    writer.writerow([row["group"], row["members"], row["done"], row["failed"],
+                     *(x for column, _, _ in columns_of(runs) for x in row[column])])
   return out.getvalue()
 
 
