@@ -33,6 +33,18 @@ def _hash(*parts) -> np.ndarray:
   return h
 
 
+def _train_pairs(task, idx: np.ndarray) -> tuple[list[int], list[int]]:
+  """The operand pairs of training rows `idx` of an AdditionTask or ToolArithmeticTask: a held-out pair is drawn
+  again (the next attempt's hash) until none is left."""
+  a, b = task._pairs(task._TRAIN, task.seed, idx, 0)
+  attempt = 0
+  while (bad := task.is_heldout(a, b)).any():
+    attempt += 1
+    a2, b2 = task._pairs(task._TRAIN, task.seed, idx, attempt)
+    a, b = np.where(bad, a2, a), np.where(bad, b2, b)
+  return a.tolist(), b.tolist()
+
+
 class AdditionTask:
   """"a+b=" -> "c" with 0 <= a, b < 10**num_digits (operands are written without leading zeros)."""
 
@@ -59,30 +71,17 @@ class AdditionTask:
     return self.num_digits + 1
 
   def is_heldout(self, a, b) -> np.ndarray:
-    u = _hash(self._SPLIT, a, b).astype(np.float64) / 2.0 ** 64
-    return u < self.heldout_fraction
+    return _hash(self._SPLIT, a, b).astype(np.float64) / 2.0 ** 64 < self.heldout_fraction
 
   def _pairs(self, stream: int, seed: int, idx: np.ndarray, attempt: int):
-    a = (_hash(stream, seed, idx, attempt, 0) % np.uint64(self._n)).astype(np.int64)
-    b = (_hash(stream, seed, idx, attempt, 1) % np.uint64(self._n)).astype(np.int64)
-    return a, b
+    return tuple((_hash(stream, seed, idx, attempt, j) % np.uint64(self._n)).astype(np.int64) for j in (0, 1))
 
   def _columns(self, a, b) -> dict[str, list[str]]:
     return {"prompt": [f"{x}+{y}=" for x, y in zip(a, b)], "answer": [str(x + y) for x, y in zip(a, b)]}
 
   def train_rows(self, start: int, n: int) -> dict[str, list[str]]:
     """Rows start .. start+n-1 of this seed's endless training stream (held-out problems are skipped)."""
-    idx = np.arange(start, start + n, dtype=np.uint64)
-    a, b = self._pairs(self._TRAIN, self.seed, idx, 0)
-    attempt = 0
-    while True:
-      bad = self.is_heldout(a, b)
-      if not bad.any():
-        break
-      attempt += 1
-      a2, b2 = self._pairs(self._TRAIN, self.seed, idx, attempt)
-      a, b = np.where(bad, a2, a), np.where(bad, b2, b)
-    return self._columns(a.tolist(), b.tolist())
+    return self._columns(*_train_pairs(self, np.arange(start, start + n, dtype=np.uint64)))
 
   def eval_rows(self, n: int) -> dict[str, list[str]]:
     """The first n distinct held-out problems (the same for every seed)."""
@@ -154,13 +153,7 @@ class ToolArithmeticTask:
   def train_rows(self, start: int, n: int) -> dict[str, list]:
     """Rows start .. start+n-1 of this seed's endless training stream (held-out problems are skipped)."""
     idx = np.arange(start, start + n, dtype=np.uint64)
-    a, b = self._pairs(self._TRAIN, self.seed, idx, 0)
-    attempt = 0
-    while (bad := self.is_heldout(a, b)).any():
-      attempt += 1
-      a2, b2 = self._pairs(self._TRAIN, self.seed, idx, attempt)
-      a, b = np.where(bad, a2, a), np.where(bad, b2, b)
-    return self._columns(a.tolist(), b.tolist(), self._tool(self._TRAIN, idx))
+    return self._columns(*_train_pairs(self, idx), self._tool(self._TRAIN, idx))
 
   def eval_rows(self, n: int) -> dict[str, list]:
     """The first n held-out problems in a fixed hash order (the same for every seed)."""
@@ -172,13 +165,6 @@ class ToolArithmeticTask:
     a, b = a[keep], b[keep]
     order = np.argsort(_hash(self._EVAL, a, b), kind="stable")[:n]
     return self._columns(a[order].tolist(), b[order].tolist(), self._tool(self._EVAL, np.arange(n, dtype=np.uint64)))
-
-
-def make_task(task_config, seed: int):
-  """The task named by `config.task`."""
-  if task_config.name == "addition":
-    return AdditionTask(task_config.num_digits, task_config.heldout_fraction, seed)
-  raise ValueError(f"config.task.name: unknown task {task_config.name!r} (known: addition)")
 
 
 class ChainSumTask:
