@@ -233,21 +233,11 @@ def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
 
 
 class NullWriter:
-  """Stands in for the metrics writer on processes other than 0."""
+  """Stands in for the metrics writer on processes other than 0: everything written to it is dropped."""
   metrics_path = None
 
   def write(self, *args, **kwargs):
-    pass
+    """Does nothing; so do write_samples, write_event, flush and close."""
 
-  def write_samples(self, *args, **kwargs):
-    pass
-
-  def write_event(self, *args, **kwargs):
-    pass
-
-  def flush(self):
-    pass
-
-  def close(self):
-    pass
+  write_samples = write_event = flush = close = write
 
