@@ -112,8 +112,7 @@ def default_resources(nodes: Sequence[Mapping[str, float]], node_types: Sequence
   whose node types are unknown and no accelerator up, or no node that could run a member, it cannot tell: a
   UserError asks for --member_resources rather than members that run on the CPU of a GPU cluster."""
   pool = [dict(n) for n in (node_types or [])] + [dict(n) for n in nodes]
-  gpus = [n["GPU"] for n in pool if n.get("GPU", 0)]
-  if gpus:
+  if any(n.get("GPU", 0) for n in pool):
     return MemberResources({"CPU": 1, "GPU": 1})
   tpus = [n["TPU"] for n in pool if n.get("TPU", 0)]
   if tpus:
@@ -332,10 +331,8 @@ def verify_probes(sweep_dir: str, nodes: Mapping[str, str], token: str, errors: 
                     f"{', '.join(missing)}); put the sweep directory on storage every node mounts (NFS) at the same "
                     "path, or on gs:// or s3:// with credentials on every node")
   for node_id in nodes.values():
-    try:
+    with contextlib.suppress(OSError):
       storage.remove(storage.join(probe_dir, node_id))
-    except OSError:
-      pass
 
 
 def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_dir: str,
@@ -426,10 +423,8 @@ def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_d
     raise
   finally:
     for pg in groups.values():
-      try:
+      with contextlib.suppress(Exception):  # the cluster may be gone
         remove_placement_group(pg)
-      except Exception:  # noqa: BLE001 (the cluster may be gone)
-        pass
     ray.shutdown()
   echo(progress.summary_table(_progress(sweep_dir, members, outcomes), time.time() - started))
   return {m.name: outcomes[m.name] for m in members}
@@ -451,9 +446,7 @@ def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:
   start = next((r["start"] for r in reversed(rows) if "rc" not in r and r.get("start") not in ended), None)
   last = rows[-1] if rows and "rc" in rows[-1] else None
   message = f"{type(error).__name__}: {error}"[-4000:]
-  if start is None and last is not None and last.get("outcome") == outcome:
-    pass  # the attempt recorded its own end
-  else:
+  if not (start is None and last is not None and last.get("outcome") == outcome):  # else it recorded its own end
     wall_s = time.time() - start if start is not None else 0.0
     runner.append_jsonl(path, {"start": start if start is not None else (last or {}).get("start"), "wall_s": wall_s,
                                "rc": None, "outcome": outcome, "error": message.splitlines()[0][:300]})
