@@ -158,11 +158,7 @@ class _Checkpoint:
 def _check_names(expected: set[str], present: set[str], path: Path):
   missing = sorted(expected - present)
   unexpected = sorted(n for n in present - expected if not n.endswith(_IGNORED_SUFFIXES))
-  problems = []
-  if missing:
-    problems.append(f"missing tensors {missing}")
-  if unexpected:
-    problems.append(f"unexpected tensors {unexpected}")
+  problems = [f"{what} tensors {names}" for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
   if problems:
     raise ValueError(f"{path}: checkpoint does not match its config.json: " + "; ".join(problems))
 
@@ -191,13 +187,9 @@ def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None =
   remat=True). Raises ValueError naming any missing, unexpected or mis-shaped tensor.
   """
   path = Path(path)
-  overrides = dict(config_overrides)
-  if param_dtype is not None:
-    overrides["param_dtype"] = param_dtype
-  if dtype is not None:
-    overrides["dtype"] = dtype
+  dtypes = {k: v for k, v in (("param_dtype", param_dtype), ("dtype", dtype)) if v is not None}
   hf = read_hf_config(path)
-  cfg = from_hf_config(hf, **overrides)
+  cfg = from_hf_config(hf, **config_overrides, **dtypes)
   abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
   graphdef, abstract_state = nnx.split(abstract)
   flat = list(nnx.to_flat_state(abstract_state))
@@ -291,8 +283,7 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
     path.mkdir(parents=True, exist_ok=True)
     # Stale weight files from an earlier save would shadow or contradict the new ones.
     for old in list(path.glob("model*.safetensors")) + [path / INDEX_FILE]:
-      if old.exists():
-        old.unlink()
+      old.unlink(missing_ok=True)
   weight_map = {}
   for file_name, shard in zip(names, shards):
     tensors = {name: _to_hf(_host_array(arrays[p].get_value()), kind) for p, name, kind, _ in shard}
