@@ -199,31 +199,26 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
     if not os.path.exists(paths["gemma3_checkpoint"]):  # a directory built before the Gemma fixture existed
       _build_into(paths["gemma3_checkpoint"], build_gemma3_checkpoint)
     return paths
-  parent = os.path.dirname(directory)
-  os.makedirs(parent, exist_ok=True)
-  staging = tempfile.mkdtemp(prefix=".fixtures-", dir=parent)
-  try:
+  os.makedirs(os.path.dirname(directory), exist_ok=True)
+
+  def build_marked(staging: str) -> None:
     build_all(staging)
     open(os.path.join(staging, _DONE), "w").close()
-    try:
-      os.rename(staging, directory)
-    except OSError:
-      if not os.path.exists(os.path.join(directory, _DONE)):  # not a concurrent builder that won: a real error
-        raise
-  finally:
-    shutil.rmtree(staging, ignore_errors=True)
+
+  _build_into(directory, build_marked, marker=_DONE)
   return paths
 
 
-def _build_into(path: str, build) -> None:
-  """build(staging) in a sibling temp directory, renamed to `path` (a concurrent builder may win)."""
+def _build_into(path: str, build, marker: str = "") -> None:
+  """build(staging) in a sibling temp directory, renamed to `path`. A concurrent builder may win: the rename then
+  fails and `path` (its file `marker`, when given) exists; otherwise the failure is a real error."""
   staging = tempfile.mkdtemp(prefix=".fixture-", dir=os.path.dirname(path))
   try:
     build(staging)
     try:
       os.rename(staging, path)
     except OSError:
-      if not os.path.exists(path):
+      if not os.path.exists(os.path.join(path, marker) if marker else path):
         raise
   finally:
     shutil.rmtree(staging, ignore_errors=True)
