@@ -403,7 +403,8 @@ def plan(runs: Sequence[MemberRun], column: str = "eval_acc_final", baseline: st
   if baseline is not None:
     if baseline not in grouped:
       raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
-    samples = [_paired_differences(grouped, baseline, g, column) for g in grouped if g != baseline]
+    samples = [[m.summary[column] - b.summary[column] for m, b in same_seed_pairs(grouped[g], grouped[baseline])]
+               for g in grouped if g != baseline]
   else:
     samples = [[m.summary[column] for m in ms] for ms in grouped.values()]
   samples = [[v for v in x if math.isfinite(v)] for x in samples]
@@ -430,10 +431,6 @@ def plan(runs: Sequence[MemberRun], column: str = "eval_acc_final", baseline: st
         out["width"], out["prompt_mean"] = width, float(np.mean(acc))
         out["prompts"] = power.prompts_for_width(width, p=float(np.mean(acc)))
   return out
-
-
-def _paired_differences(grouped, baseline: str, group: str, column: str) -> list[float]:
-  return [m.summary[column] - b.summary[column] for m, b in same_seed_pairs(grouped[group], grouped[baseline])]
 
 
 def plan_markdown(result: dict[str, Any]) -> str:

@@ -59,21 +59,16 @@ class Summary:
 def prepare(cfg_json: str, workdir: str, main: bool) -> None:
   """Creates the workdir, marks the run unfinished and writes config.json (`cfg_json`: the run's config as JSON)."""
   storage.makedirs(workdir)
-  # The summary marks a finished run; this one is not yet.
   if main:
-    storage.remove(storage.join(workdir, SUMMARY_FILE))
-  if main:
+    storage.remove(storage.join(workdir, SUMMARY_FILE))  # the summary marks a finished run; this one is not yet
     storage.write_text(storage.join(workdir, "config.json"), cfg_json)
 
 
 def finish(settings, workdir: str, state, last_eval: dict, time_split, main: bool, log) -> Summary:
   """The plot and summary.json of a run that reached its last step (or was stopped by a callback);
   `time_split`: grpo_jax.train.timing.TimeSplit of this process."""
-  t_start = time_split.t_start
-  plot_path = None
-  if settings.log.plot and main:
-    plot_path = plot_runs([workdir], storage.join(workdir, PLOT_FILE))
-  this_process = time.time() - t_start
+  plot_path = plot_runs([workdir], storage.join(workdir, PLOT_FILE)) if settings.log.plot and main else None
+  this_process = time.time() - time_split.t_start
   summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                     steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
                     workdir=workdir, wall_s_this_process=this_process,
@@ -114,8 +109,6 @@ def refuse_to_overwrite_history(workdir: str) -> None:
     raise errors.WorkdirError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
                        f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
                        "or use a new --workdir.")
-
-
 
 
 RUN_ID_FILE = "run_id"
