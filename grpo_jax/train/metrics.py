@@ -11,6 +11,7 @@ event files are copied to WORKDIR/tensorboard/ at each flush.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -60,14 +61,9 @@ def read_jsonl(path: str) -> list[dict]:
   if not storage.exists(path):
     return []
   out = []
-  for line in storage.read_text(path).splitlines():
-    line = line.strip()
-    if not line:
-      continue
-    try:
+  for line in filter(None, map(str.strip, storage.read_text(path).splitlines())):
+    with contextlib.suppress(json.JSONDecodeError):
       out.append(json.loads(line))
-    except json.JSONDecodeError:
-      continue
   return out
 
 

@@ -25,9 +25,6 @@ def learning_rate_schedule(optim_config: OptimSettings, num_steps: int, updates_
 
 
 def make_optimizer(optim_config: OptimSettings, schedule: optax.Schedule) -> optax.GradientTransformation:
-  parts = []
-  if optim_config.grad_clip_norm > 0:
-    parts.append(optax.clip_by_global_norm(optim_config.grad_clip_norm))
-  parts.append(optax.adamw(schedule, b1=optim_config.b1, b2=optim_config.b2, eps=optim_config.eps,
-                           weight_decay=optim_config.weight_decay))
-  return optax.chain(*parts)
+  clip = [optax.clip_by_global_norm(optim_config.grad_clip_norm)] if optim_config.grad_clip_norm > 0 else []
+  return optax.chain(*clip, optax.adamw(schedule, b1=optim_config.b1, b2=optim_config.b2, eps=optim_config.eps,
+                                        weight_decay=optim_config.weight_decay))
