@@ -66,13 +66,9 @@ class Checkpointer:
     self.keep = keep
     self.verify = verify
     self.async_save = async_save
-    self._manager = self._make_manager()
-
-  def _make_manager(self):
-    options = ocp.CheckpointManagerOptions(max_to_keep=self.keep, create=True,
-                                           enable_async_checkpointing=self.async_save,
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
                                            cleanup_tmp_directories=True, **_store_options(self.directory))
-    return ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta", "pending"))
+    self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta", "pending"))
 
   def all_steps(self) -> list[int]:
     self.wait()

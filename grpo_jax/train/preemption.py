@@ -167,9 +167,7 @@ class Preemption:
     """Whether to stop now. A collective with several processes: every process must call it at the same points,
     and all get the same answer."""
     local = self.reason is not None
-    if not self.collective:
-      return local
-    return not distributed.all_true(not local)
+    return not distributed.all_true(not local) if self.collective else local
 
   def raise_if_requested(self) -> None:
     """Raises `Preempted` if a stop was requested (a point where stopping loses nothing)."""
