@@ -89,3 +89,22 @@ def test_prompts_for_width_with_wilson_and_with_a_spread():
   assert power.wilson_width(256, 0.5) == pytest.approx(ci.hi - ci.lo)
   n = power.prompts_for_width(0.05, sd=0.3)
   assert 2 * 1.959964 * 0.3 / math.sqrt(n) <= 0.05 < 2 * 1.959964 * 0.3 / math.sqrt(n - 1)
+
+
+@pytest.mark.parametrize("trials", [1, 2, 7, 64, 256, 1319])
+@pytest.mark.parametrize("level", [0.8, 0.95, 0.99])
+def test_wilson_closed_form_equals_scipys_binomtest_interval(trials, level):
+  for successes in sorted({0, 1, trials // 3, trials // 2, trials - 1, trials}):
+    want = stats.binomtest(successes, trials).proportion_ci(confidence_level=level, method="wilson")
+    got = intervals.wilson(successes, trials, level)
+    assert (got.lo, got.hi) == pytest.approx((want.low, want.high), abs=1e-12), (successes, trials)
+  assert intervals.wilson(0, 0) == intervals.NO_INTERVAL
+
+
+def test_a_trainer_imports_no_scipy():
+  # Every evaluation takes a Wilson interval; scipy.stats would cost a trainer 0.5 s of its start (stats/intervals.py).
+  import subprocess
+  import sys
+  code = ("import sys, grpo_jax.train.loop, numpy as np; from grpo_jax.stats import intervals; "
+          "intervals.over_prompts(np.array([0., 1., 1.])); print('scipy' in sys.modules)")
+  assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
