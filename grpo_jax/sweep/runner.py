@@ -75,15 +75,8 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def _write_json(path: str, obj: Mapping[str, Any]) -> None:
-  if storage.is_url(path):  # a store replaces an object whole: never seen half-written
-    storage.write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
-    return
-  # Write-then-rename so a marker is never seen half-written.
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  """Written whole (atomic): a marker is never seen half-written."""
+  storage.write_text(path, json.dumps(obj, indent=1, sort_keys=True) + "\n", atomic=True)
 
 
 def write_plan(sweep_dir: str, config_spec: str, members: Sequence[spec_lib.Member],

@@ -88,14 +88,7 @@ def _truncate_jsonl(path: str, last_step: int) -> None:
   if not storage.exists(path):
     return
   keep = [r for r in read_jsonl(path) if r.get("step", -1) <= last_step]
-  if storage.is_url(path):  # a store replaces the object whole
-    storage.write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
-    return
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    for r in keep:
-      f.write(json.dumps(r) + "\n")
-  os.replace(tmp, path)
+  storage.write_text(path, "".join(json.dumps(r) + "\n" for r in keep), atomic=True)
 
 
 class MetricsWriter:
