@@ -102,9 +102,7 @@ def seed_of(name: str) -> int | None:
 
 def order_by_seed(members: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
   """Seed 0 of every group first, then seed 1, ...: a sweep stopped early has every group at some seeds."""
-  indexed = list(enumerate(members))
-  indexed.sort(key=lambda im: (seed_of(im[1]["name"]) or 0, im[0]))
-  return [m for _, m in indexed]
+  return sorted(members, key=lambda m: seed_of(m["name"]) or 0)  # a stable sort: file order within a seed
 
 
 def share_warm_start(members: Sequence[dict[str, Any]], donor_group: str,
@@ -117,10 +115,7 @@ def share_warm_start(members: Sequence[dict[str, Any]], donor_group: str,
   if not donors:
     raise ValueError(f"no member is in donor group {donor_group!r}")
   out = [dict(m) for m in members if m["name"] in donors.values()]
-  for m in members:
-    if m["name"] in donors.values():
-      continue
-    m = dict(m)
+  for m in [dict(m) for m in members if m["name"] not in donors.values()]:
     if m.get("group", default_group(m["name"])) not in exclude:
       seed = seed_of(m["name"])
       if seed not in donors:
@@ -253,11 +248,7 @@ def merge_overrides(common: Mapping[str, Any], member: Member) -> dict[str, Any]
 
 def format_value(value: Any) -> str:
   """The command-line text ml_collections parses back into `value` (bools as true/false, floats exactly)."""
-  if isinstance(value, bool):
-    return "true" if value else "false"
-  if isinstance(value, float):
-    return repr(value)
-  return str(value)
+  return repr(value) if isinstance(value, float) else _label(value)
 
 
 def default_train_cmd() -> list[str]:
