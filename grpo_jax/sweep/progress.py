@@ -62,14 +62,7 @@ def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: floa
   open_starts = [s for s in starts if s not in ended]
   wall_s = runner.previous_wall_s(workdir)
   disk = runner.status(workdir)
-  if outcome:
-    state = outcome
-  elif disk in ("done", "failed"):
-    state = disk
-  elif open_starts:
-    state = "running"
-  else:
-    state = "queued"
+  state = outcome or (disk if disk in ("done", "failed") else "running" if open_starts else "queued")
   if state == "running" and open_starts:
     wall_s += (now or time.time()) - open_starts[-1]
   config = runner.read_json(storage.join(workdir, "config.json")) or {}

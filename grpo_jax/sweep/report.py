@@ -481,14 +481,10 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
   for row in table:
     cells = [_fmt(row[column], fmt) for column, _, fmt in columns_of(runs)]
     lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
-  by_task = task_markdown(runs)
-  if by_task:
-    lines += ["", by_task.rstrip("\n")]
-  if baseline is not None:
-    lines += ["", paired_markdown(runs, baseline).rstrip("\n")]
-  both = seeds_and_prompts_markdown(runs, baseline)
-  if both:
-    lines += ["", both.rstrip("\n")]
+  for section in (task_markdown(runs), "" if baseline is None else paired_markdown(runs, baseline),
+                  seeds_and_prompts_markdown(runs, baseline)):
+    if section:
+      lines += ["", section.rstrip("\n")]
   lines += ["", "### What each group sets", "",
             "Overrides shared by all members of the group (those that differ between its members, like the "
             "seed, are left out):", ""]
@@ -785,16 +781,14 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
     return {name: storage.join(out_dir, os.path.basename(path)) for name, path in written.items()}
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
-  with open(paths["summary.md"], "w") as f:
-    f.write(markdown(runs, title or f"Sweep report: {sweep_dir}", baseline))
-  with open(paths["groups.csv"], "w") as f:
-    f.write(groups_csv(runs))
-  with open(paths["members.csv"], "w") as f:
-    f.write(members_csv(runs))
+  texts = {"summary.md": markdown(runs, title or f"Sweep report: {sweep_dir}", baseline),
+           "groups.csv": groups_csv(runs), "members.csv": members_csv(runs)}
   if task_table(runs) is not None:
     paths["tasks.csv"] = os.path.join(out_dir, "tasks.csv")
-    with open(paths["tasks.csv"], "w") as f:
-      f.write(tasks_csv(runs))
+    texts["tasks.csv"] = tasks_csv(runs)
+  for name, text in texts.items():
+    with open(paths[name], "w") as f:
+      f.write(text)
   plot(runs, paths["curves.png"], smooth=smooth)
   if baseline is not None:
     paths["paired.png"] = os.path.join(out_dir, "paired.png")
