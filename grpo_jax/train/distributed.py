@@ -58,20 +58,13 @@ def initialize(d) -> bool:
     return False
   if jax.distributed.is_initialized():
     return True
-  kwargs = {}
-  if address:
-    kwargs["coordinator_address"] = address
   # Config first, then JAX_NUM_PROCESSES / JAX_PROCESS_ID (read here: JAX itself reads only the coordinator's
-  # address from the environment), else JAX's cluster detection (SLURM, TPU, ...).
-  num_processes = d.num_processes if d.num_processes > 0 else _env_int("JAX_NUM_PROCESSES")
-  process_id = d.process_id if d.process_id >= 0 else _env_int("JAX_PROCESS_ID")
-  if num_processes is not None:
-    kwargs["num_processes"] = num_processes
-  if process_id is not None:
-    kwargs["process_id"] = process_id
-  if d.local_device_ids:
-    kwargs["local_device_ids"] = [int(i) for i in str(d.local_device_ids).split(",")]
-  jax.distributed.initialize(**kwargs)
+  # address from the environment), else JAX's cluster detection (SLURM, TPU, ...). None: not passed.
+  kwargs = {"coordinator_address": address or None,
+            "num_processes": d.num_processes if d.num_processes > 0 else _env_int("JAX_NUM_PROCESSES"),
+            "process_id": d.process_id if d.process_id >= 0 else _env_int("JAX_PROCESS_ID"),
+            "local_device_ids": [int(i) for i in str(d.local_device_ids).split(",")] if d.local_device_ids else None}
+  jax.distributed.initialize(**{k: v for k, v in kwargs.items() if v is not None})
   logger.info("jax.distributed: process %d of %d, %d local / %d global devices", jax.process_index(),
               jax.process_count(), jax.local_device_count(), jax.device_count())
   return True
@@ -127,7 +120,6 @@ def local_prompt_slice(mesh, prompts_per_step: int, group_size: int) -> tuple[in
 def put_batch(tree, mesh):
   """Global arrays, split along ('data', 'fsdp'), from each process's rows (numpy; None passes through)."""
   sharding = batch_sharding(mesh)
-
   # None leaves (e.g. ref_logp_BxC before the reference pass) are empty subtrees: kept as they are.
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
 
@@ -172,8 +164,7 @@ class GlobalSampler:
   """
 
   def __init__(self, sampler, row_start: int = 0):
-    self.sampler = sampler
-    self.row_start = row_start
+    self.sampler, self.row_start = sampler, row_start
 
   def generate(self, state, prompts: list[list[int]], key, repeats: int = 1):
     if jax.process_count() == 1:
@@ -201,9 +192,9 @@ class GlobalSampler:
 
 def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
   """Rollout metrics of all processes combined (equal rows per process): mean, or min/max/sum by name."""
-  if jax.process_count() == 1:
-    return dict(metrics)
   metrics = dict(metrics)
+  if jax.process_count() == 1:
+    return metrics
   # A failure count exists only where a reward function failed, a hung-call count only where an environment
   # call hangs: give every process the same names.
   for k in list(metrics):

@@ -14,6 +14,7 @@ once, saving nothing (exit code 2): two runs must not write one workdir.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -71,8 +72,9 @@ class _GCS:
     from google.cloud import storage
     from google.api_core import exceptions
     if os.environ.get("STORAGE_EMULATOR_HOST"):
+      from google.auth.credentials import AnonymousCredentials
       client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "emulator"),
-                              credentials=_anonymous())
+                              credentials=AnonymousCredentials())
     else:
       client = storage.Client()
     self.bucket, self.key, self._exceptions = client.bucket(bucket), key, exceptions
@@ -96,17 +98,9 @@ class _GCS:
 
   def delete(self, version: str) -> None:
     current = self.read()  # fake-gcs-server ignores the precondition on deletes: compared here too
-    if current is None or current[1] != version:
-      return
-    try:
-      self.bucket.blob(self.key).delete(if_generation_match=int(version))
-    except (self._exceptions.NotFound, self._exceptions.PreconditionFailed):
-      pass
-
-
-def _anonymous():
-  from google.auth.credentials import AnonymousCredentials
-  return AnonymousCredentials()
+    if current is not None and current[1] == version:
+      with contextlib.suppress(self._exceptions.NotFound, self._exceptions.PreconditionFailed):
+        self.bucket.blob(self.key).delete(if_generation_match=int(version))
 
 
 def store_for(url: str):

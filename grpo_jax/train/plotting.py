@@ -7,6 +7,7 @@ report (grpo_jax/sweep/report.py) uses it for its group figures.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import io
 import os
@@ -161,10 +162,8 @@ class CurvesRefresher:
     helper, self._helper = self._helper, None
     if helper is None:
       return
-    try:
+    with contextlib.suppress(OSError):
       helper.stdin.close()
-    except OSError:
-      pass
     try:
       helper.wait(timeout_s)
     except subprocess.TimeoutExpired:
