@@ -64,14 +64,8 @@ def _read_jsonl(path: str) -> Iterator[tuple[str, dict]]:
       yield f"line {line_no}", record
 
 
-def _rows_of_table(table) -> Iterator[tuple[str, dict]]:
-  for i, record in enumerate(table.to_pylist(), start=1):
-    yield f"row {i}", record
-
-
-def _read_parquet(path: str):
-  import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel  (only needed for this format)
-  return pq.read_table(path)
+def _rows_of_table(table) -> list[tuple[str, dict]]:
+  return [(f"row {i}", record) for i, record in enumerate(table.to_pylist(), start=1)]
 
 
 def _read_arrow_file(path: str):
@@ -116,13 +110,14 @@ def read_records(path: str, split: str | None = None) -> list[tuple[str, dict]]:
   if not os.path.exists(path):
     raise FileNotFoundError(f"dataset path {path!r} does not exist")
   if os.path.isdir(path):
-    return list(_rows_of_table(_read_saved_dataset(path, split)))
+    return _rows_of_table(_read_saved_dataset(path, split))
   if path.endswith((".jsonl", ".jsonl.txt", ".ndjson")):
     return list(_read_jsonl(path))
   if path.endswith((".parquet", ".pq")):
-    return list(_rows_of_table(_read_parquet(path)))
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel  (only needed for this format)
+    return _rows_of_table(pq.read_table(path))
   if path.endswith(".arrow"):
-    return list(_rows_of_table(_read_arrow_file(path)))
+    return _rows_of_table(_read_arrow_file(path))
   raise DatasetError(f"{path}: unknown dataset format (expected .jsonl, .parquet, .arrow or a save_to_disk "
                      "directory)")
 
@@ -275,9 +270,8 @@ def split_rows(rows: Sequence[Row], heldout_fraction: float, seed: int) -> tuple
   if heldout_fraction > 0 and not 0 < k < n:
     raise ValueError(f"heldout_fraction={heldout_fraction} of {n} rows leaves an empty train or held-out part")
   heldout_idx = set(np.random.default_rng(seed).permutation(n)[:k].tolist())
-  train = [row for i, row in enumerate(rows) if i not in heldout_idx]
-  heldout = [row for i, row in enumerate(rows) if i in heldout_idx]
-  return train, heldout
+  return ([row for i, row in enumerate(rows) if i not in heldout_idx],
+          [row for i, row in enumerate(rows) if i in heldout_idx])
 
 
 def load_train_heldout(train_path: str, heldout_path: str | None = None, *,

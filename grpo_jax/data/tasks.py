@@ -38,7 +38,7 @@ was learned carries over.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -107,9 +107,7 @@ def stop_ids(tokenizer) -> tuple[int, ...]:
   ids = [int(tokenizer.eos_token_id)]
   if not isinstance(tokenizer, CharTokenizer):
     special = set(getattr(tokenizer, "all_special_tokens", ())) | set(tokenizer.get_added_vocab())
-    for token in END_TOKENS:
-      if token in special:
-        ids.append(int(tokenizer.convert_tokens_to_ids(token)))
+    ids += [int(tokenizer.convert_tokens_to_ids(token)) for token in END_TOKENS if token in special]
   return tuple(dict.fromkeys(ids))
 
 
@@ -128,9 +126,7 @@ def _bos_prefix(tokenizer) -> str:
   plain = tokenizer("a", add_special_tokens=False)["input_ids"]
   special = tokenizer("a", add_special_tokens=True)["input_ids"]
   bos = getattr(tokenizer, "bos_token", None)
-  if bos and len(special) > len(plain) and special[0] == tokenizer.bos_token_id:
-    return bos
-  return ""
+  return bos if bos and len(special) > len(plain) and special[0] == tokenizer.bos_token_id else ""
 
 
 class DatasetTask:
@@ -187,10 +183,8 @@ class DatasetTask:
     return int(self._order[pos])
 
   def _as_columns(self, rows: list[dict]) -> dict[str, list]:
-    columns: dict[str, list[Any]] = {"prompt": [row["prompt_text"] for row in rows]}
-    for key in self._columns:
-      columns[key] = [row.get(key) for row in rows]
-    return columns
+    columns = {key: [row.get(key) for row in rows] for key in self._columns}
+    return {"prompt": [row["prompt_text"] for row in rows], **columns}
 
   def train_rows(self, start: int, n: int) -> dict[str, list]:
     return self._as_columns([self._train[self._train_index(i)] for i in range(start, start + n)])
