@@ -86,11 +86,6 @@ def validate_config(model) -> None:
            "is no reference copy to offload")
 
 
-def from_config(model_config) -> LoraConfig | None:
-  """`config.model`'s lora_rank / lora_alpha / lora_targets as a LoraConfig; None when lora_rank is 0."""
-  return LoraConfig.from_config(model_config)
-
-
 def projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
   """Projection name -> (D_in, D_out) of the matrix it applies."""
   D, F, NH, KH = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
@@ -142,8 +137,9 @@ def add_adapters(model, lora: LoraConfig, rngs: nnx.Rngs):
 
 
 def add_configured_adapters(model, model_config, key: jax.Array):
-  """`model` with the adapters `config.model` asks for (`from_config`), drawn from `key`; unchanged without LoRA."""
-  lora = from_config(model_config)
+  """`model` with the adapters `config.model` asks for (`LoraConfig.from_config`), drawn from `key`; unchanged
+  without LoRA."""
+  lora = LoraConfig.from_config(model_config)
   return model if lora is None else add_adapters(model, lora, nnx.Rngs(params=key))
 
 

@@ -114,7 +114,7 @@ def make_policy(config, graphdef, initial_params, mesh, copy_params) -> FullPoli
   """The policy of `config.model` (LoRA when `model.lora_rank` > 0) over the built model; `config`: the run's
   settings (grpo_jax/settings.py), or the ConfigDict they are built from."""
   offloader = RefOffloader(config.model.offload_ref_params, mesh)
-  lora = lora_lib.from_config(config.model)
+  lora = lora_lib.LoraConfig.from_config(config.model)
   kwargs = dict(beta=config.grpo.beta, offloader=offloader, copy_params=copy_params)
   if lora:
     return LoraPolicy(graphdef, initial_params, lora=lora, **kwargs)
