@@ -134,7 +134,7 @@ def _ks(text: str) -> tuple[int, ...]:
   try:
     ks = tuple(int(k) for k in text.split(",") if k.strip())
   except ValueError:
-    raise argparse.ArgumentTypeError(f"{text!r}: give positive integers separated by commas, e.g. 1,4,16") from None
+    ks = ()
   if not ks or min(ks) < 1:
     raise argparse.ArgumentTypeError(f"{text!r}: give positive integers separated by commas, e.g. 1,4,16")
   return ks
