@@ -53,7 +53,7 @@ def reference(fn: Callable) -> bytes | None:
   module = getattr(fn, "__module__", None)
   if module in (None, "__main__", "__mp_main__"):
     return None
-  name = registry.registered_name(fn)
+  name = registry.REWARDS.name_of(fn)
   if name is not None:
     return pickle.dumps(("registered", module, name))
   try:

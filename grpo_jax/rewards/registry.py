@@ -41,11 +41,6 @@ def get_reward(name_or_callable: str | RewardFn) -> RewardFn:
   return REWARDS.get(name_or_callable)
 
 
-def registered_name(fn: RewardFn) -> str | None:
-  """The name `fn` itself is registered under, or None."""
-  return REWARDS.name_of(fn)
-
-
 def list_rewards() -> list[str]:
   return REWARDS.names()
 

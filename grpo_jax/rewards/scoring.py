@@ -45,7 +45,6 @@ logger = logging.getLogger(__name__)
 MAX_SAMPLE_TIMEOUTS = 2
 
 abandoned_threads = isolation_lib.abandoned_threads
-_Timeout = isolation_lib.RewardTimeout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +64,7 @@ class RewardResult:
 
 def _call_with_timeout(fn: Callable, args: tuple, kwargs: dict, timeout_s: float | None,
                        how: str = "process") -> Any:
-  """fn(*args, **kwargs), raising _Timeout after timeout_s seconds (module docstring: where it runs)."""
+  """fn(*args, **kwargs), raising RewardTimeout after timeout_s seconds (module docstring: where it runs)."""
   if timeout_s is None:
     return fn(*args, **kwargs)
   if how == "process":
@@ -128,7 +127,7 @@ def _score_one_fn(name: str, fn: Callable, prompts: list, completions: list, col
       value = _check_length(_call_with_timeout(fn, ([prompts[i]], [completions[i]]), one_columns, timeout_s, how),
                             1)[0]
       scores[i], failed[i] = _as_score(value), False
-    except _Timeout as e:
+    except isolation_lib.RewardTimeout as e:
       timeouts += 1
       first_error = first_error or f"timeout: {e}"
     except Exception as e:  # pylint: disable=broad-except
