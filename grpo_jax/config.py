@@ -86,16 +86,13 @@ RESUMABLE_CHANGES = resumable_keys()
 
 def keys(config=None) -> list[str]:
   """Every key of the config (default: the base config), dotted, sections included."""
-  out = []
-
   def walk(node, prefix):
     for key, value in node.items():
-      out.append(prefix + key)
+      yield prefix + key
       if isinstance(value, ml_collections.ConfigDict):
-        walk(value, f"{prefix}{key}.")
+        yield from walk(value, f"{prefix}{key}.")
 
-  walk(get_config() if config is None else config, "")
-  return out
+  return list(walk(get_config() if config is None else config, ""))
 
 
 def unknown_key_message(key: str) -> str:

@@ -51,8 +51,7 @@ class Registry:
     self._loading = True
     try:
       while self._builtins:
-        module = self._builtins[0]
-        importlib.import_module(module)
+        importlib.import_module(self._builtins[0])
         self._builtins = self._builtins[1:]
     finally:
       self._loading = False
