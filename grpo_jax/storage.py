@@ -148,8 +148,7 @@ def local_dir(path: str) -> str:
 def _fs(url: str):
   """(fsspec filesystem, path without the scheme) of a URL."""
   import fsspec
-  fs, key = fsspec.core.url_to_fs(url)
-  return fs, key
+  return fsspec.core.url_to_fs(url)
 
 
 _TS_GCS_URL = "TENSORSTORE_GCS_HTTP_URL"

@@ -209,10 +209,9 @@ def _start(run: Run, wd: Workdir) -> RunState:
 
 
 def _step_metrics(rollout, step_metrics: dict, step_time: float) -> dict[str, Any]:
-  metrics: dict[str, Any] = distributed.merge_metrics(rollout.metrics)
-  metrics.update({k: float(v) for k, v in step_metrics.items()})
-  metrics["step_time"] = step_time
-  metrics["tokens_per_s"] = rollout.num_tokens / step_time
+  metrics: dict[str, Any] = {**distributed.merge_metrics(rollout.metrics),
+                             **{k: float(v) for k, v in step_metrics.items()},
+                             "step_time": step_time, "tokens_per_s": rollout.num_tokens / step_time}
   # What the timed phases (sampling, rewards, reference, update) leave: data, tokenizing, placement, logging.
   metrics["timing/other_s"] = step_time - sum(v for k, v in metrics.items() if k.startswith("timing/"))
   return metrics

@@ -309,7 +309,6 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
   the batch) and dynamic_sampling/filled_groups (zero-std groups re-included to fill the batch).
   """
   parts: list[Scored] = []
-  num_groups = 0
   while True:
     columns = next_columns()
     num_groups = len(columns["prompt"])
@@ -320,13 +319,10 @@ def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[
       break
   scored = concat_scored(parts)
   groups_K, kept = select_signal_groups(scored.zero_std_R, num_groups)
-  metrics = rollout_metrics(scored)
-  metrics["dynamic_sampling/rounds"] = len(parts)
-  metrics["dynamic_sampling/kept_groups"] = kept
-  metrics["dynamic_sampling/filled_groups"] = num_groups - kept
+  metrics = {**rollout_metrics(scored), "dynamic_sampling/rounds": len(parts), "dynamic_sampling/kept_groups": kept,
+             "dynamic_sampling/filled_groups": num_groups - kept}
   num_tokens = int(scored.sample.prompt_mask_BxP.sum() + scored.sample.completion_mask_BxC.sum())
-  return build_rollout(take_groups(scored, groups_K, settings.group_size), metrics, settings,
-                       num_tokens=num_tokens)
+  return build_rollout(take_groups(scored, groups_K, settings.group_size), metrics, settings, num_tokens)
 
 
 def bucket_widths(maximum: int, buckets: int, multiple: int = 8) -> tuple[int, ...]:
