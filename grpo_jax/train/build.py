@@ -4,8 +4,6 @@ the mesh. The launcher, the Python API (`loop.train`) and the commands that load
 """
 from __future__ import annotations
 
-import logging
-
 import jax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
@@ -25,8 +23,6 @@ from grpo_jax.train import distributed
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.rollout import bucket_widths
 from grpo_jax.train.step import RolloutBatch
-
-logger = logging.getLogger(__name__)
 
 
 def build_tokenizer_and_task(settings: Settings, log=print, inputs: RunInputs = RunInputs()):
@@ -109,10 +105,8 @@ def make_samplers(graphdef, settings: Settings, tokenizer):
 
   train = sampler(SamplingConfig.from_config(s, **common))
   greedy = sampler(SamplingConfig.from_config(s, greedy=True, top_k=0, top_p=1.0, **common))
-  sampled = None
-  if settings.eval.samples > 0:
-    sampled = sampler(SamplingConfig.from_config(s, temperature=settings.eval.temperature, top_k=0, top_p=1.0,
-                                                 **common))
+  sampled = (sampler(SamplingConfig.from_config(s, temperature=settings.eval.temperature, top_k=0, top_p=1.0,
+                                                **common)) if settings.eval.samples > 0 else None)
   return train, greedy, sampled
 
 
