@@ -106,12 +106,11 @@ class MetricsWriter:
     storage.makedirs(workdir)
     self.metrics_path = storage.join(workdir, METRICS_FILE)
     self.samples_path = storage.join(workdir, SAMPLES_FILE)
-    if resume_step is None:
-      for path in (self.metrics_path, self.samples_path):
+    for path in (self.metrics_path, self.samples_path):
+      if resume_step is None:
         storage.remove(path)
-    else:
-      _truncate_jsonl(self.metrics_path, resume_step)
-      _truncate_jsonl(self.samples_path, resume_step)
+      else:
+        _truncate_jsonl(path, resume_step)
     # On a store: each JSONL file's lines, rewritten whole at each flush (no append), and the local directory
     # whose TensorBoard event files are copied there.
     self._lines: dict[str, list[str]] | None = None
@@ -148,8 +147,7 @@ class MetricsWriter:
       f.writelines(lines)
 
   def write(self, step: int, metrics: dict[str, Any]) -> dict:
-    record = {"step": int(step)}
-    record.update({k: _plain(v) for k, v in sorted(metrics.items())})
+    record = {"step": int(step), **{k: _plain(v) for k, v in sorted(metrics.items())}}
     self._append(self.metrics_path, [json.dumps(record) + "\n"])
     if self._tb is not None:
       for k, v in record.items():
@@ -211,10 +209,8 @@ class MetricsWriter:
 
 
 def format_samples(step: int, samples: list[dict]) -> str:
-  lines = [f"[samples @ step {step}]"]
-  for s in samples:
-    lines.append(f"  {s['prompt']!r} -> {s['completion']!r}  reward={s['reward']:.3g}")
-  return "\n".join(lines)
+  lines = [f"  {s['prompt']!r} -> {s['completion']!r}  reward={s['reward']:.3g}" for s in samples]
+  return "\n".join([f"[samples @ step {step}]", *lines])
 
 
 def _duration(seconds: float) -> str:
