@@ -55,13 +55,9 @@ def render_prompt(question: str | list[dict], template: str = "plain", tokenizer
     if not getattr(tokenizer, "chat_template", None):
       raise ValueError(f"tokenizer {type(tokenizer).__name__} has no chat_template; use template='plain' or "
                        "'r1_zero', or set tokenizer.chat_template")
-    if conversational:
-      has_system = any(m["role"] == "system" for m in question)
-      messages = ([{"role": "system", "content": system_prompt}] if system_prompt and not has_system else [])
-      messages += list(question)
-    else:
-      messages = ([{"role": "system", "content": system_prompt}] if system_prompt else [])
-      messages.append({"role": "user", "content": question})
+    turns = list(question) if conversational else [{"role": "user", "content": question}]
+    has_system = any(m["role"] == "system" for m in turns)
+    messages = ([{"role": "system", "content": system_prompt}] if system_prompt and not has_system else []) + turns
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return text + "<think>" if prefill_think else text
   raise ValueError(f"unknown template {template!r}; expected one of {TEMPLATES}")

@@ -80,9 +80,7 @@ class TimeSplit:
 
   def as_dict(self) -> dict[str, float]:
     out = {} if self.launch_s is None else {"launch": round(self.launch_s, 3)}
-    for name in ORDER:
-      if name in self.seconds:
-        out[name] = round(self.seconds[name], 3)
+    out.update({name: round(self.seconds[name], 3) for name in ORDER if name in self.seconds})
     if self.t_steps_end is not None:
       out["finish"] = round(time.time() - self.t_steps_end, 3)
     if len(self.step_times) > 1:
