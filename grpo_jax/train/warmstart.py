@@ -92,11 +92,9 @@ def run_warmstart(ws_config, *, task, tokenizer, graphdef, params, max_prompt_le
   param_sh = jax.tree.map(lambda x: x.sharding, params)
   step_fn = make_sft_step(graphdef, optimizer, chunk_size, (param_sh, opt_sh))
   bs = ws_config.batch_size
-  start = time.time()
-  history = []
-  losses = []
+  start, losses = time.time(), []
   last_eval = evaluate(params)
-  history.append({"step": 0, **last_eval})
+  history = [{"step": 0, **last_eval}]  # one record per evaluation
   log(f"[warm start] step 0: held-out accuracy {last_eval['eval/accuracy']:.3f}")
   step = 0
   while last_eval["eval/accuracy"] < ws_config.target_accuracy and step < ws_config.max_steps:
@@ -111,6 +109,5 @@ def run_warmstart(ws_config, *, task, tokenizer, graphdef, params, max_prompt_le
       history.append({"step": step, "loss": mean_loss, **last_eval})
       log(f"[warm start] step {step}: loss {mean_loss:.4f}, held-out accuracy "
           f"{last_eval['eval/accuracy']:.3f} (target {ws_config.target_accuracy})")
-  info = {"steps": step, "rows": step * bs, "eval": last_eval, "seconds": time.time() - start,
-          "history": history}
-  return params, info
+  return params, {"steps": step, "rows": step * bs, "eval": last_eval, "seconds": time.time() - start,
+                  "history": history}
