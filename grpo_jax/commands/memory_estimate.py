@@ -136,7 +136,6 @@ def model_config(name_or_path: str, param_dtype: str, dtype: str):
 @functools.lru_cache(maxsize=64)  # tracing the model's shapes is slow, and plans and tables ask again and again
 def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
   """(total parameters, parameters per device) with the trainer's sharding rules."""
-
   abstract = nnx.state(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
   total = per_device = 0
   for _, v in nnx.to_flat_state(abstract):
@@ -269,8 +268,7 @@ def run(argv=None):
   if args.table:
     print(header())
     for name, mesh, pdt, w in (GEMMA3_TABLE if args.table == "gemma3" else TABLE):
-      cfg = model_config(name, pdt, "bfloat16")
-      est = estimate(cfg, mesh, w)
+      est = estimate(model_config(name, pdt, "bfloat16"), mesh, w)
       extra = ", ref offloaded" if w.offload_ref else ""
       if w.lora_rank:
         extra += f", LoRA r{w.lora_rank}"
