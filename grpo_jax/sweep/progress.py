@@ -5,6 +5,7 @@ whichever backend runs the members and from any machine that mounts the sweep di
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -46,10 +47,8 @@ def _last_step(workdir: str) -> int:
   except OSError:
     return -1
   for line in reversed(lines):
-    try:
+    with contextlib.suppress(ValueError, KeyError, TypeError):  # a line cut short, or one without a step
       return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-      continue
   return -1
 
 

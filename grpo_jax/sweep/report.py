@@ -26,6 +26,7 @@ overrides other than `task.*`; its label is what its groups' names have in commo
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -65,11 +66,8 @@ def read_metrics(path: str) -> dict[int, dict[str, Any]]:
   """step -> merged metrics. Unparseable lines (e.g. a line cut short by a kill) are skipped."""
   rows: dict[int, dict[str, Any]] = {}
   for row in read_jsonl(path):
-    try:
-      step = int(row["step"])
-    except (ValueError, KeyError, TypeError):
-      continue
-    rows.setdefault(step, {}).update(row)
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+      rows.setdefault(int(row["step"]), {}).update(row)
   return rows
 
 

@@ -27,6 +27,7 @@ copied onto train.log every LOG_UPLOAD_S seconds and when the attempt ends.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -96,10 +97,8 @@ def previous_wall_s(workdir: str) -> float:
   """Seconds spent in all earlier attempts of this member."""
   total = 0.0
   for row in read_jsonl(storage.join(workdir, ATTEMPTS)):
-    try:
+    with contextlib.suppress(ValueError, KeyError, TypeError):  # a start line, or a damaged one
       total += float(row["wall_s"])
-    except (ValueError, KeyError, TypeError):
-      continue
   return total
 
 
@@ -107,11 +106,9 @@ def member_wall_s(workdir: str) -> float:
   """Seconds the member has taken: the sum over its attempts, or the trainer's own total where that is larger (an
   attempt killed without a trace, e.g. by a machine's end, records no end time; the trainer's `wall_s` in
   summary.json still counts it up to the checkpoint the next attempt resumed from). 0.0 when neither exists."""
-  trainer_s = (read_json(storage.join(workdir, TRAINER_SUMMARY)) or {}).get("wall_s")
-  try:
-    trainer_s = float(trainer_s or 0.0)
-  except (TypeError, ValueError):
-    trainer_s = 0.0
+  trainer_s = 0.0
+  with contextlib.suppress(TypeError, ValueError):
+    trainer_s = float((read_json(storage.join(workdir, TRAINER_SUMMARY)) or {}).get("wall_s") or 0.0)
   return max(previous_wall_s(workdir), trainer_s)
 
 
