@@ -56,32 +56,6 @@ class Summary:
             f"({delta:+.1f} points) after {self.steps} GRPO steps in {self.wall_s:.0f}s; curves: {plot}")
 
 
-def prepare(cfg_json: str, workdir: str, main: bool) -> None:
-  """Creates the workdir, marks the run unfinished and writes config.json (`cfg_json`: the run's config as JSON)."""
-  storage.makedirs(workdir)
-  if main:
-    storage.remove(storage.join(workdir, SUMMARY_FILE))  # the summary marks a finished run; this one is not yet
-    storage.write_text(storage.join(workdir, "config.json"), cfg_json)
-
-
-def finish(settings, workdir: str, state, last_eval: dict, time_split, main: bool, log) -> Summary:
-  """The plot and summary.json of a run that reached its last step (or was stopped by a callback);
-  `time_split`: grpo_jax.train.timing.TimeSplit of this process."""
-  plot_path = plot_runs([workdir], storage.join(workdir, PLOT_FILE)) if settings.log.plot and main else None
-  this_process = time.time() - time_split.t_start
-  summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
-                    steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
-                    workdir=workdir, wall_s_this_process=this_process,
-                    wall_s_total=state.wall_before + this_process,
-                    time_split_s=time_split.as_dict(),
-                    launch_to_first_step_s=time_split.launch_to_first_step_s)
-  if main:
-    storage.write_text(storage.join(workdir, SUMMARY_FILE), json.dumps(dataclasses.asdict(summary), indent=2))
-  log(summary.line())
-  log("[time] " + ", ".join(f"{name} {s:.1f}s" for name, s in summary.time_split_s.items()))
-  return summary
-
-
 def check_resumable(config, workdir: str, log) -> None:
   """A workdir with checkpoints resumes only under the settings it was started with (except those in
   `config.RESUMABLE_CHANGES`, which are printed): a changed setting is an error naming each field, raised before
@@ -129,16 +103,6 @@ def new_run_id(workdir: str, main: bool) -> str:
   return run_id
 
 
-def last_eval(metrics_path: str, default: dict, step: int) -> dict:
-  """The most recent evaluation in metrics.jsonl up to `step` (after a resume from `step`; records past it,
-  from before a crash, are dropped by process 0's writer, which other processes may not have waited for)."""
-  last = default
-  for rec in metrics_lib.read_jsonl(metrics_path):
-    if "eval/accuracy" in rec and rec.get("step", 0) <= step:
-      last = {k: v for k, v in rec.items() if k.startswith("eval/")}
-  return last
-
-
 def load_starting_point(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
   """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
   or of this run's own warm start saved before a kill.
@@ -170,7 +134,10 @@ class Workdir:
     config.json and each checkpoint's metadata keep)."""
     self.settings, self.path, self.main, self.log, self.time_split = settings, path, main, log, time_split
     self.cfg_json = cfg_json
-    prepare(cfg_json, path, main)
+    storage.makedirs(path)
+    if main:  # config.json; and the run is unfinished: summary.json marks a finished run
+      storage.remove(storage.join(path, SUMMARY_FILE))
+      storage.write_text(storage.join(path, "config.json"), cfg_json)
     k = settings.checkpoint
     self.checkpointer = checkpoint_lib.Checkpointer(storage.join(path, CHECKPOINT_DIR), k.keep, k.verify, k.async_save)
     self.curves = CurvesRefresher(path, storage.join(path, PLOT_FILE), settings.log.plot and main, log=log)
@@ -197,11 +164,16 @@ class Workdir:
     self.saved_step = state.step
 
   def last_eval(self, state) -> dict:
-    """The held-out metrics of the newest evaluation up to `state.step`. Every process reads the file (process 0
-    writes it): they all return the same summary."""
+    """The held-out metrics of the newest evaluation in metrics.jsonl up to `state.step` (after a resume from it,
+    records past it, from before a crash, are dropped by process 0's writer, which other processes may not have
+    waited for). Every process reads the file (process 0 writes it): they all return the same summary."""
     if state.step == 0:
       return dict(state.initial_eval)
-    return last_eval(storage.join(self.path, metrics_lib.METRICS_FILE), state.initial_eval, state.step)
+    last = state.initial_eval
+    for rec in metrics_lib.read_jsonl(storage.join(self.path, metrics_lib.METRICS_FILE)):
+      if "eval/accuracy" in rec and rec.get("step", 0) <= state.step:
+        last = {k: v for k, v in rec.items() if k.startswith("eval/")}
+    return last
 
   def log_step(self, step: int, metrics: dict, rollout, bar) -> None:
     """metrics.jsonl (every log.every steps, evaluation steps and the last), samples, the progress bar; after an
@@ -278,7 +250,20 @@ class Workdir:
     self.writer.flush()
 
   def finish(self, state, last_eval: dict) -> Summary:
-    return finish(self.settings, self.path, state, last_eval, self.time_split, self.main, self.log)
+    """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
+    plot_path = (plot_runs([self.path], storage.join(self.path, PLOT_FILE)) if self.settings.log.plot and self.main
+                 else None)
+    this_process = time.time() - self.time_split.t_start
+    summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
+                      steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
+                      workdir=self.path, wall_s_this_process=this_process,
+                      wall_s_total=state.wall_before + this_process, time_split_s=self.time_split.as_dict(),
+                      launch_to_first_step_s=self.time_split.launch_to_first_step_s)
+    if self.main:
+      storage.write_text(storage.join(self.path, SUMMARY_FILE), json.dumps(dataclasses.asdict(summary), indent=2))
+    self.log(summary.line())
+    self.log("[time] " + ", ".join(f"{name} {s:.1f}s" for name, s in summary.time_split_s.items()))
+    return summary
 
   def close(self) -> None:
     """Flushes what was logged and releases the helper and orbax's threads."""
