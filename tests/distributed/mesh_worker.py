@@ -4,7 +4,8 @@ The trainer's own pieces (make_train_step, init_opt_state, the loop's batch plac
 Checkpointer, Sampler) on meshes (data, fsdp, tensor) = (1,1,1) [one device], (8,1,1), (2,4,1), (2,2,2).
 Prints one JSON object: per mesh the update's metrics, the max |difference| of the updated parameters and
 optimizer state from the one-device update, the specs and per-device shard shapes of parameters, Adam moments
-and reference parameters, whether sampling gave the same tokens; and the cross-mesh checkpoint restores.
+and reference parameters, whether sampling gave the same tokens (and on (2,2,2), whether a grouped prefill and
+a decode in segments did); and the cross-mesh checkpoint restores.
 """
 from __future__ import annotations
 
@@ -109,14 +110,22 @@ def main(tmp: str):
     ref_fn = jax.jit(make_logprob_fn(graphdef, temperature=TEMPERATURE, chunk_size=4, micro_batch_size=4))
 
     tokens = sampler.generate(params, prompts, key)
-    # Groups sharing one prefill per prompt (repeats=2) sample what the prompts repeated in full would.
-    grouped = sampler.generate(params, prompts, key, repeats=2)
-    repeated = sampler.generate(params, [p for p in prompts for _ in range(2)], key)
     # Rows of the sampler's KV cache on each device (the batch of 8 prompts split over data * fsdp).
     cache_rows = sampler.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1, CFG.head_dim))[0]
-    in_segments = segmented.generate(params, prompts, key)
-    segmented_rows = segmented.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1,
-                                                                CFG.head_dim))[0]
+    result = {}
+    if shape == (2, 2, 2):  # the mesh that splits rows over data and fsdp and kv heads over tensor at once
+      # Groups sharing one prefill per prompt (repeats=2) sample what the prompts repeated in full would.
+      grouped = sampler.generate(params, prompts, key, repeats=2)
+      repeated = sampler.generate(params, [p for p in prompts for _ in range(2)], key)
+      in_segments = segmented.generate(params, prompts, key)
+      result = dict(
+          segmented_cache_rows=segmented.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1,
+                                                                          CFG.head_dim))[0],
+          segmented_equal=bool(np.array_equal(in_segments.completion_BxC, tokens.completion_BxC)
+                               and np.allclose(in_segments.logp_BxC, tokens.logp_BxC, atol=1e-5)),
+          grouped_equal=bool(np.array_equal(grouped.completion_BxC, repeated.completion_BxC)
+                             and np.array_equal(grouped.prompt_BxP, repeated.prompt_BxP)
+                             and np.allclose(grouped.logp_BxC, repeated.logp_BxC, atol=1e-5)))
     batch = BatchPlacer(mesh)(batch_np)
     batch_layout = _layout(batch._replace(ref_logp_BxC=None))
     batch = batch._replace(ref_logp_BxC=ref_fn(offloader.fetch(ref), batch))
@@ -124,13 +133,7 @@ def main(tmp: str):
                   batch=batch_layout)
     params, opt_state, metrics = step(params, opt_state, batch)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    result = dict(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, segmented_cache_rows=segmented_rows,
-                  segmented_equal=bool(np.array_equal(in_segments.completion_BxC, tokens.completion_BxC)
-                                       and np.allclose(in_segments.logp_BxC, tokens.logp_BxC, atol=1e-5)),
-                  grouped_equal=bool(
-        np.array_equal(grouped.completion_BxC, repeated.completion_BxC) and
-        np.array_equal(grouped.prompt_BxP, repeated.prompt_BxP)) and np.allclose(
-            grouped.logp_BxC, repeated.logp_BxC, atol=1e-5), param_shardings_kept=all(
+    result.update(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, param_shardings_kept=all(
         x.sharding == s for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(param_sh))))
     values = dict(params=_host(params), opt=_host(opt_state), tokens=tokens)
     if base is None:
