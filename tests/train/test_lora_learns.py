@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from tests.train.conftest import train_with_default_compiler
 
-SHORTER = {"num_steps": 100, "eval.every": 100, "checkpoint.every": 100, "log.plot": False}
+# The warm start reaches its 0.3 target at step 550 whether it evaluates every 10 steps (the experiment's) or every
+# 50: the same parameters, 44 s -> 39 s alone.
+SHORTER = {"warmstart.eval_every": 50, "num_steps": 100, "eval.every": 100, "checkpoint.every": 100, "log.plot": False}
 
 
 def test_lora_run_of_the_default_experiment_learns(tmp_path):
