@@ -40,14 +40,18 @@ class Interval(NamedTuple):
 NO_INTERVAL = Interval(math.nan, math.nan, "none")
 
 
+def wilson_center_half(n: int, p: float, level: float = LEVEL) -> tuple[float, float]:
+  """(center, half-width) of Wilson's interval at n trials and an observed proportion p, any p in [0, 1]."""
+  z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
+  denom = 2 * (n + z * z)
+  return (2 * n * p + z * z) / denom, z * math.sqrt(4 * n * p * (1 - p) + z * z) / denom
+
+
 def wilson(successes: int, trials: int, level: float = LEVEL) -> Interval:
   """Wilson's score interval of a proportion."""
   if trials <= 0:
     return NO_INTERVAL
-  n, p = trials, successes / trials
-  z = statistics.NormalDist().inv_cdf(0.5 + level / 2)
-  denom = 2 * (n + z * z)
-  center, half = (2 * n * p + z * z) / denom, z * math.sqrt(4 * n * p * (1 - p) + z * z) / denom
+  center, half = wilson_center_half(trials, successes / trials, level)
   return Interval(0.0 if successes == 0 else center - half, 1.0 if successes == trials else center + half, "wilson")
 
 

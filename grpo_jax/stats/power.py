@@ -16,7 +16,7 @@ import math
 
 from scipy import optimize, stats
 
-from grpo_jax.stats.intervals import LEVEL
+from grpo_jax.stats.intervals import LEVEL, wilson_center_half
 
 ALPHA, POWER = 0.05, 0.8
 MAX_SEEDS = 10_000
@@ -80,5 +80,4 @@ def prompts_for_width(width: float, p: float | None = None, sd: float | None = N
 def wilson_width(n: int, p: float, level: float = LEVEL) -> float:
   """The width of Wilson's interval at n trials and an observed proportion p (the formula binomtest's
   proportion_ci evaluates at whole successes, here at any p, so that it falls steadily with n)."""
-  z = stats.norm.ppf(0.5 + level / 2)
-  return 2 * z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+  return 2 * wilson_center_half(n, p, level)[1]
