@@ -260,3 +260,67 @@ def test_load_tokenizer_from_a_local_directory(tmp_path):
   assert text == "user hello <eos> "
   with pytest.raises(FileNotFoundError, match="does-not-exist"):
     hf_io.load_tokenizer(tmp_path / "does-not-exist")
+
+
+def _tokenizer_dirs():
+  import os
+  from grpo_jax import testing
+  fixtures = testing.ensure_fixtures()
+  smollm2 = os.path.join(os.path.dirname(__file__), "..", "..", "models", "SmolLM2-135M-Instruct")
+  return [fixtures["checkpoint"], fixtures["gemma3_checkpoint"]] + [smollm2] * os.path.isdir(smollm2)
+
+
+def _same_tokenizer(ours, auto, where):
+  text = "<|im_start|>user\nWhat is 12 + 30?<|im_end|> <start_of_turn>model 42 <eos>  tabs\tand ünïcode\r\n"
+  chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+  assert type(ours) is type(auto), where
+  assert ours.special_tokens_map == auto.special_tokens_map and ours.get_added_vocab() == auto.get_added_vocab()
+  assert ours(text)["input_ids"] == auto(text)["input_ids"], where
+  assert (ours.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
+          == auto.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)), where
+
+
+def test_the_direct_tokenizer_load_is_autotokenizers_choice(tmp_path):
+  """load_tokenizer names the class itself for a saved TokenizersBackend of a model_type it knows: the tokenizer
+  must be AutoTokenizer's own (class, special tokens, ids with special tokens in the text, chat template), for the
+  fixtures and SmolLM2 as they are and for the fixture's files under each model_type it knows."""
+  from transformers import AutoTokenizer
+  for path in _tokenizer_dirs():
+    _same_tokenizer(hf_io.load_tokenizer(path), AutoTokenizer.from_pretrained(path, local_files_only=True), path)
+  source = _tokenizer_dirs()[0]
+  for model_type in hf_io._SAVED_BACKEND_LOADS_AS:
+    shutil.copytree(source, tmp_path / model_type, ignore=shutil.ignore_patterns("*.safetensors"))
+    (tmp_path / model_type / "config.json").write_text(json.dumps({"model_type": model_type}))
+    path = str(tmp_path / model_type)
+    _same_tokenizer(hf_io.load_tokenizer(path), AutoTokenizer.from_pretrained(path, local_files_only=True), path)
+
+
+def test_a_tokenizer_of_another_class_or_model_type_or_with_its_own_code_goes_through_autotokenizer(
+    tmp_path, monkeypatch):
+  import transformers
+  shutil.copytree(_tokenizer_dirs()[0], tmp_path / "tok", ignore=shutil.ignore_patterns("*.safetensors"))
+  tok_config, config = (tmp_path / "tok" / name for name in ("tokenizer_config.json", "config.json"))
+  saved, model = json.loads(tok_config.read_text()), json.loads(config.read_text())
+  calls = []
+  monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda path, **kw: calls.append(path))
+  hf_io.load_tokenizer(tmp_path / "tok")
+  assert calls == []  # a saved TokenizersBackend of a qwen2 model: loaded directly
+  for change in ({"tokenizer_class": "Qwen2Tokenizer"}, {"auto_map": {"AutoTokenizer": [None, "tok.MyTok"]}}):
+    tok_config.write_text(json.dumps({**saved, **change}))
+    hf_io.load_tokenizer(tmp_path / "tok")
+  tok_config.write_text(json.dumps(saved))
+  config.write_text(json.dumps({**model, "model_type": "mistral"}))
+  hf_io.load_tokenizer(tmp_path / "tok")
+  config.unlink()
+  hf_io.load_tokenizer(tmp_path / "tok")
+  assert calls == [str(tmp_path / "tok")] * 4
+
+
+def test_a_trainer_imports_no_torch():
+  # AutoTokenizer's import of every model config brings torch (1.7 s of each run's start where it is installed).
+  import subprocess
+  import sys
+  from grpo_jax import testing
+  code = ("import sys, grpo_jax.train.loop; from grpo_jax.data import tasks; "
+          f"tasks.load_hf_tokenizer({testing.ensure_fixtures()['checkpoint']!r}); print('torch' in sys.modules)")
+  assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
