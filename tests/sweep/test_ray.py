@@ -17,6 +17,8 @@ from grpo_jax.errors import UserError  # noqa: E402
 from tests.sweep.conftest import REPO  # noqa: E402
 
 CPU1 = ray_backend.MemberResources.parse({"CPU": 1})
+# A local instance of two CPUs; no tests here read Ray's dashboard (it costs each instance ~2.6 cpu-s to start).
+LOCAL = {"num_cpus": 2, "include_dashboard": False}
 
 
 def _rows(workdir, name="metrics.jsonl"):
@@ -26,7 +28,7 @@ def _rows(workdir, name="metrics.jsonl"):
 
 def _run(members, sweep_dir, train_cmd, **kwargs):
   kwargs.setdefault("resources", CPU1)
-  kwargs.setdefault("init_kwargs", {"num_cpus": 2})
+  kwargs.setdefault("init_kwargs", LOCAL)
   return ray_backend.run_members(members, config_spec="exp.py", sweep_dir=str(sweep_dir), train_cmd=train_cmd,
                                poll_s=0.2, echo=lambda *_: None, **kwargs)
 
@@ -69,7 +71,7 @@ def test_same_files_as_the_local_backend_retries_crashes_and_fails_user_errors_o
 def test_members_run_at_once_each_on_its_own_gpu(tmp_path, fake_train_cmd):
   members = spec.validate([{"name": f"m{i}", "overrides": {"num_steps": 2, "sleep": 2.0}} for i in range(2)])
   outcomes = _run(members, tmp_path, fake_train_cmd, resources=ray_backend.MemberResources.parse({"GPU": 1}),
-                  init_kwargs={"num_cpus": 2, "num_gpus": 2})
+                  init_kwargs={**LOCAL, "num_gpus": 2})
   assert outcomes == {"m0": "done", "m1": "done"}
   (a,), (b,) = (_rows(tmp_path / m, "invocations_env.jsonl") for m in ("m0", "m1"))
   assert {a["CUDA_VISIBLE_DEVICES"], b["CUDA_VISIBLE_DEVICES"]} == {"0", "1"}
@@ -255,7 +257,7 @@ def test_preempted_members_are_resubmitted_apart_from_max_attempts_and_capped(tm
                            {"name": "crash", "overrides": {"crash_at": 2}}])
   lines = []
   outcomes = ray_backend.run_members(members, config_spec="exp.py", sweep_dir=str(tmp_path), train_cmd=fake_train_cmd,
-                                   resources=CPU1, init_kwargs={"num_cpus": 2}, poll_s=0.2, echo=lines.append,
+                                   resources=CPU1, init_kwargs=LOCAL, poll_s=0.2, echo=lines.append,
                                    max_attempts=1, max_preemptions=1)
   assert outcomes == {"once": "done", "always": "failed", "crash": "failed"}
   ends = {n: [(r["rc"], r["outcome"]) for r in runner.read_jsonl(str(tmp_path / n / runner.ATTEMPTS)) if "rc" in r]

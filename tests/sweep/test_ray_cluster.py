@@ -102,7 +102,7 @@ def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_report
   # The eight runs share one persistent compilation cache (the same programs: the later ones load them).
   common = {**COMMON, "compile_cache_dir": str(tmp_path / "xla")}
   outcomes = run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=common,
-                             member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2}, echo=lambda *_: None)
+                             member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2, "include_dashboard": False}, echo=lambda *_: None)
   watcher.join(timeout=1)
   assert killed and outcomes == dict.fromkeys(names, "done")
   assert _overlaps(sweep_dir, names, killed[0]) == 2  # two at once, never more
@@ -166,7 +166,7 @@ def test_a_two_host_member_runs_on_two_nodes_as_one_world(tmp_path):
   # The suite's fast compilation, where it has it (tests/xla_compiler.py).
   two_devices = {"XLA_FLAGS": " ".join(["--xla_force_host_platform_device_count=2", *fast_flags()]),
                  "JAX_PLATFORMS": "cpu"}
-  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
   try:
     cluster.add_node(num_cpus=1)
     members = spec.validate([{"name": "two", "overrides": {"mesh.data": 2, "mesh.fsdp": 2}}])
@@ -299,7 +299,7 @@ def test_a_member_whose_node_dies_is_resubmitted_as_a_preemption(tmp_path, fake_
   member trains is killed: the driver counts a preemption (not one of the --max_attempts=1), writes the lost
   attempt's end row and resubmits the member, which finishes on the other node."""
   from ray.cluster_utils import Cluster
-  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+  cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
   try:
     nodes = [cluster.add_node(num_cpus=1) for _ in range(2)]
     (member,) = spec.validate([{"name": "m", "overrides": {"num_steps": 6, "sleep": 0.5}}])
