@@ -22,7 +22,6 @@ import os
 
 import jax
 
-MATMUL_PRECISIONS = ("default", "high", "highest")
 DETERMINISTIC_FLAG = "--xla_gpu_deterministic_ops=true"
 
 

@@ -24,7 +24,6 @@ import typing
 from typing import Optional
 
 from grpo_jax.config_checks import Section, fail
-from grpo_jax.precision import MATMUL_PRECISIONS
 
 SCHEDULES = ("constant", "cosine")            # optim.schedule
 IMPORTANCE_LEVELS = ("token", "sequence")     # grpo.importance_level
@@ -121,6 +120,11 @@ class EnvSettings:
       s = Section(self, "env")
       s.at_least(1, "max_turns", "max_episode_tokens", "max_observation_tokens", "max_concurrent_steps")
       s.positive("step_timeout_s")
+
+
+# jax's matmul precisions (grpo_jax/precision.py says what each does). Here, not there: that module imports jax,
+# and the sweep driver, which reads settings, imports none.
+MATMUL_PRECISIONS = ("default", "high", "highest")
 
 
 @dataclasses.dataclass(frozen=True)

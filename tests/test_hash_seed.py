@@ -72,3 +72,11 @@ def test_the_commands_that_import_jax_pin_the_seed_before_they_import_it():
   probe = "import sys, grpo_jax.commands.launch; print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
   assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                         check=True).stdout.strip() == "[]"
+
+
+def test_the_sweep_driver_imports_no_jax():
+  """grpo-sweep pins the seed after its imports (grpo_jax/commands/sweep.py), and they hold no JAX: a driver, and
+  each `ray job submit` of one, starts in a fifth of a second rather than half a second more."""
+  probe = "import sys, grpo_jax.commands.sweep; print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
+  assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                        check=True).stdout.strip() == "[]"
