@@ -95,7 +95,8 @@ def test_training_with_a_spinning_reward_is_bounded(tmp_path):
   """Issue 14's bar: 4 steps of the test preset with a reward that spins forever and reward_timeout_s=1 finish
   within 60 s plus 3 s per step (threads used to pile up: 506 s); measured 55 s alone, 79-92 s beside the other
   pytest-xdist worker on a slower 2-core CPU. Here 2 steps (each costs its timeout per call, nothing piles up
-  from one to the next) within 60 s plus 3 s per step: far from a pile-up."""
+  from one to the next) within 60 s plus 3 s per step: far from a pile-up. The timeout is 0.3 s here (each
+  spinning call burns a core for it; 16 s alone instead of 23 with 1 s): a pile-up shows in the thread counts."""
   from grpo_jax.train import loop
   from grpo_jax.train.metrics import read_jsonl
   from tests.train.conftest import load_experiment
@@ -103,7 +104,7 @@ def test_training_with_a_spinning_reward_is_bounded(tmp_path):
   c.num_steps, c.eval.every, c.checkpoint.every = 2, 2, 2
   c.warmstart.enabled = False  # its three evaluations would score the spinning reward too: 14 s more, same code
   c.rewards = {"exact_match": 1.0, "test_isolation_spin": 1.0}
-  c.reward_timeout_s = 1.0
+  c.reward_timeout_s = 0.3
   threads, abandoned = threading.active_count(), scoring.abandoned_threads()
   start = time.perf_counter()
   with pytest.warns(RuntimeWarning, match="test_isolation_spin"):
