@@ -305,6 +305,7 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
 
 # The class `AutoTokenizer` (transformers 5) gives a tokenizer saved as `TokenizersBackend`, by the model_type of
 # its config.json: Qwen 2's own (its pre-tokenizer, whatever class was saved), the saved class for the others.
+# tests/model/test_hf_io.py checks it against AutoTokenizer at the pinned transformers (constraints.txt).
 _SAVED_BACKEND_LOADS_AS = {"llama": "TokenizersBackend", "qwen2": "Qwen2Tokenizer", "qwen3": "TokenizersBackend",
                            "gemma3_text": "TokenizersBackend", "gemma3": "TokenizersBackend"}
 
