@@ -6,6 +6,7 @@ two-host member on a two-node local cluster trains as tests/distributed/test_mul
 is resubmitted as a preemption; every `ray job submit` command of the README and the docs runs against a
 one-node cluster started with `ray start --head` (the fake trainer stands in for scripts/train.py)."""
 import concurrent.futures
+import contextlib
 import json
 import math
 import os
@@ -247,7 +248,24 @@ def head_cluster():
   try:
     yield env, gcs, dashboard
   finally:
-    subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    _stop_cluster(gcs)
+
+
+def _stop_cluster(gcs_port):
+  """Kills the processes of the `ray start` cluster whose GCS listens on `gcs_port`: those that name the port,
+  and their children (the dashboard's modules, the agents, the workers). Not `ray stop --force`, which kills
+  every Ray process of the machine: another pytest worker's test lost its local instance to it."""
+  import psutil
+  named = [p for p in psutil.process_iter(["cmdline"])
+           if re.search(rf"[:=]{gcs_port}\b", " ".join(p.info["cmdline"] or []))]
+  procs = set(named)
+  for p in named:
+    with contextlib.suppress(psutil.NoSuchProcess):
+      procs.update(p.children(recursive=True))
+  for p in procs:
+    with contextlib.suppress(psutil.NoSuchProcess):
+      p.kill()
+  psutil.wait_procs(procs, timeout=30)
 
 
 def _submit(argv, env):
