@@ -122,8 +122,7 @@ class EnvSettings:
       s.positive("step_timeout_s")
 
 
-# jax's matmul precisions (grpo_jax/precision.py says what each does). Here, not there: that module imports jax,
-# and the sweep driver, which reads settings, imports none.
+# jax's matmul precisions (grpo_jax/precision.py), here: that module imports jax, which the sweep driver does not.
 MATMUL_PRECISIONS = ("default", "high", "highest")
 
 

@@ -303,26 +303,21 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
         shutil.copy2(Path(source) / f, path / f)
 
 
-# The class `AutoTokenizer` (transformers 5) gives a tokenizer saved as `TokenizersBackend`, by the model_type of
-# its config.json: Qwen 2's own (its pre-tokenizer, whatever class was saved), the saved class for the others.
-# tests/model/test_hf_io.py checks it against AutoTokenizer at the pinned transformers (constraints.txt).
+# The class AutoTokenizer (transformers 5) gives a tokenizer saved as `TokenizersBackend`, by its model_type: Qwen 2's
+# own pre-tokenizer, else the saved class (tests/model/test_hf_io.py compares them at the pinned transformers).
 _SAVED_BACKEND_LOADS_AS = {"llama": "TokenizersBackend", "qwen2": "Qwen2Tokenizer", "qwen3": "TokenizersBackend",
                            "gemma3_text": "TokenizersBackend", "gemma3": "TokenizersBackend"}
 
 
 def load_tokenizer(path):
-  """The tokenizer of a local directory (never the network), chat template included: `AutoTokenizer`'s choice.
-
-  For a tokenizer saved as `TokenizersBackend` (our exports, SmolLM2, recent checkpoints) of a model_type above,
-  the class `AutoTokenizer` would choose is named directly: importing `AutoTokenizer` imports every model config
-  and, with them, torch where it is installed (1.7 s of each run's start on a CPU, for nothing a run uses).
-  Any other tokenizer, or one that brings its own code, goes through `AutoTokenizer`."""
+  """The tokenizer of a local directory (never the network), chat template included: AutoTokenizer's choice, named
+  directly for a saved `TokenizersBackend` of a model_type above (importing AutoTokenizer imports torch where it is
+  installed, 1.7 s of each run's start); any other tokenizer, or one with its own code, through AutoTokenizer."""
   import transformers
   if not os.path.isdir(path):
     raise FileNotFoundError(f"tokenizer directory {path} does not exist")
   saved, model = ({} if not (Path(path) / name).exists() else json.loads((Path(path) / name).read_text())
                   for name in ("tokenizer_config.json", "config.json"))
-  direct = None
-  if saved.get("tokenizer_class") == "TokenizersBackend" and "auto_map" not in saved:
-    direct = getattr(transformers, _SAVED_BACKEND_LOADS_AS.get(model.get("model_type"), ""), None)
+  known = saved.get("tokenizer_class") == "TokenizersBackend" and "auto_map" not in saved
+  direct = getattr(transformers, _SAVED_BACKEND_LOADS_AS.get(model.get("model_type"), "") if known else "", None)
   return (direct or transformers.AutoTokenizer).from_pretrained(str(path), local_files_only=True)
