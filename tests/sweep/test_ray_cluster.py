@@ -103,7 +103,8 @@ def test_a_study_of_four_members_two_at_once_survives_a_killed_worker_and_report
   # The eight runs share one persistent compilation cache (the same programs: the later ones load them).
   common = {**COMMON, "compile_cache_dir": str(tmp_path / "xla")}
   outcomes = run_sweep(CONFIG, sweep_dir, backend="ray", members=members, common=common,
-                             member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2, "include_dashboard": False}, echo=lambda *_: None)
+                             member_resources={"CPU": 1}, ray_init_kwargs={"num_cpus": 2, "include_dashboard": False},
+                             echo=lambda *_: None)
   watcher.join(timeout=1)
   assert killed and outcomes == dict.fromkeys(names, "done")
   assert _overlaps(sweep_dir, names, killed[0]) == 2  # two at once, never more
