@@ -57,6 +57,12 @@ def test_isomorphic_strings_questions_are_the_same_in_every_pinned_process(tmp_p
   assert _run(tmp_path, pin=False, hash_seed="1", code=code) != _run(tmp_path, pin=False, hash_seed="2", code=code)
 
 
+def _jax_modules_after_importing(module: str) -> str:
+  probe = f"import sys, {module}; print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
+  return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                        check=True).stdout.strip()
+
+
 def test_the_commands_that_import_jax_pin_the_seed_before_they_import_it():
   """grpo-train and grpo-evaluate (and scripts/train.py, scripts/evaluate.py) start in grpo_jax/commands/launch.py,
   which imports no JAX: the re-execution that pins the seed then costs one interpreter start, not JAX's import."""
@@ -69,14 +75,10 @@ def test_the_commands_that_import_jax_pin_the_seed_before_they_import_it():
   for name in ("train", "evaluate"):
     with open(os.path.join(ROOT, "scripts", f"{name}.py")) as f:
       assert f"from grpo_jax.commands.launch import {name}\n" in f.read()
-  probe = "import sys, grpo_jax.commands.launch; print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
-  assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                        check=True).stdout.strip() == "[]"
+  assert _jax_modules_after_importing("grpo_jax.commands.launch") == "[]"
 
 
 def test_the_sweep_driver_imports_no_jax():
   """grpo-sweep pins the seed after its imports (grpo_jax/commands/sweep.py), and they hold no JAX: a driver, and
   each `ray job submit` of one, starts in a fifth of a second rather than half a second more."""
-  probe = "import sys, grpo_jax.commands.sweep; print(sorted(m for m in sys.modules if m.split('.')[0] == 'jax'))"
-  assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
-                        check=True).stdout.strip() == "[]"
+  assert _jax_modules_after_importing("grpo_jax.commands.sweep") == "[]"
