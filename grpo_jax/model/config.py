@@ -1,4 +1,5 @@
-"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 decoder families.
+"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 decoder families and the Qwen3-MoE / gpt-oss
+mixtures of experts.
 
 `ModelConfig` is a frozen dataclass (hashable, so it can be a static jit argument). It is built either by
 hand (tests, the tiny default experiment) or from a Hugging Face `config.json` (`from_hf_config`).
@@ -23,6 +24,14 @@ ATTENTION = ("einsum", "jax", "cudnn")
 # How the sampler's token steps attend to the KV cache: "einsum" (XLA), or "pallas", one Pallas kernel per layer
 # that reads only the filled slots (grpo_jax/model/decode_attention.py; NVIDIA GPUs, the CPU's interpreter).
 DECODE_ATTENTION = ("einsum", "pallas")
+# How a mixture-of-experts layer picks a token's k experts from its router logits. "softmax_topk": softmax over all
+# experts, then the k largest probabilities (renormalized to sum 1 with norm_topk_prob; Qwen3-MoE);
+# "topk_softmax": the k largest logits, softmax over those k (gpt-oss).
+ROUTERS = ("softmax_topk", "topk_softmax")
+# How the chosen experts are computed (grpo_jax/model/moe.py). "ragged": tokens sorted by expert through
+# jax.lax.ragged_dot, XLA's grouped matmul (dropless); "dense": every expert on every token, weighted by the
+# routing (the reference the tests compare with; E / k times the FLOPs).
+MOE_IMPLS = ("ragged", "dense")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +50,19 @@ class LinearRopeScaling:
   factor: float
 
 
+@dataclasses.dataclass(frozen=True)
+class YarnRopeScaling:
+  """YaRN (`rope_type: yarn`, arXiv:2309.00071; gpt-oss): frequencies blended between interpolated (divided by
+  `factor`) and original across a ramp of dimensions set by beta_fast / beta_slow rotations over the original
+  context, and cos / sin multiplied by `attention_factor` (0.1 ln(factor) + 1 unless given)."""
+  factor: float
+  original_max_position_embeddings: int
+  beta_fast: float = 32.0
+  beta_slow: float = 1.0
+  truncate: bool = True
+  attention_factor: float | None = None
+
+
 FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, as transformers names them
 
 
@@ -55,7 +77,7 @@ class ModelConfig:
   head_dim: int
   max_position_embeddings: int = 2048
   rope_theta: float = 10000.0
-  rope_scaling: RopeScaling | LinearRopeScaling | None = None  # of the global (full-attention) layers
+  rope_scaling: RopeScaling | LinearRopeScaling | YarnRopeScaling | None = None  # of the global (full-attention) layers
   rms_norm_eps: float = 1e-6
   tie_word_embeddings: bool = False
   attention_bias: bool = False   # Qwen2: bias on q/k/v projections.
@@ -75,6 +97,24 @@ class ModelConfig:
   local_rope_theta: float = 10000.0
   # Attention scores are scaled by query_pre_attn_scalar ** -0.5 (None: head_dim ** -0.5, as Llama / Qwen).
   query_pre_attn_scalar: float | None = None
+  # Mixture of experts (grpo_jax/model/moe.py). num_experts 0: every feed-forward is the dense MLP. moe_layers: per
+  # layer, True where the feed-forward is the expert block (None: every layer when num_experts > 0); each expert
+  # is a gated MLP of moe_intermediate_size units, num_experts_per_tok of them per token.
+  num_experts: int = 0
+  num_experts_per_tok: int = 0
+  moe_intermediate_size: int = 0
+  moe_layers: tuple[bool, ...] | None = None
+  router: str = "softmax_topk"   # one of ROUTERS
+  norm_topk_prob: bool = False
+  moe_impl: str = "ragged"       # one of MOE_IMPLS
+  # gpt-oss: a bias on the router and on every expert projection, the clamped gate (min(gate, limit), up clipped
+  # to +-limit, gate * sigmoid(alpha * gate) * (up + 1)); the output projection's bias and one learned attention
+  # sink logit per query head (an extra softmax column that takes probability mass and adds nothing).
+  expert_bias: bool = False
+  swiglu_limit: float | None = None
+  swiglu_alpha: float = 1.702
+  o_bias: bool = False
+  attention_sinks: bool = False
 
   def __post_init__(self):
     for name in ("param_dtype", "dtype"):
@@ -104,6 +144,19 @@ class ModelConfig:
         self.family == "gemma3_text" and self.attention_bias):
       raise ValueError("ModelConfig(family='gemma3_text') needs qk_norm=True, tie_word_embeddings=True and "
                        "attention_bias=False (as every Gemma 3 checkpoint)")
+    if self.attention_sinks and (self.attention != "einsum" or self.decode_attention != "einsum"):
+      raise ValueError("ModelConfig: attention sinks (gpt-oss) need attention='einsum' and "
+                       "decode_attention='einsum'")
+    if self.num_experts:
+      if not 1 <= self.num_experts_per_tok <= self.num_experts or self.moe_intermediate_size < 1:
+        raise ValueError(f"ModelConfig: num_experts={self.num_experts} needs 1 <= num_experts_per_tok <= "
+                         f"num_experts (got {self.num_experts_per_tok}) and moe_intermediate_size >= 1")
+      if self.router not in ROUTERS:
+        raise ValueError(f"ModelConfig.router={self.router!r}: expected one of {list(ROUTERS)}")
+      if self.moe_impl not in MOE_IMPLS:
+        raise ValueError(f"ModelConfig.moe_impl={self.moe_impl!r}: expected one of {list(MOE_IMPLS)}")
+      if self.moe_layers is not None and len(self.moe_layers) != self.num_layers:
+        raise ValueError(f"ModelConfig.moe_layers must have num_layers={self.num_layers} entries")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"ModelConfig: num_heads={self.num_heads} is not a multiple of "
                        f"num_kv_heads={self.num_kv_heads}")
@@ -129,6 +182,10 @@ class ModelConfig:
   def is_sliding(self, layer: int) -> bool:
     return self.layer_types is not None and self.layer_types[layer] == SLIDING
 
+  def is_moe(self, layer: int) -> bool:
+    """Whether layer `layer`'s feed-forward is the mixture of experts."""
+    return self.num_experts > 0 and (self.moe_layers is None or self.moe_layers[layer])
+
   @property
   def attention_scale(self) -> float:
     return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
@@ -147,13 +204,17 @@ class ModelConfig:
 
 # HF model_type -> architecture class name.
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-            "gemma3_text": "Gemma3ForCausalLM"}
+            "gemma3_text": "Gemma3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 # The multimodal Gemma 3 (4B/12B/27B): its language model is a gemma3_text model under `text_config`.
 MULTIMODAL = {"gemma3": "Gemma3ForConditionalGeneration"}
 # Families users ask for, with what their layers do that the decoder here does not.
 NOT_YET_SUPPORTED = {
     "gemma2": "Gemma 2 has logit soft-capping in attention and at the output (and no q/k norms)",
     "mistral": "Mistral's sliding-window attention",
+    "mixtral": "Mixtral's mixture of experts (Qwen3-MoE and gpt-oss are the supported ones)",
+    "qwen2_moe": "Qwen2-MoE's shared expert (Qwen3-MoE and gpt-oss are the supported mixtures of experts)",
+    "deepseek_v3": "DeepSeek-V3's latent attention and grouped sigmoid router (Qwen3-MoE and gpt-oss are the "
+                   "supported mixtures of experts)",
 }
 def validate_config(model) -> None:
   """Checks `config.model` but its LoRA keys (grpo_jax/model/lora.py); raises ConfigError naming key and value.
@@ -228,8 +289,15 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     if arch != FAMILIES[model_type]:
       _unsupported(f"architecture {arch!r} is not supported (for model_type={model_type!r} only "
                    f"{FAMILIES[model_type]!r})")
+  quant = (hf.get("quantization_config") or {}).get("quant_method")
+  if quant:
+    _unsupported(f"quantization_config.quant_method={quant!r}: quantized weights cannot be read; give a "
+                 f"dequantized copy (e.g. transformers' from_pretrained with the quantization config's "
+                 f"dequantize=True, then save_pretrained)")
   if model_type == "gemma3_text":
     return _from_gemma3_config(hf, overrides)
+  if model_type == "gpt_oss":
+    return _from_gpt_oss_config(hf, overrides)
   if hf.get("hidden_act", "silu") != "silu":
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported (only 'silu')")
   num_heads = hf["num_attention_heads"]
@@ -266,7 +334,45 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
       max_position_embeddings=hf.get("max_position_embeddings", 2048), rope_theta=float(rope_theta),
       rope_scaling=rope_scaling, rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
       tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)), attention_bias=attention_bias,
-      qk_norm=(model_type == "qwen3"), family=model_type)
+      qk_norm=model_type in ("qwen3", "qwen3_moe"), family=model_type)
+  if model_type == "qwen3_moe":
+    kw.update(_qwen3_moe_fields(hf))
+  kw.update(overrides)
+  return ModelConfig(**kw)
+
+
+def _qwen3_moe_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
+  """A Qwen3-MoE layer's feed-forward is the expert block when it is not in mlp_only_layers and its 1-based index
+  is a multiple of decoder_sparse_step (transformers' Qwen3MoeDecoderLayer); the others are dense MLPs of
+  intermediate_size."""
+  n, step = hf["num_hidden_layers"], hf.get("decoder_sparse_step", 1)
+  dense = set(hf.get("mlp_only_layers") or ())
+  return dict(num_experts=hf.get("num_experts", hf.get("num_local_experts")),
+              num_experts_per_tok=hf["num_experts_per_tok"], moe_intermediate_size=hf["moe_intermediate_size"],
+              moe_layers=tuple(i not in dense and (i + 1) % step == 0 for i in range(n)),
+              router="softmax_topk", norm_topk_prob=bool(hf.get("norm_topk_prob", False)))
+
+
+def _from_gpt_oss_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+  """gpt-oss: every layer's feed-forward is the expert block (intermediate_size is one expert's), attention with
+  q/k/v/o biases and sinks, alternating sliding and full layers, YaRN rope on both."""
+  if hf.get("hidden_act", "silu") != "silu":
+    _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported for gpt-oss (only 'silu')")
+  rp = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+  n = hf["num_hidden_layers"]
+  layer_types = tuple(hf.get("layer_types") or [SLIDING if i % 2 == 0 else FULL for i in range(n)])
+  kw = dict(
+      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
+      num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=hf["num_key_value_heads"],
+      head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
+      max_position_embeddings=hf.get("max_position_embeddings", 131_072),
+      rope_theta=float(hf.get("rope_theta", rp.get("rope_theta", 150_000.0))), rope_scaling=_rope_scaling_of(rp),
+      rms_norm_eps=hf.get("rms_norm_eps", 1e-5), tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+      attention_bias=True, o_bias=True, attention_sinks=True, family="gpt_oss", layer_types=layer_types,
+      sliding_window=hf.get("sliding_window") or 128, num_experts=hf.get("num_local_experts", hf.get("num_experts")),
+      num_experts_per_tok=hf["num_experts_per_tok"], moe_intermediate_size=hf["intermediate_size"],
+      router="topk_softmax", expert_bias=True, swiglu_limit=float(hf.get("swiglu_limit", 7.0)),
+      swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)))
   kw.update(overrides)
   return ModelConfig(**kw)
 
@@ -281,8 +387,14 @@ def _rope_scaling_of(rs: Mapping[str, Any] | None):
                        int(rs["original_max_position_embeddings"]))
   if rtype == "linear":
     return LinearRopeScaling(float(rs["factor"]))
+  if rtype == "yarn":
+    if rs.get("mscale") or rs.get("mscale_all_dim"):
+      _unsupported("yarn rope scaling with mscale / mscale_all_dim is not supported")
+    return YarnRopeScaling(float(rs["factor"]), int(rs["original_max_position_embeddings"]),
+                           float(rs.get("beta_fast") or 32.0), float(rs.get("beta_slow") or 1.0),
+                           bool(rs.get("truncate", True)), rs.get("attention_factor"))
   if rtype not in (None, "default"):
-    _unsupported(f"rope scaling type {rtype!r} is not supported (only 'llama3' and 'linear')")
+    _unsupported(f"rope scaling type {rtype!r} is not supported (only 'llama3', 'linear' and 'yarn')")
   return None
 
 
@@ -336,6 +448,10 @@ def _rope_dict(rs) -> dict[str, Any] | None:
             "original_max_position_embeddings": rs.original_max_position_embeddings}
   if isinstance(rs, LinearRopeScaling):
     return {"rope_type": "linear", "factor": rs.factor}
+  if isinstance(rs, YarnRopeScaling):
+    out = {"rope_type": "yarn", "factor": rs.factor, "beta_fast": rs.beta_fast, "beta_slow": rs.beta_slow,
+           "original_max_position_embeddings": rs.original_max_position_embeddings, "truncate": rs.truncate}
+    return out if rs.attention_factor is None else {**out, "attention_factor": rs.attention_factor}
   return None
 
 
@@ -372,14 +488,37 @@ def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
   }
 
 
+def _to_gpt_oss_config(cfg: ModelConfig) -> dict[str, Any]:
+  return {
+      **_shape_fields(cfg), "intermediate_size": cfg.moe_intermediate_size, "hidden_act": "silu",
+      "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
+      "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": True, "attention_dropout": 0.0,
+      "layer_types": list(cfg.layer_types), "sliding_window": cfg.sliding_window,
+      "rope_parameters": {"rope_theta": cfg.rope_theta, **(_rope_dict(cfg.rope_scaling) or {"rope_type": "default"})},
+      "num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+      "swiglu_limit": cfg.swiglu_limit, "swiglu_alpha": cfg.swiglu_alpha, "router_aux_loss_coef": 0.0,
+      "output_router_logits": False, "dtype": cfg.param_dtype}
+
+
+def _moe_fields(cfg: ModelConfig) -> dict[str, Any]:
+  """Qwen3-MoE's expert keys; moe_layers written as mlp_only_layers (decoder_sparse_step 1)."""
+  moe = cfg.moe_layers or (True,) * cfg.num_layers
+  return {"num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+          "moe_intermediate_size": cfg.moe_intermediate_size, "norm_topk_prob": cfg.norm_topk_prob,
+          "decoder_sparse_step": 1, "mlp_only_layers": [i for i, m in enumerate(moe) if not m],
+          "router_aux_loss_coef": 0.0, "output_router_logits": False}
+
+
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   """The config.json dict of `cfg` for transformers' `cfg.family` architecture (inverse of from_hf_config)."""
   if cfg.gemma:
     return _to_gemma3_config(cfg)
+  if cfg.family == "gpt_oss":
+    return _to_gpt_oss_config(cfg)
   if cfg.layer_types is not None and set(cfg.layer_types) != {FULL} or cfg.query_pre_attn_scalar is not None:
     raise ValueError(f"ModelConfig(family={cfg.family!r}) with sliding-window layers or query_pre_attn_scalar "
                      f"has no Hugging Face equivalent; use family='gemma3_text'")
-  wants_bias, wants_qk_norm = cfg.family == "qwen2", cfg.family == "qwen3"
+  wants_bias, wants_qk_norm = cfg.family == "qwen2", cfg.family in ("qwen3", "qwen3_moe")
   if cfg.attention_bias != wants_bias or cfg.qk_norm != wants_qk_norm:
     raise ValueError(
         f"ModelConfig(family={cfg.family!r}, attention_bias={cfg.attention_bias}, qk_norm={cfg.qk_norm}) has "
@@ -402,8 +541,8 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   }
   if cfg.family == "llama":
     hf.update(attention_bias=False, mlp_bias=False)
-  elif cfg.family == "qwen3":
-    hf.update(attention_bias=False, use_sliding_window=False)
+  elif cfg.family in ("qwen3", "qwen3_moe"):
+    hf.update(attention_bias=False, use_sliding_window=False, **(_moe_fields(cfg) if cfg.num_experts else {}))
   else:
     hf.update(use_sliding_window=False)
   return hf

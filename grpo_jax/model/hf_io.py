@@ -1,5 +1,7 @@
 """Hugging Face checkpoints in and out: config.json + safetensors <-> `Transformer`.
 
+Families: llama, qwen2, qwen3, gemma3_text (and the multimodal gemma3's language model), qwen3_moe, gpt_oss.
+
 Tensor layout. HF `nn.Linear` weights are stored [out, in]; ours are [in, out] with heads split out:
   q_proj.weight [N*H, D]  <->  q_DxNxH        o_proj.weight [D, N*H]   <->  o_NxHxD
   k/v_proj      [K*H, D]  <->  k/v_DxKxH      q/k/v_proj.bias [N*H]    <->  q/k/v_bias_NxH / _KxH
@@ -75,22 +77,61 @@ _LAYER = {
 }
 
 
-def hf_name(path: tuple) -> tuple[str, str]:
-  """(HF tensor name, layout kind) of our parameter at `path` (as in `nnx.to_flat_state`)."""
+# The mixtures of experts, by family. Two more layout kinds:
+#   experts_in / experts_out: ours [E, ...] stacked from E tensors named with {e}, each `in` / `out` as above
+#     (Qwen3-MoE's per-expert gate/up [F, D] -> ours [E, D, F]; down [D, F] -> ours [E, F, D]).
+#   even / odd: ours [..., F] are the even / odd columns of one HF tensor [..., 2F] (gpt-oss's gate_up_proj
+#     [E, D, 2F] and its bias interleave gate and up).
+_MOE_LAYER = {
+    "qwen3_moe": {
+        ("mlp", "router_DxE"): ("mlp.gate.weight", "in"),
+        ("mlp", "gate_ExDxF"): ("mlp.experts.{e}.gate_proj.weight", "experts_in"),
+        ("mlp", "up_ExDxF"): ("mlp.experts.{e}.up_proj.weight", "experts_in"),
+        ("mlp", "down_ExFxD"): ("mlp.experts.{e}.down_proj.weight", "experts_out"),
+    },
+    "gpt_oss": {
+        ("attn", "o_bias_D"): ("self_attn.o_proj.bias", "copy"),
+        ("attn", "sinks_N"): ("self_attn.sinks", "copy"),
+        ("mlp", "router_DxE"): ("mlp.router.weight", "in"),
+        ("mlp", "router_bias_E"): ("mlp.router.bias", "copy"),
+        ("mlp", "gate_ExDxF"): ("mlp.experts.gate_up_proj", "even"),
+        ("mlp", "up_ExDxF"): ("mlp.experts.gate_up_proj", "odd"),
+        ("mlp", "down_ExFxD"): ("mlp.experts.down_proj", "copy"),
+        ("mlp", "gate_bias_ExF"): ("mlp.experts.gate_up_proj_bias", "even"),
+        ("mlp", "up_bias_ExF"): ("mlp.experts.gate_up_proj_bias", "odd"),
+        ("mlp", "down_bias_ExD"): ("mlp.experts.down_proj_bias", "copy"),
+    },
+}
+_PER_EXPERT = {"experts_in": "in", "experts_out": "out"}
+
+
+def hf_name(path: tuple, family: str = "llama") -> tuple[str, str]:
+  """(HF tensor name, layout kind) of our parameter at `path` (as in `nnx.to_flat_state`); a per-expert kind's
+  name holds "{e}" for the expert's index."""
   if path and path[0] == "layers":
-    name, kind = _LAYER[tuple(path[2:])]
+    inner = tuple(path[2:])
+    name, kind = _MOE_LAYER.get(family, {}).get(inner) or _LAYER[inner]
     return f"model.layers.{path[1]}.{name}", kind
   return _TOP[tuple(path)]
 
 
 def _hf_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
+  """The HF tensor's shape (one expert's for the per-expert kinds)."""
   if kind == "copy":
     return shape
+  if kind in _PER_EXPERT:
+    return _hf_shape(shape[1:], _PER_EXPERT[kind])
+  if kind in ("even", "odd"):
+    return (*shape[:-1], 2 * shape[-1])
   if kind == "in":
     return (math.prod(shape[1:]), shape[0])
   if kind == "out":
     return (shape[-1], math.prod(shape[:-1]))
   return (math.prod(shape),)
+
+
+def _hf_names(name: str, kind: str, shape: tuple[int, ...]) -> list[str]:
+  return [name.format(e=e) for e in range(shape[0])] if kind in _PER_EXPERT else [name]
 
 
 def _to_ours(x: np.ndarray, shape: tuple[int, ...], kind: str) -> np.ndarray:
@@ -108,6 +149,27 @@ def _to_hf(y: np.ndarray, kind: str) -> np.ndarray:
   if kind == "out":
     return np.ascontiguousarray(y.reshape(-1, y.shape[-1]).T)
   return np.ascontiguousarray(y.reshape(_hf_shape(y.shape, kind)))
+
+
+def _read_ours(ckpt, name: str, kind: str, shape: tuple[int, ...]) -> np.ndarray:
+  if kind in _PER_EXPERT:
+    return np.stack([_to_ours(ckpt.read(one), shape[1:], _PER_EXPERT[kind]) for one in _hf_names(name, kind, shape)])
+  if kind in ("even", "odd"):
+    return ckpt.read(name)[..., kind == "odd"::2]
+  return _to_ours(ckpt.read(name), shape, kind)
+
+
+def _hf_tensors(name: str, members: list[tuple[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """The HF tensors of our parameters `members` [(kind, array)] that share the HF `name`."""
+  (kind, y), *rest = members
+  if kind in _PER_EXPERT:
+    return {name.format(e=e): _to_hf(y[e], _PER_EXPERT[kind]) for e in range(y.shape[0])}
+  if kind in ("even", "odd"):
+    halves = dict(members)
+    out = np.empty((*y.shape[:-1], 2 * y.shape[-1]), y.dtype)
+    out[..., 0::2], out[..., 1::2] = halves["even"], halves["odd"]
+    return {name: out}
+  return {name: _to_hf(y, kind)}
 
 
 class _Checkpoint:
@@ -179,7 +241,7 @@ def read_hf_config(path) -> dict[str, Any]:
 
 def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None = None,
                     mesh: jax.sharding.Mesh | None = None, rules=None, **config_overrides) -> Transformer:
-  """Loads a Llama / Qwen2 / Qwen3 / Gemma 3 checkpoint directory (config.json + safetensors, single or sharded).
+  """Loads a Llama / Qwen2 / Qwen3 / Gemma 3 / Qwen3-MoE / gpt-oss checkpoint directory (config.json + safetensors, single or sharded).
 
   param_dtype / dtype: parameter and compute dtype ('float32', 'bfloat16'); default float32 whatever the
   checkpoint's dtype. With `mesh`, each parameter is placed on the sharding given by its logical axes and
@@ -201,20 +263,20 @@ def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None =
   ckpt = _Checkpoint(path)
   if hf.get("model_type") in MULTIMODAL:
     ckpt.language_model_only(path)
-  expected = {hf_name(p)[0] for p, _ in flat}
+  expected = {one for p, v in flat for one in _hf_names(*hf_name(p, cfg.family), v.get_value().shape)}
   present = ckpt.names()
   tied_head = cfg.tie_word_embeddings and "lm_head.weight" in present
   _check_names(expected, present - ({"lm_head.weight"} if tied_head else set()), path)
 
   loaded = []
   for p, var in flat:
-    name, kind = hf_name(p)
+    name, kind = hf_name(p, cfg.family)
     shape = tuple(var.get_value().shape)
     want = _hf_shape(shape, kind)
-    got = ckpt.shape(name)
-    if got != want:
-      raise ValueError(f"{path}: tensor {name} has shape {list(got)}, expected {list(want)} from config.json")
-    x = _to_ours(ckpt.read(name), shape, kind).astype(cfg.jnp_param_dtype)
+    for one in _hf_names(name, kind, shape):
+      if (got := ckpt.shape(one)) != want:
+        raise ValueError(f"{path}: tensor {one} has shape {list(got)}, expected {list(want)} from config.json")
+    x = _read_ours(ckpt, name, kind, shape).astype(cfg.jnp_param_dtype)
     loaded.append((p, var.replace(_place(x, None if shardings is None else shardings[p].get_value()))))
     del x
   if tied_head:
@@ -232,7 +294,8 @@ def _host_array(x: jax.Array) -> np.ndarray:
   return np.asarray(jax.device_get(x))
 
 
-def _plan_shards(entries: list[tuple[tuple, str, str, int]], max_shard_bytes: int) -> list[list]:
+def _plan_shards(entries: list[tuple], max_shard_bytes: int) -> list[list]:
+  """Consecutive entries, each (..., bytes), grouped into shards of at most max_shard_bytes (one entry at least)."""
   shards, current, size = [], [], 0
   for entry in entries:
     nbytes = entry[3]
@@ -248,7 +311,7 @@ def _plan_shards(entries: list[tuple[tuple, str, str, int]], max_shard_bytes: in
 def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: int = 4 * 2**30):
   """Writes `model` as a Hugging Face checkpoint (config.json + safetensors) loadable by transformers.
 
-  The architecture comes from `model.cfg.family` ('llama', 'qwen2', 'qwen3', 'gemma3_text'); tensors keep the parameter
+  The architecture comes from `model.cfg.family` (config.FAMILIES); tensors keep the parameter
   dtype. Above `max_shard_bytes` the weights are split into model-0000i-of-0000n.safetensors files plus an
   index. `source`: the checkpoint directory the model was loaded from: its other config.json entries (token
   ids, ...), tokenizer files and generation_config.json are carried over.
@@ -268,11 +331,12 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
       raise ValueError(f"save_pretrained(source={source}): that checkpoint's config.json describes a "
                        f"different model than model.cfg")
   state = nnx.state(model, nnx.Param)
-  entries = []
+  groups: dict[str, list] = {}  # HF name -> [(path, kind, bytes)]: gpt-oss's gate and up share one tensor
   for p, var in nnx.to_flat_state(state):
-    name, kind = hf_name(p)
+    name, kind = hf_name(p, cfg.family)
     value = var.get_value()
-    entries.append((p, name, kind, value.size * value.dtype.itemsize))
+    groups.setdefault(name, []).append((p, kind, value.size * value.dtype.itemsize))
+  entries = [(name, members, None, sum(m[2] for m in members)) for name, members in groups.items()]
   shards = _plan_shards(entries, max_shard_bytes)
   n = len(shards)
   names = [SINGLE_FILE] if n == 1 else [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
@@ -286,7 +350,8 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
       old.unlink(missing_ok=True)
   weight_map = {}
   for file_name, shard in zip(names, shards):
-    tensors = {name: _to_hf(_host_array(arrays[p].get_value()), kind) for p, name, kind, _ in shard}
+    tensors = {one: x for name, members, _, _ in shard for one, x in _hf_tensors(
+        name, [(kind, _host_array(arrays[p].get_value())) for p, kind, _ in members]).items()}
     if writer:
       save_file(tensors, str(path / file_name), metadata={"format": "pt"})
     weight_map.update({name: file_name for name in tensors})

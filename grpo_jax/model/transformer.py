@@ -1,4 +1,4 @@
-"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3 families) in Flax NNX.
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3, Qwen3-MoE / gpt-oss families) in Flax NNX.
 
 Shape suffixes: B batch, T query length, S key length (cache length when decoding), D hidden size,
 N query heads, K kv heads, H head dim, F MLP hidden size, V vocabulary.
@@ -33,8 +33,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig
+from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling
 from grpo_jax.model.decode_attention import decode_attention
+from grpo_jax.model.initializers import normal as _normal, param as _param
+from grpo_jax.model.moe import MoE
 
 
 class LayerCache(NamedTuple):
@@ -81,18 +83,6 @@ def cast_for_compute(state, cfg: ModelConfig):
   return jax.tree.map(lambda x: x.astype(dt) if x.ndim >= 2 and x.dtype == pd else x, state)
 
 
-def _normal(stddev: float):
-  """N(0, stddev²) initializer. Drawn as a flat vector and reshaped: XLA:CPU compiles the 1-D threefry program
-  several times faster than an N-D one, and eager model construction compiles one per parameter shape."""
-  def init(key, shape, dtype):
-    return (stddev * jax.random.normal(key, (math.prod(shape),), jnp.float32)).astype(dtype).reshape(shape)
-  return init
-
-
-def _param(rngs: nnx.Rngs, init, shape, names, dtype):
-  return nnx.Param(init(rngs.params(), shape, dtype), out_sharding=names, eager_sharding=False)
-
-
 class RMSNorm(nnx.Module):
   """x / rms(x) * scale in float32, cast back to x's dtype. `offset` (Gemma): the stored weight w is an offset
   from 1 (initialized to 0) and the scale is 1 + w, as in the checkpoints."""
@@ -111,9 +101,31 @@ class RMSNorm(nnx.Module):
     return (y * (1.0 + scale if self.offset else scale)).astype(x.dtype)
 
 
+def _yarn_inv_freq(inv, rs: YarnRopeScaling, theta: float, dim: int):
+  """YaRN's blend (transformers' _compute_yarn_parameters): dimensions that turn fewer than beta_slow times over
+  the original context are interpolated (inv / factor), those that turn more than beta_fast times kept, a linear
+  ramp between."""
+  def correction_dim(rotations):
+    return dim * math.log(rs.original_max_position_embeddings / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+  low, high = correction_dim(rs.beta_fast), correction_dim(rs.beta_slow)
+  if rs.truncate:
+    low, high = math.floor(low), math.ceil(high)
+  low, high = max(low, 0), min(high, dim - 1)
+  ramp = jnp.clip((jnp.arange(dim // 2, dtype=jnp.float32) - low) / (high - low if high > low else 0.001), 0, 1)
+  return inv / rs.factor * ramp + inv * (1 - ramp)
+
+
+def rope_attention_factor(cfg: ModelConfig) -> float:
+  """What cos and sin are multiplied by: YaRN's attention factor, else 1."""
+  rs = cfg.rope_scaling
+  if not isinstance(rs, YarnRopeScaling):
+    return 1.0
+  return rs.attention_factor or (0.1 * math.log(rs.factor) + 1.0 if rs.factor > 1 else 1.0)
+
+
 def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
-  """[H/2] inverse frequencies of global layers (rope_theta, with rope_scaling when configured) or of sliding
-  layers (local_rope_theta, unscaled)."""
+  """[H/2] inverse frequencies of global layers (rope_theta, with rope_scaling when configured) or of Gemma 3's
+  sliding layers (local_rope_theta, unscaled); gpt-oss's sliding layers use the global ones."""
   theta = cfg.local_rope_theta if sliding else cfg.rope_theta
   inv = 1.0 / (theta ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
   rs = None if sliding else cfg.rope_scaling
@@ -121,6 +133,8 @@ def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
     return inv
   if isinstance(rs, LinearRopeScaling):
     return inv / rs.factor
+  if isinstance(rs, YarnRopeScaling):
+    return _yarn_inv_freq(inv, rs, theta, cfg.head_dim)
   low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
   high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor
   wavelen = 2 * math.pi / inv
@@ -147,13 +161,20 @@ def apply_rope(x_BxTxNxH, cos_sin):
   return out.astype(x_BxTxNxH.dtype)
 
 
-def _attend(q, k, v, attn_mask_BxTxS, spec: str, dt, scale: float):
+def _attend(q, k, v, attn_mask_BxTxS, spec: str, dt, scale: float, sinks_KxQ=None):
   """Grouped-query softmax attention, scores times `scale`. `spec` = "<q axes>,<k axes>,<v axes>" over the
-  letters b, t, k (kv head), g (query head within its group), h, s; the result has q's axes."""
+  letters b, t, k (kv head), g (query head within its group), h, s; the result has q's axes. `sinks_KxQ`
+  (gpt-oss): one more logit per query head in the softmax's denominator, attending to nothing."""
   q_spec, k_spec, v_spec = spec.split(",")
   logits = jnp.einsum(f"{q_spec},{k_spec}->bkgts", q, k).astype(jnp.float32) * scale
   logits = jnp.where(attn_mask_BxTxS[:, None, None, :, :], logits, jnp.finfo(jnp.float32).min)
-  probs = jax.nn.softmax(logits, axis=-1).astype(dt)
+  if sinks_KxQ is None:
+    probs = jax.nn.softmax(logits, axis=-1).astype(dt)
+  else:
+    sink = sinks_KxQ.astype(jnp.float32)[None, :, :, None, None]
+    top = jnp.maximum(jnp.max(logits, axis=-1, keepdims=True), sink)
+    e = jnp.exp(logits - top)
+    probs = (e / (jnp.sum(e, axis=-1, keepdims=True) + jnp.exp(sink - top))).astype(dt)
   return jnp.einsum(f"bkgts,{v_spec}->{q_spec}", probs, v)
 
 
@@ -181,6 +202,10 @@ class Attention(nnx.Module):
       self.q_bias_NxH = nnx.Param(jnp.zeros((N, H), pd), out_sharding=("q_heads", "head_dim"), eager_sharding=False)
       self.k_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
       self.v_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
+    if cfg.o_bias:
+      self.o_bias_D = nnx.Param(jnp.zeros((D,), pd), out_sharding=("embed",), eager_sharding=False)
+    if cfg.attention_sinks:
+      self.sinks_N = nnx.Param(jnp.zeros((N,), pd), out_sharding=("q_heads",), eager_sharding=False)
     if cfg.qk_norm:
       self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
       self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
@@ -212,11 +237,12 @@ class Attention(nnx.Module):
     B, T, N, H = q.shape
     K = cfg.num_kv_heads
     q = q.reshape(B, T, K, N // K, H)
+    sinks = self.sinks_N[...].reshape(K, N // K) if cfg.attention_sinks else None
     new_cache = None
     if cache is None and cfg.attention != "einsum":
       out = _library_attention(q, k, v, attn_mask_BxTxS, cfg.attention, scale)
     elif cache is None:  # training: keys/values as projected, [B, S=T, K, H]
-      out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt, scale)
+      out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt, scale, sinks)
     elif ring and T > 1:
       out, new_cache = self._ring_block(q, k, v, attn_mask_BxTxS, cache, cache_index)
     else:
@@ -242,7 +268,7 @@ class Attention(nnx.Module):
         out = decode_attention(q[:, 0], k_all, v_all, attn_mask_BxTxS[:, 0], filled, scale)[:, None]
       else:
         out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
-                      "bkgth,bkhs,bksh", dt, scale)
+                      "bkgth,bkhs,bksh", dt, scale, sinks)
         out = jnp.moveaxis(out, 3, 1)
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
     # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
@@ -250,6 +276,8 @@ class Attention(nnx.Module):
     y = out @ self.o_NxHxD[...].reshape(N * H, -1).astype(dt)
     if self.adapters is not None:
       y = self.adapters.add("o_proj", out, y)
+    if cfg.o_bias:
+      y = y + self.o_bias_D[...].astype(dt)
     return y, new_cache
 
   def _ring_block(self, q_BxTxKxQxH, k_BxTxKxH, v_BxTxKxH, attn_mask_BxTxW2, cache: LayerCache, cache_index):
@@ -265,8 +293,9 @@ class Attention(nnx.Module):
                                jnp.swapaxes(v_all_BxKxSxH, 1, 2), attn_mask_BxTxW2, cfg.attention,
                                cfg.attention_scale)
     else:
+      sinks = self.sinks_N[...].reshape(cfg.num_kv_heads, -1) if cfg.attention_sinks else None
       out = _attend(q_BxTxKxQxH, k_all_BxKxHxS, v_all_BxKxSxH, attn_mask_BxTxW2, "btkgh,bkhs,bksh", dt,
-                    cfg.attention_scale)
+                    cfg.attention_scale, sinks)
     n = min(T, W)
     slots_n = (cache_index + T - n + jnp.arange(n)) % W
     cache_dt = cache.v_BxKxSxH.dtype
@@ -326,7 +355,7 @@ class DecoderLayer(nnx.Module):
   attn(norm(x))), then + post_mlp_norm(mlp(pre_mlp_norm(x))) (transformers' post_attention_layernorm is the
   pre-MLP norm of Llama but the attention output's norm of Gemma)."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False, moe: bool = False):
     pd = cfg.jnp_param_dtype
     norm = lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
     self.gemma, self.sliding = cfg.gemma, sliding
@@ -336,7 +365,7 @@ class DecoderLayer(nnx.Module):
     if cfg.gemma:
       self.pre_mlp_norm = norm()
       self.post_mlp_norm = norm()
-    self.mlp = MLP(cfg, rngs=rngs)
+    self.mlp = MoE(cfg, rngs=rngs) if moe else MLP(cfg, rngs=rngs)
 
   def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index):
     h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
@@ -374,7 +403,7 @@ class Transformer(nnx.Module):
     pd = cfg.jnp_param_dtype
     self.embed_VxD = _param(rngs, _normal(0.02), (cfg.vocab_size, cfg.hidden_size),
                             ("vocab", "embed"), pd)
-    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, sliding=cfg.is_sliding(i))
+    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, sliding=cfg.is_sliding(i), moe=cfg.is_moe(i))
                             for i in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
     if not cfg.tie_word_embeddings:
@@ -420,8 +449,11 @@ class Transformer(nnx.Module):
     """Layer type (config.FULL, and config.SLIDING when the model has such layers) -> (cos, sin), each
     [B, T, 1, H/2] float32: the rotary tables for these positions."""
     tables = {FULL: rope_tables(positions_BxT, rope_inv_freq(self.cfg))}
+    if (factor := rope_attention_factor(self.cfg)) != 1.0:
+      tables[FULL] = tuple(t * factor for t in tables[FULL])
     if self.cfg.has_sliding:
-      tables[SLIDING] = rope_tables(positions_BxT, rope_inv_freq(self.cfg, sliding=True))
+      tables[SLIDING] = (rope_tables(positions_BxT, rope_inv_freq(self.cfg, sliding=True)) if self.cfg.gemma
+                         else tables[FULL])
     return tables
 
   def output_matrix_DxV(self) -> jax.Array:
