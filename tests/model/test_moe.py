@@ -1,0 +1,199 @@
+"""Mixtures of experts (Qwen3-MoE, gpt-oss) against transformers' PyTorch models on the same random weights, and the
+grouped (ragged_dot) expert path against the dense all-experts reference."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from grpo_jax.model import ModelConfig, Transformer, hf_io
+from grpo_jax.model.config import from_hf_config
+from grpo_jax.model.moe import MoE, dense_experts, expert_load, grouped_experts, replayed_weights, route
+from .helpers import VOCAB, jax_logits, left_padded_batch, torch_logits
+from .test_gemma3 import _sampler_greedy, torch_greedy
+
+pytestmark = pytest.mark.usefixtures("float32_matmuls")
+
+YARN = dict(rope_type="yarn", rope_theta=150_000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
+            original_max_position_embeddings=4096)
+# name -> (config class, kwargs). Expert counts, k, norm_topk_prob both ways, dense layers by mlp_only_layers and by
+# decoder_sparse_step, windows shorter than the sequences, YaRN with and without truncation, GQA 2:1 and 4:1.
+SHAPES = {
+    "qwen3_moe_e6k2_norm_dense1": ("Qwen3MoeConfig", dict(
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=48,
+        moe_intermediate_size=24, num_experts=6, num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1])),
+    "qwen3_moe_e8k3_step2": ("Qwen3MoeConfig", dict(
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1, head_dim=16, intermediate_size=40,
+        moe_intermediate_size=16, num_experts=8, num_experts_per_tok=3, norm_topk_prob=False, decoder_sparse_step=2)),
+    "gpt_oss_e4k2_w5": ("GptOssConfig", dict(
+        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8, intermediate_size=24,
+        num_local_experts=4, num_experts_per_tok=2, sliding_window=5, rope_parameters={**YARN, "truncate": False})),
+    "gpt_oss_e8k4_w3": ("GptOssConfig", dict(
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16, intermediate_size=20,
+        num_local_experts=8, num_experts_per_tok=4, sliding_window=3, rope_parameters=YARN)),
+}
+
+
+def build_torch_moe(name: str, seed: int = 0):
+  import torch
+  import transformers
+  cls_name, kw = SHAPES[name]
+  config = getattr(transformers, cls_name)(vocab_size=VOCAB, hidden_size=32, attn_implementation="eager", **kw)
+  torch.manual_seed(seed)
+  model = transformers.AutoModelForCausalLM.from_config(config).eval()
+  with torch.no_grad():  # every tensor random (norm scales around 1, biases and sinks non-zero)
+    for pname, p in model.named_parameters():
+      if p.ndim == 1 and not pname.endswith(("bias", "sinks")):
+        p.copy_(1.0 + 0.3 * torch.randn_like(p))
+      else:
+        p.copy_(0.2 * torch.randn_like(p))
+  return model
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+  """name -> (directory, torch model), built on first use."""
+  built = {}
+
+  def get(name):
+    if name not in built:
+      model = build_torch_moe(name)
+      path = tmp_path_factory.mktemp(name)
+      model.save_pretrained(path)
+      built[name] = (path, model)
+    return built[name]
+  return get
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_logits_match_transformers_with_left_padding(checkpoints, name):
+  path, torch_model = checkpoints(name)
+  tokens, mask = left_padded_batch(np.random.default_rng(0), (20, 13, 6), 20)
+  model = hf_io.from_pretrained(path)
+  assert name.startswith(model.cfg.family) and model.cfg.num_experts
+  ref = torch_logits(torch_model, tokens, mask)
+  for impl in ("ragged", "dense"):
+    ours = jax_logits(hf_io.from_pretrained(path, moe_impl=impl), tokens, mask)
+    np.testing.assert_allclose(ours[mask], ref[mask], atol=1e-4, rtol=0, err_msg=impl)
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_greedy_32_tokens_equal_transformers_generate(checkpoints, name):
+  """The sampler's KV cache (ring buffers for gpt-oss's windows), left-padded prompts longer and shorter than them."""
+  path, torch_model = checkpoints(name)
+  rng = np.random.default_rng(3)
+  prompts = [list(rng.integers(1, VOCAB, size=n)) for n in (11, 3, 7)]
+  sampler, ours = _sampler_greedy(hf_io.from_pretrained(path), prompts, 32)
+  assert sampler.last_num_steps == 32
+  np.testing.assert_array_equal(ours.completion_BxC, torch_greedy(torch_model, prompts, 32))
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe_e6k2_norm_dense1", "gpt_oss_e4k2_w5"])
+def test_export_loads_in_transformers_to_the_same_logits(checkpoints, name, tmp_path):
+  import transformers
+  path, torch_model = checkpoints(name)
+  hf_io.save_pretrained(hf_io.from_pretrained(path), tmp_path, max_shard_bytes=20_000)  # sharded: 2 files at least
+  assert len(list(tmp_path.glob("model-*.safetensors"))) >= 2
+  back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+  tokens, mask = left_padded_batch(np.random.default_rng(1), (12, 5), 12)
+  np.testing.assert_array_equal(torch_logits(back, tokens, mask), torch_logits(torch_model, tokens, mask))
+  assert from_hf_config(hf_io.read_hf_config(tmp_path)) == hf_io.from_pretrained(path).cfg
+
+
+def _moe(router="softmax_topk", norm=False, bias=False, E=8, k=2, seed=0):
+  cfg = ModelConfig(vocab_size=8, hidden_size=16, intermediate_size=8, num_layers=1, num_heads=2, num_kv_heads=1,
+                    head_dim=8, num_experts=E, num_experts_per_tok=k, moe_intermediate_size=12, router=router,
+                    norm_topk_prob=norm, expert_bias=bias, swiglu_limit=7.0 if bias else None)
+  moe = MoE(cfg, rngs=nnx.Rngs(seed))
+  for i, (path, var) in enumerate(nnx.to_flat_state(nnx.state(moe, nnx.Param))):  # biases non-zero, weights O(1)
+    var.set_value(jax.random.normal(jax.random.key(i), var.get_value().shape) * (0.3 if var.get_value().ndim < 3 else 1))
+  return moe
+
+
+@pytest.mark.parametrize("router,norm,bias", [("softmax_topk", False, False), ("softmax_topk", True, False),
+                                              ("topk_softmax", False, True)])
+def test_route_matches_numpy(router, norm, bias):
+  moe = _moe(router, norm, bias)
+  logits = np.asarray(jax.random.normal(jax.random.key(5), (40, 8)), np.float64)
+  weights, experts = route(jnp.asarray(logits, jnp.float32), moe.cfg)
+  top = np.argsort(-logits, axis=-1)[:, :2]  # softmax is monotone: the same k experts either way
+  np.testing.assert_array_equal(np.asarray(experts), top)
+  chosen = np.take_along_axis(logits, top, -1)
+  if router == "topk_softmax":
+    want = np.exp(chosen) / np.exp(chosen).sum(-1, keepdims=True)
+  else:
+    want = np.exp(chosen) / np.exp(logits).sum(-1, keepdims=True)
+    if norm:
+      want = want / want.sum(-1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(weights), want, rtol=1e-5, atol=0)
+  # Replaying the router's own choice gives the router's weights.
+  np.testing.assert_allclose(np.asarray(replayed_weights(jnp.asarray(logits, jnp.float32), experts, moe.cfg)),
+                             np.asarray(weights), rtol=1e-6)
+
+
+@pytest.mark.parametrize("router,norm,bias", [("softmax_topk", True, False), ("topk_softmax", False, True)])
+def test_grouped_experts_equal_the_dense_reference_values_and_gradients(router, norm, bias):
+  """With experts that get no token at all (8 experts, the router biased towards three of them)."""
+  moe = _moe(router, norm, bias)
+  x = jax.random.normal(jax.random.key(1), (2, 13, 16))
+  graphdef, state = nnx.split(moe)
+
+  def loss(state, x, ffn):
+    m = nnx.merge(graphdef, state)
+    flat = x.reshape(-1, 16)
+    logits = m.router_logits(flat) + jnp.array([4.0, 4.0, 4.0, 0, 0, 0, 0, 0]) * (1 - (router == "topk_softmax"))
+    weights, experts = route(logits, m.cfg)
+    y = ffn(m, flat, weights, experts)
+    return jnp.sum(jnp.sin(y)), y
+
+  (lg, yg), gg = jax.value_and_grad(loss, has_aux=True)(state, x, grouped_experts)
+  (ld, yd), gd = jax.value_and_grad(loss, has_aux=True)(state, x, dense_experts)
+  scale = float(jnp.abs(yd).max())
+  np.testing.assert_allclose(np.asarray(yg), np.asarray(yd), atol=64 * np.finfo(np.float32).eps * scale, rtol=0)
+  for (path, a), (_, b) in zip(nnx.to_flat_state(gg), nnx.to_flat_state(gd)):
+    b = np.asarray(b.get_value())
+    np.testing.assert_allclose(np.asarray(a.get_value()), b, atol=256 * np.finfo(np.float32).eps * np.abs(b).max(),
+                               rtol=0, err_msg=str(path))
+  assert float(np.abs(np.asarray(gd["router_DxE"].get_value())).max()) > 0  # the router learns through the weights
+
+
+def test_the_grouped_path_costs_the_routed_rows_not_every_expert():
+  """The grouped path's matmuls see R = T * k rows: no [T, E, F] array in its program (the dense one has it)."""
+  moe = _moe(E=8, k=2)
+  x = jnp.ones((30, 16))
+  w, e = route(moe.router_logits(x), moe.cfg)
+  shapes = lambda fn: {tuple(v.aval.shape) for eq in jax.make_jaxpr(lambda x: fn(moe, x, w, e))(x).eqns
+                       for v in eq.outvars}
+  assert (30, 8, 12) in shapes(dense_experts) and (60, 12) in shapes(grouped_experts)
+  assert not any(len(s) == 3 and s[:2] == (30, 8) for s in shapes(grouped_experts))
+
+
+def test_replayed_experts_change_the_output_and_keep_the_router_gradient():
+  moe = _moe("softmax_topk", True)
+  x = jax.random.normal(jax.random.key(2), (1, 9, 16))
+  own = route(moe.router_logits(x.reshape(9, 16)), moe.cfg)[1].reshape(1, 9, 2)
+  y = np.asarray(moe(x))
+  np.testing.assert_allclose(np.asarray(moe(x, own)), y, atol=8 * np.finfo(np.float32).eps * np.abs(y).max(), rtol=0)
+  other = (own + 3) % 8
+  assert np.abs(np.asarray(moe(x, other) - moe(x))).max() > 1e-3
+  graphdef, state = nnx.split(moe)
+  grad = jax.grad(lambda s: jnp.sum(nnx.merge(graphdef, s)(x, other) ** 2))(state)
+  assert np.abs(np.asarray(grad["router_DxE"].get_value())).max() > 0
+
+
+def test_expert_load():
+  experts = jnp.array([[0, 1], [0, 2], [0, 1], [3, 3]])  # counts 3, 2, 1, 2 over 4 experts (mean 2)
+  assert float(expert_load(experts, 4)) == pytest.approx(1.5)
+  assert float(expert_load(experts, 4, valid_T=jnp.array([1.0, 1.0, 1.0, 0.0]))) == pytest.approx(3 / 1.5)
+
+
+@pytest.mark.parametrize("hf,message", [
+    ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}, "Qwen3-MoE and gpt-oss are the supported"),
+    ({"model_type": "deepseek_v3"}, "Qwen3-MoE and gpt-oss are the supported"),
+    ({"model_type": "gpt_oss", "quantization_config": {"quant_method": "mxfp4"}}, "'mxfp4': quantized weights"),
+])
+def test_other_moe_families_and_quantized_experts_are_named(hf, message):
+  with pytest.raises(ValueError, match=message):
+    from_hf_config(hf)
