@@ -141,16 +141,17 @@ class PrecisionSettings:
 class MeshSettings:
   """Devices: the axes of the device mesh (grpo_jax/model/sharding.py)."""
   RESUMABLE: typing.ClassVar[bool] = True  # the same run laid out or logged otherwise
-  data: int = -1                  # data-parallel axis size; -1: all devices not used by fsdp * tensor.
+  data: int = -1                  # data-parallel axis size; -1: all devices not used by the other axes.
   fsdp: int = 1                   # parameters, gradients and optimizer state sharded along 'embed'.
   tensor: int = 1                 # tensor parallelism over heads / MLP units / vocabulary.
+  expert: int = 1                 # mixtures of experts: expert weights split by expert (and the batch) over it.
 
   def __post_init__(self):
     # make_mesh checks the sizes against the devices at start-up.
     s = Section(self, "mesh")
-    s.at_least(1, "fsdp", "tensor")
+    s.at_least(1, "fsdp", "tensor", "expert")
     if self.data != -1:
-      s.at_least(1, "data", why=" (or -1: the devices fsdp * tensor leave)")
+      s.at_least(1, "data", why=" (or -1: the devices fsdp * tensor * expert leave)")
 
 
 @dataclasses.dataclass(frozen=True)

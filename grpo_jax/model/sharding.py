@@ -2,7 +2,9 @@
 
 Mesh axes: 'data' (pure data parallelism: parameters replicated), 'fsdp' (data parallelism with parameters,
 gradients and optimizer state sharded along their 'embed' dimension), 'tensor' (Megatron-style tensor
-parallelism over heads, MLP hidden units and the vocabulary). Any of them may have size 1.
+parallelism over heads, MLP hidden units and the vocabulary). Any of them may have size 1. A mixture of experts
+adds 'expert' (present only when its size is > 1): expert weights are split by expert over it, and it splits the
+batch too, so that attention and the dense layers stay data parallel there.
 
 Parameters carry their logical names as `nnx.Param(..., out_sharding=(names...))` (see transformer.py);
 activations use 'batch' and 'length'. A dimension whose size does not divide the size of its mesh axes is
@@ -23,7 +25,7 @@ MESH_AXES = ("data", "fsdp", "tensor")
 # logical axis -> mesh axis, tuple of mesh axes, or None (replicated).
 LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     # activations
-    ("batch", ("data", "fsdp")),
+    ("batch", ("data", "fsdp", "expert")),
     ("length", None),
     # parameters
     ("vocab", "tensor"),
@@ -37,23 +39,32 @@ LOGICAL_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
 )
 
 
-def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None
-              ) -> jax.sharding.Mesh:
-  """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all); data=-1 takes the remaining devices."""
+def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices: Sequence[jax.Device] | None = None,
+              expert: int = 1) -> jax.sharding.Mesh:
+  """A ('data', 'fsdp', 'tensor') mesh over `devices` (default: all), and a fourth axis 'expert' when expert > 1;
+  data=-1 takes the remaining devices."""
   devices = list(jax.devices() if devices is None else devices)
   n = len(devices)
-  for name, size in (("fsdp", fsdp), ("tensor", tensor)):
+  for name, size in (("fsdp", fsdp), ("tensor", tensor), ("expert", expert)):
     if size < 1:
       raise ValueError(f"make_mesh: {name}={size} must be >= 1")
+  others = fsdp * tensor * expert
   if data == -1:
-    if n % (fsdp * tensor):
-      raise ValueError(f"make_mesh: {n} devices are not divisible by fsdp*tensor={fsdp * tensor}")
-    data = n // (fsdp * tensor)
-  if data < 1 or data * fsdp * tensor != n:
-    raise ValueError(f"make_mesh: data*fsdp*tensor={data}*{fsdp}*{tensor} != {n} devices")
+    if n % others:
+      raise ValueError(f"make_mesh: {n} devices are not divisible by fsdp*tensor*expert={others}")
+    data = n // others
+  if data < 1 or data * others != n:
+    raise ValueError(f"make_mesh: data*fsdp*tensor*expert={data}*{fsdp}*{tensor}*{expert} != {n} devices")
   # Auto axes: the computation is written without per-op sharding annotations; shardings are given at jit
-  # boundaries (and by the parameters) and XLA propagates them.
-  return jax.make_mesh((data, fsdp, tensor), MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+  # boundaries (and by the parameters) and XLA propagates them. A mesh without experts keeps three axes.
+  shape, names = ((data, fsdp, tensor, expert), MESH_AXES + ("expert",)) if expert > 1 else ((data, fsdp, tensor),
+                                                                                            MESH_AXES)
+  return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(shape), devices=devices)
+
+
+def batch_axes(mesh: jax.sharding.Mesh) -> tuple[str, ...]:
+  """The mesh axes that split a batch's rows ('batch' rule's axes present in `mesh`)."""
+  return tuple(a for a in _mesh_axes_tuple(dict(LOGICAL_RULES)["batch"]) if a in mesh.shape)
 
 
 def _mesh_axes_tuple(entry) -> tuple[str, ...]:

@@ -4,11 +4,13 @@ the mesh. The launcher, the Python API (`loop.train`) and the commands that load
 """
 from __future__ import annotations
 
+import math
+
 import jax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import storage
+from grpo_jax import errors, storage
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.data.tasks import make_task, stop_ids, task_stop_ids
 from grpo_jax.envs import env_factory, stop_token_ids
@@ -41,6 +43,7 @@ def build_model(settings: Settings, tokenizer, mesh):
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
                                   attention=m.attention, decode_attention=m.decode_attention, mesh=mesh)
     settings.check_context(model.cfg.max_position_embeddings, f"max_position_embeddings of {m.hf_path}/config.json")
+    check_expert_axis(model.cfg, mesh)
     if not m.lora_rank:
       return nnx.split(model)
     graphdef, params = nnx.split(lora_lib.add_configured_adapters(model, m, lora_key))
@@ -49,6 +52,7 @@ def build_model(settings: Settings, tokenizer, mesh):
   if vocab < tokenizer.vocab_size:
     raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
   cfg = ModelConfig.fresh(m, vocab)
+  check_expert_axis(cfg, mesh)
 
   def make(key):
     return lora_lib.add_configured_adapters(Transformer(cfg, rngs=nnx.Rngs(params=key)), m, lora_key)
@@ -58,6 +62,14 @@ def build_model(settings: Settings, tokenizer, mesh):
   # One compiled initializer (initializing eagerly compiles one small program per parameter).
   init = jax.jit(lambda key: nnx.split(make(key))[1], out_shardings=shardings)
   return graphdef, init(jax.random.fold_in(jax.random.key(settings.seed), 0))
+
+
+def check_expert_axis(cfg: ModelConfig, mesh) -> None:
+  """An 'expert' mesh axis must divide the model's experts (each shard holds E / ways whole experts)."""
+  ways = dict(mesh.shape).get("expert", 1)
+  if ways > 1 and (not cfg.num_experts or cfg.num_experts % ways):
+    raise errors.ConfigError(f"config.mesh.expert={ways} does not divide the model's {cfg.num_experts} experts: "
+                             f"set mesh.expert to a divisor of {cfg.num_experts or 'them'} (1: no expert axis)")
 
 
 def build_reward_fns(settings: Settings, inputs: RunInputs = RunInputs()):
@@ -111,11 +123,12 @@ def make_samplers(graphdef, settings: Settings, tokenizer):
 
 
 class BatchPlacer:
-  """Puts rollout arrays on the mesh, split along 'data'/'fsdp' when the batch divides evenly."""
+  """Puts rollout arrays on the mesh, split along 'data'/'fsdp' (and 'expert') when the batch divides evenly."""
 
   def __init__(self, mesh):
     self.mesh = mesh
-    self.ways = mesh.shape["data"] * mesh.shape["fsdp"]
+    self.axes = sharding_lib.batch_axes(mesh)
+    self.ways = math.prod(mesh.shape[a] for a in self.axes)
 
   def __call__(self, batch: RolloutBatch) -> RolloutBatch:
     if jax.process_count() > 1:  # each process holds its own rows: assemble the global arrays
@@ -124,6 +137,6 @@ class BatchPlacer:
     def put(x):
       if x is None:
         return None
-      spec = PartitionSpec(("data", "fsdp")) if x.shape[0] % self.ways == 0 else PartitionSpec()
+      spec = PartitionSpec(self.axes) if x.shape[0] % self.ways == 0 else PartitionSpec()
       return jax.device_put(x, NamedSharding(self.mesh, spec))
     return RolloutBatch(*[put(x) for x in batch])

@@ -66,9 +66,11 @@ class Run:
     if n >= len(devices):
       raise errors.ConfigError(f"config.rollout.sampler_devices={n}: leaves no device for the update (there are "
                                f"{len(devices)})")
-    self.mesh = sharding_lib.make_mesh(data=m.data, fsdp=m.fsdp, tensor=m.tensor, devices=devices[:len(devices) - n])
+    self.mesh = sharding_lib.make_mesh(data=m.data, fsdp=m.fsdp, tensor=m.tensor, devices=devices[:len(devices) - n],
+                                       expert=m.expert)
     # Overlapped rollouts: the sampler's own mesh on the last n devices, the parameters' layout repeated there.
-    self.sampler_mesh = sharding_lib.make_mesh(data=-1, fsdp=m.fsdp, tensor=m.tensor, devices=devices[-n:]) if n else None
+    self.sampler_mesh = sharding_lib.make_mesh(data=-1, fsdp=m.fsdp, tensor=m.tensor, devices=devices[-n:],
+                                               expert=m.expert) if n else None
     t0 = time.perf_counter()
     log(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...")
     graphdef, self.initial_params = build.build_model(settings, self.tokenizer, self.mesh)

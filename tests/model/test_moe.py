@@ -197,3 +197,20 @@ def test_expert_load():
 def test_other_moe_families_and_quantized_experts_are_named(hf, message):
   with pytest.raises(ValueError, match=message):
     from_hf_config(hf)
+
+
+def test_expert_shards_give_the_same_logits_and_step(checkpoints):
+  """1, 2 and 4 'expert' shards on 4 virtual CPU devices (worker: expert_worker.py): expert weights split by expert,
+  the same logits and the same gradient step as one shard (float32 summation order only)."""
+  from pathlib import Path
+  from tests.virtual_devices import run_worker
+  path, _ = checkpoints("qwen3_moe_e8k3_step2")
+  out = run_worker(Path(__file__).with_name("expert_worker.py"), str(path), devices=4)
+  assert [out[e]["gate_shard"][0] for e in ("1", "2", "4")] == [8, 4, 2]  # experts per shard
+  one = out["1"]
+  eps = float(np.finfo(np.float32).eps)
+  for e in ("2", "4"):
+    logits, params = np.asarray(out[e]["logits"]), np.asarray(out[e]["params"])
+    np.testing.assert_allclose(logits, one["logits"], atol=1e-5, rtol=0)
+    assert out[e]["loss"] == pytest.approx(one["loss"], abs=64 * eps * abs(one["loss"]))
+    np.testing.assert_allclose(params, one["params"], atol=64 * eps * np.abs(one["params"]).max(), rtol=0)
