@@ -8,7 +8,9 @@ the base model is the adapted model's state without its adapters, read by a grap
 (`base_graphdef`): the reference policy with adapters off costs no second copy of the weights.
 
 Targets use Hugging Face's projection names (those `peft`'s `target_modules` take): q_proj, k_proj, v_proj,
-o_proj, gate_proj, up_proj, down_proj. Adapters are replicated over the mesh (they are small).
+o_proj, gate_proj, up_proj, down_proj; in a mixture-of-experts layer the last three adapt every expert (one
+low-rank update per expert, `ExpertAdapters`); the router is not adapted. Adapters are replicated over the mesh
+(they are small).
 """
 from __future__ import annotations
 
@@ -86,11 +88,54 @@ def validate_config(model) -> None:
            "is no reference copy to offload")
 
 
-def projection_sizes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
-  """Projection name -> (D_in, D_out) of the matrix it applies."""
-  D, F, NH, KH = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+# A mixture-of-experts block's targets -> its [E, D_in, D_out] weights (grpo_jax/model/moe.py).
+EXPERT_WEIGHT_OF = {"gate_proj": "gate_ExDxF", "up_proj": "up_ExDxF", "down_proj": "down_ExFxD"}
+
+
+def projection_sizes(cfg: ModelConfig, experts: bool = False) -> dict[str, tuple[int, int]]:
+  """Projection name -> (D_in, D_out) of the matrix it applies (one expert's with `experts`)."""
+  D, NH, KH = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+  F = cfg.moe_intermediate_size if experts else cfg.intermediate_size
   return {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D),
           "gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D)}
+
+
+class ExpertAdapters(nnx.Module):
+  """The adapters of a mixture-of-experts block: one low-rank update per expert and targeted projection, A
+  [E, D_in, r] (He-uniform, as nnx.LoRA draws it) and B [E, r, D_out] (zero) as `<name>_a` / `<name>_b`."""
+
+  def __init__(self, sizes: dict[str, tuple[int, int]], lora: LoraConfig, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.names = tuple(name for name in sizes if name in lora.targets)
+    self.scale = lora.scale
+    E, r, pd = cfg.num_experts, lora.rank, cfg.jnp_param_dtype
+    init = jax.nn.initializers.he_uniform(in_axis=-2, out_axis=-1, batch_axis=0)
+    for name in self.names:
+      d_in, d_out = sizes[name]
+      setattr(self, f"{name}_a", nnx.LoRAParam(init(rngs.params(), (E, d_in, r), pd)))
+      setattr(self, f"{name}_b", nnx.LoRAParam(jnp.zeros((E, r, d_out), pd)))
+
+  def _ab(self, name, dtype):
+    return getattr(self, f"{name}_a")[...].astype(dtype), getattr(self, f"{name}_b")[...].astype(dtype)
+
+  def add_grouped(self, name: str, x_RxI, y_RxO, sizes_E):
+    """y plus the update of `name` for rows sorted by expert (`sizes_E` rows each), through grouped matmuls."""
+    if name not in self.names:
+      return y_RxO
+    a, b = self._ab(name, x_RxI.dtype)
+    return y_RxO + self.scale * jax.lax.ragged_dot(jax.lax.ragged_dot(x_RxI, a, sizes_E), b, sizes_E)
+
+  def add_dense(self, name: str, x, y_TxExO):
+    """y plus every expert's update of `name`; x is [T, I] (the same input for every expert) or [T, E, I]."""
+    if name not in self.names:
+      return y_TxExO
+    a, b = self._ab(name, x.dtype)
+    xa = jnp.einsum("ti,eir->ter", x, a) if x.ndim == 2 else jnp.einsum("tei,eir->ter", x, a)
+    return y_TxExO + self.scale * jnp.einsum("ter,ero->teo", xa, b)
+
+  def delta(self, name: str) -> jax.Array:
+    """The float32 [E, D_in, D_out] update that merging adds to the weights of `name`."""
+    a, b = self._ab(name, jnp.float32)
+    return self.scale * (a @ b)
 
 
 class LayerAdapters(nnx.Module):
@@ -129,11 +174,17 @@ def add_adapters(model, lora: LoraConfig, rngs: nnx.Rngs):
   """Attaches adapters to `model` (a Transformer, in place) and returns it; a block with no targeted projection
   gets none. Their random draws come from `rngs` alone, so the base weights are those of the same model built
   without LoRA."""
-  sizes = projection_sizes(model.cfg)
   for block, names in _blocks(model):
     if any(name in lora.targets for name in names):
-      block.adapters = LayerAdapters({n: sizes[n] for n in names}, lora, model.cfg, rngs=rngs)
+      experts = _is_experts(block)
+      sizes = projection_sizes(model.cfg, experts)
+      block.adapters = (ExpertAdapters if experts else LayerAdapters)({n: sizes[n] for n in names}, lora, model.cfg,
+                                                                     rngs=rngs)
   return model
+
+
+def _is_experts(block) -> bool:
+  return hasattr(block, "router_DxE")
 
 
 def add_configured_adapters(model, model_config, key: jax.Array):
@@ -176,7 +227,7 @@ def merged(model):
     if adapters is None:
       continue
     for name in adapters.names:
-      weight = getattr(block, WEIGHT_OF[name])
+      weight = getattr(block, (EXPERT_WEIGHT_OF if _is_experts(block) else WEIGHT_OF)[name])
       update = adapters.delta(name).reshape(weight.shape)
       weight[...] = (weight[...].astype(jnp.float32) + update).astype(weight.dtype)
     block.adapters = None

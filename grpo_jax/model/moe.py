@@ -66,7 +66,7 @@ class MoE(nnx.Module):
       self.gate_bias_ExF = param(rngs, zeros, (E, F), ("expert", "mlp"), pd)
       self.up_bias_ExF = param(rngs, zeros, (E, F), ("expert", "mlp"), pd)
       self.down_bias_ExD = param(rngs, zeros, (E, D), ("expert", "embed"), pd)
-    self.adapters = nnx.data(None)  # the LoRA hook every feed-forward has; experts take no adapters yet
+    self.adapters = nnx.data(None)  # LoRA: a lora.ExpertAdapters attached by lora.add_adapters
 
   def router_logits(self, x_TxD):
     logits = x_TxD @ self.router_DxE[...].astype(x_TxD.dtype)
@@ -117,11 +117,18 @@ def grouped_experts(moe: MoE, x_TxD, weights_Txk, experts_Txk):
   sorted_experts_R = experts_R[order_R]
   x_RxD = x_TxD[order_R // k]
   sizes_E = jnp.bincount(experts_R, length=cfg.num_experts).astype(jnp.int32)
+  lora = moe.adapters
   gate = jax.lax.ragged_dot(x_RxD, p["gate_ExDxF"], sizes_E)
   up = jax.lax.ragged_dot(x_RxD, p["up_ExDxF"], sizes_E)
+  if lora is not None:
+    gate = lora.add_grouped("gate_proj", x_RxD, gate, sizes_E)
+    up = lora.add_grouped("up_proj", x_RxD, up, sizes_E)
   if cfg.expert_bias:
     gate, up = gate + p["gate_bias_ExF"][sorted_experts_R], up + p["up_bias_ExF"][sorted_experts_R]
-  y_RxD = jax.lax.ragged_dot(_activation(cfg, gate, up), p["down_ExFxD"], sizes_E)
+  hidden_RxF = _activation(cfg, gate, up)
+  y_RxD = jax.lax.ragged_dot(hidden_RxF, p["down_ExFxD"], sizes_E)
+  if lora is not None:
+    y_RxD = lora.add_grouped("down_proj", hidden_RxF, y_RxD, sizes_E)
   if cfg.expert_bias:
     y_RxD = y_RxD + p["down_bias_ExD"][sorted_experts_R]
   y_TxkxD = jnp.zeros_like(y_RxD).at[order_R].set(y_RxD).reshape(T, k, -1)
@@ -134,11 +141,17 @@ def dense_experts(moe: MoE, x_TxD, weights_Txk, experts_Txk):
   p = moe._weights(x_TxD.dtype)
   combine_TxE = jnp.zeros((x_TxD.shape[0], cfg.num_experts), jnp.float32).at[
       jnp.arange(x_TxD.shape[0])[:, None], experts_Txk].add(weights_Txk)
+  lora = moe.adapters
   gate = jnp.einsum("td,edf->tef", x_TxD, p["gate_ExDxF"])
   up = jnp.einsum("td,edf->tef", x_TxD, p["up_ExDxF"])
+  if lora is not None:
+    gate, up = lora.add_dense("gate_proj", x_TxD, gate), lora.add_dense("up_proj", x_TxD, up)
   if cfg.expert_bias:
     gate, up = gate + p["gate_bias_ExF"], up + p["up_bias_ExF"]
-  y = jnp.einsum("tef,efd->ted", _activation(cfg, gate, up), p["down_ExFxD"])
+  hidden = _activation(cfg, gate, up)
+  y = jnp.einsum("tef,efd->ted", hidden, p["down_ExFxD"])
+  if lora is not None:
+    y = lora.add_dense("down_proj", hidden, y)
   if cfg.expert_bias:
     y = y + p["down_bias_ExD"]
   return jnp.einsum("ted,te->td", y, combine_TxE.astype(y.dtype))
