@@ -388,8 +388,8 @@ def _rope_scaling_of(rs: Mapping[str, Any] | None):
   if rtype == "linear":
     return LinearRopeScaling(float(rs["factor"]))
   if rtype == "yarn":
-    if rs.get("mscale") or rs.get("mscale_all_dim"):
-      _unsupported("yarn rope scaling with mscale / mscale_all_dim is not supported")
+    if rs.get("mscale") or rs.get("mscale_all_dim") or not rs.get("original_max_position_embeddings"):
+      _unsupported(f"yarn rope scaling needs original_max_position_embeddings and no mscale / mscale_all_dim: {rs}")
     return YarnRopeScaling(float(rs["factor"]), int(rs["original_max_position_embeddings"]),
                            float(rs.get("beta_fast") or 32.0), float(rs.get("beta_slow") or 1.0),
                            bool(rs.get("truncate", True)), rs.get("attention_factor"))

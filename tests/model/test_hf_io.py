@@ -201,7 +201,8 @@ def test_sharded_checkpoint_with_a_missing_shard_file(hf_checkpoints, tmp_path):
     (dict(use_sliding_window=True), "use_sliding_window"),
     (dict(layer_types=["full_attention", "sliding_attention"]), "sliding_attention"),
     (dict(hidden_act="gelu"), "hidden_act"),
-    (dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e4)), "'yarn'"),
+    (dict(rope_parameters=dict(rope_type="longrope", factor=4.0, rope_theta=1e4)), "'longrope'"),
+    (dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e4)), "original_max_position_embeddings"),
     (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
 ])
 def test_unsupported_configs_are_errors(qwen2_copy, change, message):
