@@ -101,6 +101,32 @@ class ModelSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class MoeSettings:
+  """Mixtures of experts (grpo_jax/model/moe.py): a fresh model's expert layers, and how every MoE model (fresh or a
+  Qwen3-MoE / gpt-oss checkpoint) computes them."""
+  num_experts: int = 0            # a fresh model's experts per layer (ignored with hf_path); 0: dense MLPs.
+  experts_per_token: int = 2      # k: experts each token reaches (a fresh model's).
+  intermediate_size: int = 0      # one expert's hidden size (a fresh model's); 0: model.intermediate_size.
+  router: str = "softmax_topk"    # "softmax_topk": softmax over all experts, then the top k (Qwen3-MoE);
+                                  # "topk_softmax": softmax over the k largest logits (gpt-oss). A fresh model's.
+  norm_topk_prob: bool = True     # softmax_topk: the k weights renormalized to sum 1 (a fresh model's).
+  impl: str = "ragged"            # "ragged": dropless, tokens grouped by expert (jax.lax.ragged_dot); "dense":
+                                  # every expert on every token (the reference; E / k times the FLOPs).
+  aux_loss_coef: float = 0.0      # weight of the load-balancing loss (Switch Transformer's; logged: moe/aux_loss).
+  z_loss_coef: float = 0.0        # weight of the router z-loss (ST-MoE's; logged: moe/z_loss).
+
+  def __post_init__(self):
+    s = Section(self, "moe")
+    s.at_least(0, "num_experts", "intermediate_size", "aux_loss_coef", "z_loss_coef")
+    s.one_of("impl", ("ragged", "dense"))
+    s.one_of("router", ("softmax_topk", "topk_softmax"))
+    if self.num_experts:
+      s.at_least(1, "experts_per_token")
+      if self.experts_per_token > self.num_experts:
+        s.fail("experts_per_token", f"exceeds num_experts={self.num_experts}")
+
+
+@dataclasses.dataclass(frozen=True)
 class EnvSettings:
   """Multi-turn episodes (grpo_jax/envs, grpo_jax/sampling/episodes.py). With `name` set, each completion is an
   episode: the policy's messages (each at most sampling.max_new_tokens) alternate with the environment's
@@ -449,6 +475,7 @@ class Settings:
   seed: int = 0                   # run seed: model init, data order, sampling; a run is reproducible from it.
   num_steps: int = resumable(300) # GRPO steps (rollout batches).
   model: ModelSettings = _section(ModelSettings)
+  moe: MoeSettings = _section(MoeSettings)
   env: EnvSettings = _section(EnvSettings)
   precision: PrecisionSettings = _section(PrecisionSettings)
   # Compiled programs saved for later processes (a resume, a rerun, a sweep's other seeds): grpo_jax/compile_cache.py.

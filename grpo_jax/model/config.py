@@ -191,12 +191,18 @@ class ModelConfig:
     return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
 
   @classmethod
-  def fresh(cls, model, vocab_size: int) -> "ModelConfig":
+  def fresh(cls, model, vocab_size: int, moe=None) -> "ModelConfig":
     """A fresh (randomly initialized) model's shape from the run's `model` section (grpo_jax/settings.py:
-    ModelSettings), whose fields of the same names are this one's (its shape, norms, dtypes, remat, attentions);
-    `vocab_size`: the resolved one (the section's 0 means the tokenizer's)."""
+    ModelSettings), whose fields of the same names are this one's (its shape, norms, dtypes, remat, attentions),
+    and its `moe` section (MoeSettings: experts, when num_experts > 0); `vocab_size`: the resolved one (the
+    section's 0 means the tokenizer's)."""
     shared = {f.name for f in dataclasses.fields(cls)} & {f.name for f in dataclasses.fields(model)}
-    return cls(**{**{name: getattr(model, name) for name in shared}, "vocab_size": vocab_size})
+    experts = {} if moe is None else dict(moe_impl=moe.impl)  # a fresh MoE model is a small Qwen3-MoE
+    if moe is not None and moe.num_experts:
+      experts.update(num_experts=moe.num_experts, num_experts_per_tok=moe.experts_per_token, router=moe.router,
+                     moe_intermediate_size=moe.intermediate_size or model.intermediate_size,
+                     norm_topk_prob=moe.norm_topk_prob, family="qwen3_moe", qk_norm=True)
+    return cls(**{**{name: getattr(model, name) for name in shared}, "vocab_size": vocab_size, **experts})
 
   def replace(self, **kw) -> "ModelConfig":
     return dataclasses.replace(self, **kw)
@@ -524,6 +530,9 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
         f"ModelConfig(family={cfg.family!r}, attention_bias={cfg.attention_bias}, qk_norm={cfg.qk_norm}) has "
         f"no Hugging Face equivalent: llama has neither, qwen2 has attention_bias only, qwen3 has qk_norm "
         f"only; set `family` accordingly")
+  if cfg.family == "qwen3_moe" and (cfg.router != "softmax_topk" or cfg.expert_bias or not cfg.num_experts):
+    raise ValueError("ModelConfig(family='qwen3_moe') needs experts with router='softmax_topk' and no expert "
+                     "biases to have a Hugging Face equivalent")
   legacy_scaling = _rope_dict(cfg.rope_scaling)
   rope = {"rope_type": "default", "rope_theta": cfg.rope_theta, **(legacy_scaling or {})}
   hf = {

@@ -327,7 +327,7 @@ def save_pretrained(model: Transformer, path, *, source=None, max_shard_bytes: i
     src.pop("torch_dtype", None)
     hf = {**src, **hf}
     if from_hf_config(hf, param_dtype=cfg.param_dtype, dtype=cfg.dtype, remat=cfg.remat,
-                      attention=cfg.attention, decode_attention=cfg.decode_attention) != cfg:
+                      attention=cfg.attention, decode_attention=cfg.decode_attention, moe_impl=cfg.moe_impl) != cfg:
       raise ValueError(f"save_pretrained(source={source}): that checkpoint's config.json describes a "
                        f"different model than model.cfg")
   state = nnx.state(model, nnx.Param)

@@ -89,7 +89,7 @@ def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0,
 
 def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
                         temperature: float = 1.0, chunk_size: int = 128, with_entropy: bool = False,
-                        prompt_repeats: int = 1):
+                        prompt_repeats: int = 1, with_routing: bool = False):
   """Log-probs of completion tokens given left-padded prompts, as the sampler produced them.
 
   `prompt_repeats` = s > 1: rows come in consecutive runs of s that share one prompt (a GRPO group, or an
@@ -98,27 +98,39 @@ def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, complet
   rounding (tests/model/test_shared_prompt.py).
 
   Returns (logp_BxC, entropy_BxC or None); values at masked completion positions are meaningless (mask them).
+  `with_routing` adds a third item, one (router logits [N, E], experts [N, k], valid [N]) per expert layer over
+  the N token positions the forward ran (valid: real prompt and completion tokens).
   """
   if prompt_repeats > 1:
-    h = _shared_prompt_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, prompt_repeats)
+    h, routing = _shared_prompt_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
+                                       prompt_repeats)
   else:
-    h = _per_row_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC)
-  return token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy)
+    h, routing = _per_row_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC)
+  out = token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy)
+  return (*out, routing) if with_routing else out
 
 
-def _per_row_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC):
-  """[B, C, D]: the hidden state before each completion token (the one that predicts it), one forward pass
-  over each row's prompt + completion."""
+def _flat_routing(routing, valid_BxT):
+  return tuple((logits.reshape(-1, logits.shape[-1]), experts.reshape(-1, experts.shape[-1]), valid_BxT.reshape(-1))
+               for logits, experts in routing)
+
+
+def _per_row_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC):
+  """([B, C, D]: the hidden state before each completion token (the one that predicts it), routing), one forward
+  pass over each row's prompt + completion."""
   tokens = jnp.concatenate([prompt_BxP, completion_BxC], axis=1)
   # Completion positions after the stop token are masked out of the loss but still need valid (causal)
   # attention rows; treat them as real tokens for the forward pass: only left padding of the prompt is excluded.
   fwd_mask = jnp.concatenate([prompt_mask_BxP.astype(bool), jnp.ones_like(completion_BxC, bool)], axis=1)
-  hidden, _ = model(tokens, positions_from_mask(fwd_mask), causal_attention_mask(fwd_mask))
+  hidden, _, routing = model(tokens, positions_from_mask(fwd_mask), causal_attention_mask(fwd_mask),
+                             with_routing=True)
   P, C = prompt_BxP.shape[1], completion_BxC.shape[1]
-  return hidden[:, P - 1:P - 1 + C]
+  real = jnp.concatenate([prompt_mask_BxP.astype(bool), completion_mask_BxC.astype(bool)], axis=1)
+  return hidden[:, P - 1:P - 1 + C], _flat_routing(routing, real)
 
 
-def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, repeats: int):
+def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
+                          repeats: int):
   """What `_per_row_hidden` returns, with each prompt run once for its `repeats` consecutive rows.
 
   Pass 1 runs the R = B / repeats distinct prompts and keeps every layer's keys and values (a KV cache of
@@ -135,8 +147,9 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
     raise ValueError(f"{B} rows are not whole runs of prompt_repeats={repeats}")
   prompt_RxP = prompt_BxP[::repeats]
   real_RxP = prompt_mask_BxP[::repeats].astype(bool)
-  hidden_RxPxD, cache = model(prompt_RxP, positions_from_mask(real_RxP), causal_attention_mask(real_RxP),
-                              cache=init_cache(cfg, prompt_RxP.shape[0], P), cache_index=0, remat=cfg.remat)
+  hidden_RxPxD, cache, prompt_routing = model(prompt_RxP, positions_from_mask(real_RxP), causal_attention_mask(real_RxP),
+                                              cache=init_cache(cfg, prompt_RxP.shape[0], P), cache_index=0,
+                                              remat=cfg.remat, with_routing=True)
 
   def to_rows(x):
     return jnp.repeat(x, repeats, axis=0)
@@ -147,7 +160,9 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
   causal_CxC = jnp.tril(jnp.ones((C, C), bool))
   mask_BxCxS = jnp.concatenate([jnp.broadcast_to(real_BxP[:, None, :], (B, C, P)),
                                 jnp.broadcast_to(causal_CxC, (B, C, C))], axis=2)
-  hidden_BxCxD, _ = model(completion_BxC, positions_BxC, mask_BxCxS, cache=cache_B, cache_index=P,
-                          remat=cfg.remat)
+  hidden_BxCxD, _, completion_routing = model(completion_BxC, positions_BxC, mask_BxCxS, cache=cache_B,
+                                              cache_index=P, remat=cfg.remat, with_routing=True)
+  routing = tuple(tuple(jnp.concatenate(pair) for pair in zip(p, c)) for p, c in zip(
+      _flat_routing(prompt_routing, real_RxP), _flat_routing(completion_routing, completion_mask_BxC.astype(bool))))
   # The prompt's last state predicts completion token 0; completion state t predicts token t + 1.
-  return jnp.concatenate([to_rows(hidden_RxPxD[:, -1:]), hidden_BxCxD[:, :-1]], axis=1)
+  return jnp.concatenate([to_rows(hidden_RxPxD[:, -1:]), hidden_BxCxD[:, :-1]], axis=1), routing

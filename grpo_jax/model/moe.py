@@ -43,6 +43,26 @@ def expert_load(experts_Txk, num_experts: int, valid_T=None):
   return jnp.max(counts_E) / jnp.maximum(jnp.mean(counts_E), 1e-9)
 
 
+def load_balancing_loss(logits_NxE, experts_Nxk, valid_N):
+  """Switch Transformer's auxiliary loss (Fedus et al. 2021, arXiv:2101.03961, eqs. 4-6), as transformers'
+  load_balancing_loss_func computes it: E * sum_e f_e P_e over the valid tokens, f_e the expert's share of the
+  token-picks (summing to k), P_e its mean router probability. k at a uniform router; larger when unbalanced."""
+  E = logits_NxE.shape[-1]
+  valid = valid_N.astype(jnp.float32)
+  n = jnp.maximum(jnp.sum(valid), 1.0)
+  f_E = jnp.sum(jax.nn.one_hot(experts_Nxk, E, dtype=jnp.float32).sum(1) * valid[:, None], 0) / n
+  p_E = jnp.sum(jax.nn.softmax(logits_NxE.astype(jnp.float32), -1) * valid[:, None], 0) / n
+  return E * jnp.sum(f_E * p_E)
+
+
+def router_z_loss(logits_NxE, valid_N):
+  """ST-MoE's router z-loss (Zoph et al. 2022, arXiv:2202.08906, eq. 5): the mean over valid tokens of
+  logsumexp(router logits)^2, which keeps the logits small."""
+  valid = valid_N.astype(jnp.float32)
+  z = jax.nn.logsumexp(logits_NxE.astype(jnp.float32), axis=-1)
+  return jnp.sum(z * z * valid) / jnp.maximum(jnp.sum(valid), 1.0)
+
+
 def _activation(cfg: ModelConfig, gate, up):
   if cfg.swiglu_limit is None:
     return jax.nn.silu(gate) * up
@@ -74,10 +94,10 @@ class MoE(nnx.Module):
       logits = logits + self.router_bias_E[...].astype(x_TxD.dtype)
     return logits
 
-  def __call__(self, x_BxTxD, experts_BxTxk=None):
-    """[B, T, D] -> [B, T, D]. `experts_BxTxk`: use these experts instead of the router's top k (routing replay),
-    weighted by the router's probabilities of them (renormalized as the router would), so that gradients still
-    reach the router."""
+  def __call__(self, x_BxTxD, experts_BxTxk=None, with_routing: bool = False):
+    """[B, T, D] -> [B, T, D] (and with `with_routing`, (router logits [B, T, E] float32, experts [B, T, k])).
+    `experts_BxTxk`: use these experts instead of the router's top k (routing replay), weighted by the router's
+    probabilities of them (renormalized as the router would), so that gradients still reach the router."""
     cfg = self.cfg
     B, T, D = x_BxTxD.shape
     x = x_BxTxD.reshape(B * T, D)
@@ -87,7 +107,10 @@ class MoE(nnx.Module):
       experts = experts_BxTxk.reshape(B * T, -1)
       weights = replayed_weights(logits, experts, cfg)
     ffn = dense_experts if cfg.moe_impl == "dense" else grouped_experts
-    return ffn(self, x, weights, experts).reshape(B, T, D)
+    y = ffn(self, x, weights, experts).reshape(B, T, D)
+    if not with_routing:
+      return y
+    return y, (logits.astype(jnp.float32).reshape(B, T, -1), experts.reshape(B, T, -1))
 
   def _weights(self, dt):
     p = {name: getattr(self, name)[...].astype(dt) for name in ("gate_ExDxF", "up_ExDxF", "down_ExFxD")}

@@ -367,19 +367,24 @@ class DecoderLayer(nnx.Module):
       self.post_mlp_norm = norm()
     self.mlp = MoE(cfg, rngs=rngs) if moe else MLP(cfg, rngs=rngs)
 
-  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index):
+  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index, experts_BxTxk=None):
+    """-> (x, new_cache, routing): routing is the expert block's (router logits [B, T, E] float32, experts
+    [B, T, k]), None for a dense MLP; `experts_BxTxk` replays given experts (moe.MoE)."""
     h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
                              ring=self.sliding)
-    if not self.gemma:
-      x_BxTxD = x_BxTxD + h
-      return x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD)), new_cache
-    x_BxTxD = x_BxTxD + self.post_attn_norm(h)
-    return x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD))), new_cache
+    if self.gemma:
+      x_BxTxD = x_BxTxD + self.post_attn_norm(h)
+      return x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD))), new_cache, None
+    x_BxTxD = x_BxTxD + h
+    if isinstance(self.mlp, MoE):
+      y, routing = self.mlp(self.post_attn_norm(x_BxTxD), experts_BxTxk, with_routing=True)
+      return x_BxTxD + y, new_cache, routing
+    return x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD)), new_cache, None
 
 
 def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None,
-                    cache_index):
-  """`layer(x, ...)` -> (x, new_cache), its activations recomputed in the backward pass instead of stored.
+                    cache_index, experts_BxTxk=None):
+  """`layer(x, ...)` -> (x, new_cache, routing), its activations recomputed in the backward pass instead of stored.
 
   `jax.checkpoint` of a pure function of the layer's split state: `nnx.remat` on the module itself raised
   "Cannot mutate Param from a different trace level" under `jax.value_and_grad` of merged parameters (the
@@ -389,10 +394,10 @@ def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS,
   """
   graphdef, state = nnx.split(layer)
 
-  def forward(state, x, cos_sin, mask, cache):
-    return nnx.merge(graphdef, state)(x, cos_sin, mask, cache, cache_index)
+  def forward(state, x, cos_sin, mask, cache, experts):
+    return nnx.merge(graphdef, state)(x, cos_sin, mask, cache, cache_index, experts)
 
-  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache)
+  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, experts_BxTxk)
 
 
 class Transformer(nnx.Module):
@@ -411,8 +416,12 @@ class Transformer(nnx.Module):
                                 ("embed", "vocab"), pd)
 
   def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
-               cache_index=0, rope_cos_sin=None, remat: bool | None = None):
+               cache_index=0, rope_cos_sin=None, remat: bool | None = None, experts=None, with_routing=False):
     """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`.
+
+    Mixtures of experts: `experts`, one [B, T, k] int array per expert layer in order (`cfg.is_moe`), makes each
+    use those experts (routing replay, moe.MoE); `with_routing` returns a third item, one (router logits
+    [B, T, E] float32, chosen experts [B, T, k]) per expert layer.
 
     `remat`: rematerialize each layer in the backward pass; None means `cfg.remat` without a cache (the
     sampler's cached decoding takes no gradients) and a training forward through a cache passes it explicitly.
@@ -433,16 +442,20 @@ class Transformer(nnx.Module):
     if cfg.has_sliding:
       masks[SLIDING] = _sliding_mask(cfg, attn_mask_BxTxS, cache, cache_index)
     new_cache = [] if cache is not None else None
+    replay = iter(experts or ())
+    routing = []
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
       kind = SLIDING if cfg.is_sliding(i) else FULL
-      args = (x, rope_cos_sin[kind], masks[kind], layer_cache, cache_index)
-      if remat:
-        x, c = _rematerialized(layer, *args)
-      else:
-        x, c = layer(*args)
+      args = (x, rope_cos_sin[kind], masks[kind], layer_cache, cache_index,
+              next(replay) if experts is not None and cfg.is_moe(i) else None)
+      x, c, r = _rematerialized(layer, *args) if remat else layer(*args)
       if cache is not None:
         new_cache.append(c)
+      if r is not None:
+        routing.append(r)
+    if with_routing:
+      return self.final_norm(x), new_cache, tuple(routing)
     return self.final_norm(x), new_cache
 
   def rope_tables(self, positions_BxT) -> dict[str, tuple[jax.Array, jax.Array]]:

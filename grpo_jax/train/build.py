@@ -41,7 +41,8 @@ def build_model(settings: Settings, tokenizer, mesh):
   lora_key = jax.random.fold_in(jax.random.key(settings.seed), 1)
   if m.hf_path:
     model = hf_io.from_pretrained(storage.local_dir(m.hf_path), param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
-                                  attention=m.attention, decode_attention=m.decode_attention, mesh=mesh)
+                                  attention=m.attention, decode_attention=m.decode_attention, mesh=mesh,
+                                  moe_impl=settings.moe.impl)
     settings.check_context(model.cfg.max_position_embeddings, f"max_position_embeddings of {m.hf_path}/config.json")
     check_expert_axis(model.cfg, mesh)
     if not m.lora_rank:
@@ -51,7 +52,7 @@ def build_model(settings: Settings, tokenizer, mesh):
   vocab = m.vocab_size or tokenizer.vocab_size
   if vocab < tokenizer.vocab_size:
     raise ValueError(f"config.model.vocab_size: {vocab} is smaller than the tokenizer's {tokenizer.vocab_size}")
-  cfg = ModelConfig.fresh(m, vocab)
+  cfg = ModelConfig.fresh(m, vocab, settings.moe)
   check_expert_axis(cfg, mesh)
 
   def make(key):

@@ -28,6 +28,7 @@ import optax
 from flax import nnx
 
 from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
+from grpo_jax.model import moe
 from grpo_jax.model.logprobs import completion_logprobs
 
 
@@ -113,9 +114,22 @@ def keep_if(flag, new, old):
   return jax.lax.cond(flag, lambda: new, lambda: old)
 
 
+def _moe_terms(routing, cfg, coefs):
+  """(metrics as (sum, count) pairs, coef-weighted auxiliary loss) of one micro-batch's expert layers."""
+  layers = [i for i in range(cfg.num_layers) if cfg.is_moe(i)]
+  loads = [moe.expert_load(experts, cfg.num_experts, valid) for _, experts, valid in routing]
+  aux = jnp.mean(jnp.stack([moe.load_balancing_loss(*r) for r in routing]))
+  z = jnp.mean(jnp.stack([moe.router_z_loss(logits, valid) for logits, _, valid in routing]))
+  one = lambda x: (jax.lax.stop_gradient(x), jnp.float32(1))
+  metrics = {"moe/expert_load": one(jnp.max(jnp.stack(loads))), "moe/aux_loss": one(aux), "moe/z_loss": one(z),
+             **{f"moe/expert_load/{i}": one(load) for i, load in zip(layers, loads)}}
+  return metrics, coefs[0] * aux + coefs[1] * z
+
+
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
                     num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
-                    chunk_size: int, prompt_repeats: int = 1, trainable: nnx.filterlib.Filter | None = None):
+                    chunk_size: int, prompt_repeats: int = 1, trainable: nnx.filterlib.Filter | None = None,
+                    moe_loss_coefs: tuple[float, float] = (0.0, 0.0)):
   """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
 
   `trainable`: an NNX filter of the parameters that are differentiated and optimized (e.g. `nnx.LoRAParam`);
@@ -130,6 +144,11 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
   'logp_mismatch' and 'logp_mismatch_mean' (max and mean |sampler log-prob - trainer log-prob| over real
   completion tokens, at the parameters that sampled), and each objective metric (e.g. 'kl',
   'clip_ratio/low') averaged exactly over every token/sequence the passes saw. Jit it with `donate_argnums=(0, 1)`.
+
+  A mixture of experts adds 'moe/expert_load' (the largest over layers of max / mean tokens per expert, over real
+  tokens), 'moe/expert_load/<layer>', 'moe/aux_loss' and 'moe/z_loss' (grpo_jax/model/moe.py, means over
+  layers), averaged over micro-batches; `moe_loss_coefs` = (aux, z) adds coef * loss to each micro-batch's
+  objective, weighted by its denominator, so that the update's loss gains coef * their mean.
   """
   if mini_batch_size % micro_batch_size:
     raise ValueError(f"micro_batch_size={micro_batch_size} does not divide mini_batch_size={mini_batch_size}")
@@ -144,13 +163,16 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
 
   def loss_fn(trained, frozen, micro: RolloutBatch, old_logp_BxC):
     model = nnx.merge(graphdef, join(trained, frozen))
-    logp, entropy = completion_logprobs(model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC,
-                                        micro.completion_mask_BxC, temperature, chunk_size, with_entropy=True,
-                                        prompt_repeats=prompt_repeats)
+    logp, entropy, routing = completion_logprobs(
+        model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC, micro.completion_mask_BxC,
+        temperature, chunk_size, with_entropy=True, prompt_repeats=prompt_repeats, with_routing=True)
     inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_BxC, ref_logp_BxT=micro.ref_logp_BxC,
                         advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxC,
                         entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxC)
     loss_sum, denom, metrics = grpo_objective(inputs, loss_cfg)
+    if routing:
+      moe_metrics, moe_loss = _moe_terms(routing, model.cfg, moe_loss_coefs)
+      loss_sum, metrics = loss_sum + moe_loss * denom, {**metrics, **moe_metrics}
     logp_sg = jax.lax.stop_gradient(logp)
     mismatch = _masked_max_abs(logp_sg, micro.sampler_logp_BxC, micro.completion_mask_BxC)
     metrics = dict(metrics, logp_mismatch_mean=_masked_abs_sum_count(logp_sg, micro.sampler_logp_BxC,

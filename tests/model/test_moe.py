@@ -239,3 +239,54 @@ def test_lora_on_experts_starts_at_the_base_matches_the_dense_path_and_merges(ch
   np.testing.assert_allclose(ragged[mask], dense[mask], atol=64 * eps * np.abs(dense[mask]).max())
   merged = jax_logits(lora.merged(adapted["ragged"]), tokens, mask)
   np.testing.assert_allclose(merged[mask], ragged[mask], atol=1e-4)
+
+
+def test_load_balancing_loss_matches_transformers_and_z_loss_numpy():
+  import torch
+  from transformers.models.qwen3_moe.modeling_qwen3_moe import load_balancing_loss_func
+  from grpo_jax.model.moe import load_balancing_loss, router_z_loss
+  rng = np.random.default_rng(4)
+  logits = rng.normal(size=(3, 7, 6)).astype(np.float32) * 2
+  mask = np.arange(7)[None] >= np.array([0, 2, 5])[:, None]
+  cfg = ModelConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_layers=1, num_heads=1, num_kv_heads=1,
+                    head_dim=8, num_experts=6, num_experts_per_tok=2, moe_intermediate_size=4)
+  _, experts = route(jnp.asarray(logits.reshape(-1, 6)), cfg)
+  ours = load_balancing_loss(jnp.asarray(logits.reshape(-1, 6)), experts, jnp.asarray(mask.reshape(-1)))
+  ref = load_balancing_loss_func((torch.tensor(logits.reshape(-1, 6)),), 6, 2, torch.tensor(mask.astype(np.int64)))
+  assert float(ours) == pytest.approx(float(ref), rel=1e-5)
+  lse = np.log(np.exp(logits.astype(np.float64)).sum(-1))
+  assert float(router_z_loss(jnp.asarray(logits.reshape(-1, 6)), jnp.asarray(mask.reshape(-1)))) == pytest.approx(
+      (lse ** 2)[mask].mean(), rel=1e-5)
+
+
+def test_update_logs_expert_load_and_adds_the_auxiliary_losses():
+  """A GRPO update of a fresh MoE model: moe/* metrics, and the auxiliary losses' coefficients add exactly
+  coef * loss to the update's loss (one micro-batch, on-policy) and change the router's step."""
+  import optax
+  from grpo_jax.algo.objective import LossConfig
+  from grpo_jax.train.step import RolloutBatch, make_train_step
+  cfg = ModelConfig(vocab_size=14, hidden_size=16, intermediate_size=32, num_layers=2, num_heads=2, num_kv_heads=2,
+                    head_dim=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+                    moe_layers=(False, True), family="qwen3_moe", qk_norm=True)
+  graphdef, params = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))
+  rng = np.random.default_rng(0)
+  B, P, C = 4, 5, 3
+  pm = (np.arange(P)[None] >= np.array([0, 1, 2, 3])[:, None]).astype(np.int32)
+  batch = RolloutBatch(rng.integers(1, 14, (B, P)).astype(np.int32) * pm, pm,
+                       rng.integers(1, 14, (B, C)).astype(np.int32), np.ones((B, C), np.int32),
+                       rng.normal(size=B).astype(np.float32), np.zeros((B, C), np.float32), None)
+
+  def step(coefs):
+    fn = make_train_step(graphdef, optax.sgd(1.0), LossConfig(beta=0.0, aggregation="token_mean"), num_iterations=1,
+                         mini_batch_size=B, micro_batch_size=B, temperature=1.0, chunk_size=8, moe_loss_coefs=coefs)
+    return jax.jit(fn)(jax.tree.map(jnp.array, params), optax.sgd(1.0).init(params), batch)
+
+  p0, _, m0 = step((0.0, 0.0))
+  p1, _, m1 = step((0.5, 0.25))
+  assert set(m0) >= {"moe/expert_load", "moe/expert_load/1", "moe/aux_loss", "moe/z_loss"}
+  assert 1.0 <= float(m0["moe/expert_load"]) <= 2.0  # 4 experts, 2 per token: max / mean at most E / k
+  assert float(m0["moe/aux_loss"]) == pytest.approx(2.0, abs=0.05)  # k where router probabilities are uniform (init)
+  added = 0.5 * float(m0["moe/aux_loss"]) + 0.25 * float(m0["moe/z_loss"])
+  assert float(m1["loss"]) == pytest.approx(float(m0["loss"]) + added, rel=1e-5, abs=1e-6)
+  router = lambda p: np.asarray(p["layers"][1]["mlp"]["router_DxE"].get_value())
+  assert np.abs(router(p1) - router(p0)).max() > 1e-4
