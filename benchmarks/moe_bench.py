@@ -9,10 +9,10 @@ token in its experts, E / k times the expert parameters). Both: D=256, 4 layers,
 after one compiling call, alternately, medians of --repeats:
   decode:  the sampler (grouped prefill + KV-cache decode) on --rows rows x --new-tokens tokens, greedy.
   update:  one forward and backward of the summed completion log-probs over --rows rows x (32 + --new-tokens).
-The MoE model runs twice: moe_impl "ragged" (the default, jax.lax.ragged_dot over tokens sorted by expert) and
-"dense" (every expert on every token). XLA:CPU expands ragged_dot into a masked product over every expert, so on a
-CPU "ragged" costs about what "dense" does; TPUs (and GPUs where XLA lowers it to a grouped GEMM) run only the
-routed rows: the accelerator figures come from benchmarks/gpu_campaign.sh.
+The MoE model runs three times: moe_impl "ragged" (jax.lax.ragged_dot over tokens sorted by expert: "auto" off
+CPUs), "blocks" (per-expert blocks of rows, one batched matmul: "auto" on CPUs) and "dense" (every expert on every
+token, the reference). XLA:CPU expands ragged_dot into a masked product over every expert, so on a CPU "ragged"
+costs about what "dense" does; TPUs (and GPUs where XLA lowers it to a grouped GEMM) run only the routed rows.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ def main(argv=None):
       "moe ragged": ModelConfig(intermediate_size=args.k * args.expert_size, num_experts=args.experts,
                                 num_experts_per_tok=args.k, moe_intermediate_size=args.expert_size, **shape),
   }
+  models["moe ragged"] = models["moe ragged"].replace(moe_impl="ragged")
+  models["moe blocks"] = models["moe ragged"].replace(moe_impl="blocks")
   models["moe dense"] = models["moe ragged"].replace(moe_impl="dense")
   B, P, C = args.rows, 32, args.new_tokens
   rng = np.random.default_rng(0)

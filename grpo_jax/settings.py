@@ -110,15 +110,16 @@ class MoeSettings:
   router: str = "softmax_topk"    # "softmax_topk": softmax over all experts, then the top k (Qwen3-MoE);
                                   # "topk_softmax": softmax over the k largest logits (gpt-oss). A fresh model's.
   norm_topk_prob: bool = True     # softmax_topk: the k weights renormalized to sum 1 (a fresh model's).
-  impl: str = "ragged"            # "ragged": dropless, tokens grouped by expert (jax.lax.ragged_dot); "dense":
-                                  # every expert on every token (the reference; E / k times the FLOPs).
+  impl: str = "auto"              # dropless, tokens sorted by expert: "ragged" (jax.lax.ragged_dot), "blocks" (per-
+                                  # expert blocks, one batched matmul), "auto" (blocks on CPUs, ragged elsewhere);
+                                  # "dense": every expert on every token (the reference; E / k times the FLOPs).
   aux_loss_coef: float = 0.0      # weight of the load-balancing loss (Switch Transformer's; logged: moe/aux_loss).
   z_loss_coef: float = 0.0        # weight of the router z-loss (ST-MoE's; logged: moe/z_loss).
 
   def __post_init__(self):
     s = Section(self, "moe")
     s.at_least(0, "num_experts", "intermediate_size", "aux_loss_coef", "z_loss_coef")
-    s.one_of("impl", ("ragged", "dense"))
+    s.one_of("impl", ("auto", "ragged", "blocks", "dense"))
     s.one_of("router", ("softmax_topk", "topk_softmax"))
     if self.num_experts:
       s.at_least(1, "experts_per_token")

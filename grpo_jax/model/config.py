@@ -28,10 +28,10 @@ DECODE_ATTENTION = ("einsum", "pallas")
 # experts, then the k largest probabilities (renormalized to sum 1 with norm_topk_prob; Qwen3-MoE);
 # "topk_softmax": the k largest logits, softmax over those k (gpt-oss).
 ROUTERS = ("softmax_topk", "topk_softmax")
-# How the chosen experts are computed (grpo_jax/model/moe.py). "ragged": tokens sorted by expert through
-# jax.lax.ragged_dot, XLA's grouped matmul (dropless); "dense": every expert on every token, weighted by the
-# routing (the reference the tests compare with; E / k times the FLOPs).
-MOE_IMPLS = ("ragged", "dense")
+# How the chosen experts are computed (grpo_jax/model/moe.py): "ragged" (jax.lax.ragged_dot over tokens sorted by
+# expert), "blocks" (sorted tokens in per-expert blocks, one batched matmul), "auto" (blocks on CPUs, ragged
+# elsewhere), or "dense" (every expert on every token: the reference, E / k times the FLOPs).
+MOE_IMPLS = ("auto", "ragged", "blocks", "dense")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +106,7 @@ class ModelConfig:
   moe_layers: tuple[bool, ...] | None = None
   router: str = "softmax_topk"   # one of ROUTERS
   norm_topk_prob: bool = False
-  moe_impl: str = "ragged"       # one of MOE_IMPLS
+  moe_impl: str = "auto"         # one of MOE_IMPLS
   # gpt-oss: a bias on the router and on every expert projection, the clamped gate (min(gate, limit), up clipped
   # to +-limit, gate * sigmoid(alpha * gate) * (up + 1)); the output projection's bias and one learned attention
   # sink logit per query head (an extra softmax column that takes probability mass and adds nothing).

@@ -117,12 +117,13 @@ class ExpertAdapters(nnx.Module):
   def _ab(self, name, dtype):
     return getattr(self, f"{name}_a")[...].astype(dtype), getattr(self, f"{name}_b")[...].astype(dtype)
 
-  def add_grouped(self, name: str, x_RxI, y_RxO, sizes_E):
-    """y plus the update of `name` for rows sorted by expert (`sizes_E` rows each), through grouped matmuls."""
+  def add(self, name: str, x, y, matmul):
+    """y plus the update of `name` for rows grouped by expert; `matmul(x, w_ExIxO)` applies each row's expert's
+    matrix (moe.grouped_experts)."""
     if name not in self.names:
-      return y_RxO
-    a, b = self._ab(name, x_RxI.dtype)
-    return y_RxO + self.scale * jax.lax.ragged_dot(jax.lax.ragged_dot(x_RxI, a, sizes_E), b, sizes_E)
+      return y
+    a, b = self._ab(name, x.dtype)
+    return y + self.scale * matmul(matmul(x, a), b)
 
   def add_dense(self, name: str, x, y_TxExO):
     """y plus every expert's update of `name`; x is [T, I] (the same input for every expert) or [T, E, I]."""

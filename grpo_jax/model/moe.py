@@ -6,12 +6,17 @@ T tokens (batch and length flattened), R = T * k routed rows.
 Dropless: every token reaches its k experts, whatever the load. `ModelConfig.moe_impl` chooses how:
   "ragged": the R rows sorted by expert and multiplied by each expert's weights with `jax.lax.ragged_dot`
             (a grouped matmul: contiguous row groups, one weight matrix per group). TPUs run it natively; XLA:CPU
-            expands it into a masked product over every expert (benchmarks/moe_bench.py measures both).
+            expands it into a masked product over every expert (benchmarks/moe_bench.py measures it).
+  "blocks": the sorted rows padded per expert to blocks of b rows, one batched matmul over the blocks with each
+            block's expert weights gathered: the routed rows' cost (plus padding) on any backend.
+  "auto":   "blocks" on a CPU, "ragged" elsewhere (the default).
   "dense":  every expert on every token, weighted by the routing (zero for experts not chosen): the reference.
 
 Expert weights carry the logical axis 'expert' (grpo_jax/model/sharding.py maps it to the 'expert' mesh axis).
 """
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
@@ -106,8 +111,12 @@ class MoE(nnx.Module):
     if experts_BxTxk is not None:
       experts = experts_BxTxk.reshape(B * T, -1)
       weights = replayed_weights(logits, experts, cfg)
-    ffn = dense_experts if cfg.moe_impl == "dense" else grouped_experts
-    y = ffn(self, x, weights, experts).reshape(B, T, D)
+    impl = cfg.moe_impl if cfg.moe_impl != "auto" else "blocks" if jax.default_backend() == "cpu" else "ragged"
+    if impl == "dense":
+      y = dense_experts(self, x, weights, experts)
+    else:
+      y = grouped_experts(self, x, weights, experts, blocks=impl == "blocks")
+    y = y.reshape(B, T, D)
     if not with_routing:
       return y
     return y, (logits.astype(jnp.float32).reshape(B, T, -1), experts.reshape(B, T, -1))
@@ -129,33 +138,59 @@ def replayed_weights(logits_TxE, experts_Txk, cfg: ModelConfig):
   return weights / jnp.sum(weights, axis=-1, keepdims=True) if cfg.norm_topk_prob else weights
 
 
-def grouped_experts(moe: MoE, x_TxD, weights_Txk, experts_Txk):
-  """Dropless: the R = T * k (token, expert) rows sorted by expert, two grouped matmuls, then each token's k
-  outputs summed with its routing weights."""
+def grouped_experts(moe: MoE, x_TxD, weights_Txk, experts_Txk, blocks: bool = False):
+  """Dropless: the R = T * k (token, expert) rows sorted by expert, each row through its expert's MLP, then each
+  token's k outputs summed with its routing weights. The rows meet their experts' weights through
+  `jax.lax.ragged_dot` (contiguous groups), or with `blocks` in blocks of b rows that each belong to one expert
+  (every group padded to a multiple of b; at most R / b + E blocks), one batched matmul over the blocks with the
+  weights gathered per block: the cost of the routed rows (plus padding) on any backend."""
   cfg = moe.cfg
   T, k = experts_Txk.shape
-  p = moe._weights(x_TxD.dtype)
+  D, E, R = x_TxD.shape[1], cfg.num_experts, T * k
   experts_R = experts_Txk.reshape(-1)
   order_R = jnp.argsort(experts_R, stable=True)
   sorted_experts_R = experts_R[order_R]
   x_RxD = x_TxD[order_R // k]
-  sizes_E = jnp.bincount(experts_R, length=cfg.num_experts).astype(jnp.int32)
-  lora = moe.adapters
-  gate = jax.lax.ragged_dot(x_RxD, p["gate_ExDxF"], sizes_E)
-  up = jax.lax.ragged_dot(x_RxD, p["up_ExDxF"], sizes_E)
-  if lora is not None:
-    gate = lora.add_grouped("gate_proj", x_RxD, gate, sizes_E)
-    up = lora.add_grouped("up_proj", x_RxD, up, sizes_E)
-  if cfg.expert_bias:
-    gate, up = gate + p["gate_bias_ExF"][sorted_experts_R], up + p["up_bias_ExF"][sorted_experts_R]
-  hidden_RxF = _activation(cfg, gate, up)
-  y_RxD = jax.lax.ragged_dot(hidden_RxF, p["down_ExFxD"], sizes_E)
-  if lora is not None:
-    y_RxD = lora.add_grouped("down_proj", hidden_RxF, y_RxD, sizes_E)
-  if cfg.expert_bias:
-    y_RxD = y_RxD + p["down_bias_ExD"][sorted_experts_R]
+  sizes_E = jnp.bincount(experts_R, length=E).astype(jnp.int32)
+  if not blocks:
+    y_RxD = _expert_mlp(moe, x_RxD, lambda x, w: jax.lax.ragged_dot(x, w, sizes_E), lambda b: b[sorted_experts_R])
+  else:
+    b = block_rows(R, E)
+    n = -(-R // b) + E
+    padded_E = -(-sizes_E // b) * b
+    # Row r (the j-th of its expert e) goes to slot (e's padded offset) + j of the n * b padded rows.
+    slot_R = (jnp.cumsum(padded_E) - padded_E)[sorted_experts_R] + jnp.arange(R) - (
+        jnp.cumsum(sizes_E) - sizes_E)[sorted_experts_R]
+    block_expert_N = jnp.minimum(jnp.searchsorted(jnp.cumsum(padded_E), jnp.arange(n) * b, side="right"), E - 1)
+    x_NxbxD = jnp.zeros((n * b, D), x_TxD.dtype).at[slot_R].set(x_RxD).reshape(n, b, D)
+    y_NxbxD = _expert_mlp(moe, x_NxbxD, lambda x, w: jnp.einsum("nbi,nio->nbo", x, w[block_expert_N]),
+                          lambda bias: bias[block_expert_N][:, None])
+    y_RxD = y_NxbxD.reshape(n * b, D)[slot_R]
   y_TxkxD = jnp.zeros_like(y_RxD).at[order_R].set(y_RxD).reshape(T, k, -1)
   return jnp.einsum("tkd,tk->td", y_TxkxD, weights_Txk.astype(y_RxD.dtype))
+
+
+def block_rows(rows: int, experts: int) -> int:
+  """b for `grouped_experts(blocks=True)`: about a quarter of an expert's mean rows, a power of 2 in [8, 256],
+  so that the padding (at most E (b - 1) rows) stays near R / 4."""
+  return int(min(256, max(8, 2 ** math.floor(math.log2(max(1, rows // (4 * experts)))))))
+
+
+def _expert_mlp(moe: MoE, x, matmul, row_bias):
+  """Each row of x through its expert's gated MLP; `matmul(x, w_ExIxO)` applies the row's expert's matrix and
+  `row_bias(b_ExO)` gives the row's expert's bias, broadcastable against the result."""
+  cfg, lora = moe.cfg, moe.adapters
+  p = moe._weights(x.dtype)
+  gate, up = matmul(x, p["gate_ExDxF"]), matmul(x, p["up_ExDxF"])
+  if lora is not None:
+    gate, up = lora.add("gate_proj", x, gate, matmul), lora.add("up_proj", x, up, matmul)
+  if cfg.expert_bias:
+    gate, up = gate + row_bias(p["gate_bias_ExF"]), up + row_bias(p["up_bias_ExF"])
+  hidden = _activation(cfg, gate, up)
+  y = matmul(hidden, p["down_ExFxD"])
+  if lora is not None:
+    y = lora.add("down_proj", hidden, y, matmul)
+  return y + row_bias(p["down_bias_ExD"]) if cfg.expert_bias else y
 
 
 def dense_experts(moe: MoE, x_TxD, weights_Txk, experts_Txk):

@@ -2,6 +2,8 @@
 grouped (ragged_dot) expert path against the dense all-experts reference."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +12,7 @@ from flax import nnx
 
 from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model.config import from_hf_config
+from grpo_jax.model import moe as moe_lib
 from grpo_jax.model.moe import MoE, dense_experts, expert_load, grouped_experts, replayed_weights, route
 from .helpers import VOCAB, jax_logits, left_padded_batch, torch_logits
 from .test_gemma3 import _sampler_greedy, torch_greedy
@@ -74,7 +77,7 @@ def test_logits_match_transformers_with_left_padding(checkpoints, name):
   model = hf_io.from_pretrained(path)
   assert name.startswith(model.cfg.family) and model.cfg.num_experts
   ref = torch_logits(torch_model, tokens, mask)
-  for impl in ("ragged", "dense"):
+  for impl in ("ragged", "blocks", "dense"):
     ours = jax_logits(hf_io.from_pretrained(path, moe_impl=impl), tokens, mask)
     np.testing.assert_allclose(ours[mask], ref[mask], atol=1e-4, rtol=0, err_msg=impl)
 
@@ -133,10 +136,12 @@ def test_route_matches_numpy(router, norm, bias):
                              np.asarray(weights), rtol=1e-6)
 
 
+@pytest.mark.parametrize("blocks", [False, True])
 @pytest.mark.parametrize("router,norm,bias", [("softmax_topk", True, False), ("topk_softmax", False, True)])
-def test_grouped_experts_equal_the_dense_reference_values_and_gradients(router, norm, bias):
+def test_grouped_experts_equal_the_dense_reference_values_and_gradients(router, norm, bias, blocks):
   """With experts that get no token at all (8 experts, the router biased towards three of them)."""
   moe = _moe(router, norm, bias)
+  grouped = functools.partial(grouped_experts, blocks=blocks)
   x = jax.random.normal(jax.random.key(1), (2, 13, 16))
   graphdef, state = nnx.split(moe)
 
@@ -148,7 +153,7 @@ def test_grouped_experts_equal_the_dense_reference_values_and_gradients(router, 
     y = ffn(m, flat, weights, experts)
     return jnp.sum(jnp.sin(y)), y
 
-  (lg, yg), gg = jax.value_and_grad(loss, has_aux=True)(state, x, grouped_experts)
+  (lg, yg), gg = jax.value_and_grad(loss, has_aux=True)(state, x, grouped)
   (ld, yd), gd = jax.value_and_grad(loss, has_aux=True)(state, x, dense_experts)
   scale = float(jnp.abs(yd).max())
   np.testing.assert_allclose(np.asarray(yg), np.asarray(yd), atol=64 * np.finfo(np.float32).eps * scale, rtol=0)
@@ -159,15 +164,21 @@ def test_grouped_experts_equal_the_dense_reference_values_and_gradients(router, 
   assert float(np.abs(np.asarray(gd["router_DxE"].get_value())).max()) > 0  # the router learns through the weights
 
 
-def test_the_grouped_path_costs_the_routed_rows_not_every_expert():
-  """The grouped path's matmuls see R = T * k rows: no [T, E, F] array in its program (the dense one has it)."""
+def test_the_grouped_paths_cost_the_routed_rows_not_every_expert():
+  """The grouped paths' activations have R = T * k rows (blocks: R / b + E blocks of b rows), never a [T, E, F]
+  array (the dense reference has one); the blocks' matmuls total at most R + E b rows."""
   moe = _moe(E=8, k=2)
-  x = jnp.ones((30, 16))
+  T, R = 256, 512
+  x = jnp.ones((T, 16))
   w, e = route(moe.router_logits(x), moe.cfg)
   shapes = lambda fn: {tuple(v.aval.shape) for eq in jax.make_jaxpr(lambda x: fn(moe, x, w, e))(x).eqns
                        for v in eq.outvars}
-  assert (30, 8, 12) in shapes(dense_experts) and (60, 12) in shapes(grouped_experts)
-  assert not any(len(s) == 3 and s[:2] == (30, 8) for s in shapes(grouped_experts))
+  b = moe_lib.block_rows(R, 8)
+  assert b == 16
+  assert (T, 8, 12) in shapes(dense_experts) and (R, 12) in shapes(grouped_experts)
+  assert (R // b + 8, b, 12) in shapes(functools.partial(grouped_experts, blocks=True))
+  for fn in (grouped_experts, functools.partial(grouped_experts, blocks=True)):
+    assert not any(len(s) == 3 and s[:2] == (T, 8) for s in shapes(fn))
 
 
 def test_replayed_experts_change_the_output_and_keep_the_router_gradient():
@@ -225,7 +236,7 @@ def test_lora_on_experts_starts_at_the_base_matches_the_dense_path_and_merges(ch
   base = jax_logits(hf_io.from_pretrained(path), tokens, mask)
   config = lora.LoraConfig(rank=4, alpha=8.0)
   adapted = {impl: lora.add_adapters(hf_io.from_pretrained(path, moe_impl=impl), config, nnx.Rngs(params=7))
-             for impl in ("ragged", "dense")}
+             for impl in ("ragged", "blocks", "dense")}
   eps, scale = float(np.finfo(np.float32).eps), np.abs(base[mask]).max()
   np.testing.assert_allclose(jax_logits(adapted["ragged"], tokens, mask)[mask], base[mask], atol=64 * eps * scale)
   experts = adapted["ragged"].layers[0].mlp.adapters
@@ -234,9 +245,10 @@ def test_lora_on_experts_starts_at_the_base_matches_the_dense_path_and_merges(ch
     for i, (p, var) in enumerate(nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))):
       if p[-1].endswith("_b") or p[-1] == "lora_b":
         var.set_value(0.3 * jax.random.normal(jax.random.key(i), var.get_value().shape))
-  ragged, dense = (jax_logits(adapted[k], tokens, mask) for k in ("ragged", "dense"))
+  ragged, blocks, dense = (jax_logits(adapted[k], tokens, mask) for k in ("ragged", "blocks", "dense"))
   assert np.abs(ragged - base)[mask].max() > 0.1  # the adapters matter
-  np.testing.assert_allclose(ragged[mask], dense[mask], atol=64 * eps * np.abs(dense[mask]).max())
+  for grouped in (ragged, blocks):
+    np.testing.assert_allclose(grouped[mask], dense[mask], atol=64 * eps * np.abs(dense[mask]).max())
   merged = jax_logits(lora.merged(adapted["ragged"]), tokens, mask)
   np.testing.assert_allclose(merged[mask], ragged[mask], atol=1e-4)
 
