@@ -115,6 +115,8 @@ class MoeSettings:
                                   # "dense": every expert on every token (the reference; E / k times the FLOPs).
   aux_loss_coef: float = 0.0      # weight of the load-balancing loss (Switch Transformer's; logged: moe/aux_loss).
   z_loss_coef: float = 0.0        # weight of the router z-loss (ST-MoE's; logged: moe/z_loss).
+  routing_replay: bool = False    # the update's log-probs use the experts the sampler chose for each token (the
+                                  # router still learns through their weights); moe/routing_flip is logged either way.
 
   def __post_init__(self):
     s = Section(self, "moe")

@@ -89,7 +89,7 @@ def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0,
 
 def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
                         temperature: float = 1.0, chunk_size: int = 128, with_entropy: bool = False,
-                        prompt_repeats: int = 1, with_routing: bool = False):
+                        prompt_repeats: int = 1, with_routing: bool = False, experts_BxTxLxk=None):
   """Log-probs of completion tokens given left-padded prompts, as the sampler produced them.
 
   `prompt_repeats` = s > 1: rows come in consecutive runs of s that share one prompt (a GRPO group, or an
@@ -98,16 +98,38 @@ def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, complet
   rounding (tests/model/test_shared_prompt.py).
 
   Returns (logp_BxC, entropy_BxC or None); values at masked completion positions are meaningless (mask them).
-  `with_routing` adds a third item, one (router logits [N, E], experts [N, k], valid [N]) per expert layer over
-  the N token positions the forward ran (valid: real prompt and completion tokens).
+  `with_routing` adds a third item, one (router logits [N, E], the router's top k [N, k], valid [N]) per expert
+  layer over the N token positions the forward ran (valid: real prompt and completion tokens), in the order of
+  `routing_order`. `experts_BxTxLxk` (the sampler's, over prompt + completion columns): routing replay, each
+  expert layer uses those experts (moe.MoE).
   """
   if prompt_repeats > 1:
     h, routing = _shared_prompt_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
-                                       prompt_repeats)
+                                       prompt_repeats, experts_BxTxLxk)
   else:
-    h, routing = _per_row_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC)
+    h, routing = _per_row_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
+                                 experts_BxTxLxk)
   out = token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy)
   return (*out, routing) if with_routing else out
+
+
+def routing_order(x_BxTx_, P: int, prompt_repeats: int = 1):
+  """[N, ...]: a per-token array over prompt + completion columns (the sampler's experts [B, T, L, k], a mask) in
+  the token order of `completion_logprobs`'s routing: row by row over all columns, or with prompt_repeats > 1 each
+  run's prompt once, then every completion."""
+  flat = lambda x: x.reshape(-1, *x.shape[2:])
+  if prompt_repeats == 1:
+    return flat(x_BxTx_)
+  return jnp.concatenate([flat(x_BxTx_[::prompt_repeats, :P]), flat(x_BxTx_[:, P:])])
+
+
+def _columns(experts_BxTxLxk, columns: slice, every: int = 1):
+  return None if experts_BxTxLxk is None else experts_BxTxLxk[::every, columns]
+
+
+def _layers(experts_BxTxLxk):
+  """Per expert layer [B, T, k], or None (no replay)."""
+  return None if experts_BxTxLxk is None else [experts_BxTxLxk[:, :, i] for i in range(experts_BxTxLxk.shape[2])]
 
 
 def _flat_routing(routing, valid_BxT):
@@ -115,7 +137,8 @@ def _flat_routing(routing, valid_BxT):
                for logits, experts in routing)
 
 
-def _per_row_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC):
+def _per_row_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
+                    experts_BxTxLxk=None):
   """([B, C, D]: the hidden state before each completion token (the one that predicts it), routing), one forward
   pass over each row's prompt + completion."""
   tokens = jnp.concatenate([prompt_BxP, completion_BxC], axis=1)
@@ -123,14 +146,14 @@ def _per_row_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_
   # attention rows; treat them as real tokens for the forward pass: only left padding of the prompt is excluded.
   fwd_mask = jnp.concatenate([prompt_mask_BxP.astype(bool), jnp.ones_like(completion_BxC, bool)], axis=1)
   hidden, _, routing = model(tokens, positions_from_mask(fwd_mask), causal_attention_mask(fwd_mask),
-                             with_routing=True)
+                             experts=_layers(experts_BxTxLxk), with_routing=True)
   P, C = prompt_BxP.shape[1], completion_BxC.shape[1]
   real = jnp.concatenate([prompt_mask_BxP.astype(bool), completion_mask_BxC.astype(bool)], axis=1)
   return hidden[:, P - 1:P - 1 + C], _flat_routing(routing, real)
 
 
 def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
-                          repeats: int):
+                          repeats: int, experts_BxTxLxk=None):
   """What `_per_row_hidden` returns, with each prompt run once for its `repeats` consecutive rows.
 
   Pass 1 runs the R = B / repeats distinct prompts and keeps every layer's keys and values (a KV cache of
@@ -149,7 +172,8 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
   real_RxP = prompt_mask_BxP[::repeats].astype(bool)
   hidden_RxPxD, cache, prompt_routing = model(prompt_RxP, positions_from_mask(real_RxP), causal_attention_mask(real_RxP),
                                               cache=init_cache(cfg, prompt_RxP.shape[0], P), cache_index=0,
-                                              remat=cfg.remat, with_routing=True)
+                                              remat=cfg.remat, with_routing=True,
+                                              experts=_layers(_columns(experts_BxTxLxk, slice(None, P), repeats)))
 
   def to_rows(x):
     return jnp.repeat(x, repeats, axis=0)
@@ -161,7 +185,8 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
   mask_BxCxS = jnp.concatenate([jnp.broadcast_to(real_BxP[:, None, :], (B, C, P)),
                                 jnp.broadcast_to(causal_CxC, (B, C, C))], axis=2)
   hidden_BxCxD, _, completion_routing = model(completion_BxC, positions_BxC, mask_BxCxS, cache=cache_B,
-                                              cache_index=P, remat=cfg.remat, with_routing=True)
+                                              cache_index=P, remat=cfg.remat, with_routing=True,
+                                              experts=_layers(_columns(experts_BxTxLxk, slice(P, None))))
   routing = tuple(tuple(jnp.concatenate(pair) for pair in zip(p, c)) for p, c in zip(
       _flat_routing(prompt_routing, real_RxP), _flat_routing(completion_routing, completion_mask_BxC.astype(bool))))
   # The prompt's last state predicts completion token 0; completion state t predicts token t + 1.

@@ -100,16 +100,17 @@ class MoE(nnx.Module):
     return logits
 
   def __call__(self, x_BxTxD, experts_BxTxk=None, with_routing: bool = False):
-    """[B, T, D] -> [B, T, D] (and with `with_routing`, (router logits [B, T, E] float32, experts [B, T, k])).
+    """[B, T, D] -> [B, T, D] (and with `with_routing`, (router logits [B, T, E] float32, the router's own top k
+    [B, T, k], replayed or not)).
     `experts_BxTxk`: use these experts instead of the router's top k (routing replay), weighted by the router's
     probabilities of them (renormalized as the router would), so that gradients still reach the router."""
     cfg = self.cfg
     B, T, D = x_BxTxD.shape
     x = x_BxTxD.reshape(B * T, D)
     logits = self.router_logits(x)
-    weights, experts = route(logits, cfg)
+    weights, experts = own = route(logits, cfg)
     if experts_BxTxk is not None:
-      experts = experts_BxTxk.reshape(B * T, -1)
+      experts = experts_BxTxk.reshape(B * T, -1).astype(jnp.int32)
       weights = replayed_weights(logits, experts, cfg)
     impl = cfg.moe_impl if cfg.moe_impl != "auto" else "blocks" if jax.default_backend() == "cpu" else "ragged"
     if impl == "dense":
@@ -119,7 +120,7 @@ class MoE(nnx.Module):
     y = y.reshape(B, T, D)
     if not with_routing:
       return y
-    return y, (logits.astype(jnp.float32).reshape(B, T, -1), experts.reshape(B, T, -1))
+    return y, (logits.astype(jnp.float32).reshape(B, T, -1), own[1].reshape(B, T, -1))
 
   def _weights(self, dt):
     p = {name: getattr(self, name)[...].astype(dt) for name in ("gate_ExDxF", "up_ExDxF", "down_ExFxD")}

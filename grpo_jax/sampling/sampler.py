@@ -64,6 +64,10 @@ class SampleResult(NamedTuple):
   logp_BxC: np.ndarray             # float32 log_softmax(logits / T)[token]; 0 where the mask is 0
   lengths_B: np.ndarray            # int32 completion lengths (sum of the mask)
   truncated_B: np.ndarray          # bool, no stop id within max_new_tokens
+  # Mixtures of experts: the experts the sampler's forward chose for each prompt and completion token it ran, per
+  # expert layer (int16, [B, P + C, layers, k]; the last completion column, never fed back, holds zeros). None
+  # for a dense model.
+  experts_BxTxLxk: np.ndarray | None = None
 
 
 def decode_segments(P: int, C: int, segment: int) -> list[tuple[int, int]]:
@@ -111,6 +115,14 @@ class _Decoding(NamedTuple):
   mask_BxC: jax.Array      # int32
   logp_BxC: jax.Array      # float32
   done_B: jax.Array        # bool: emitted a stop id (dummy rows start done)
+  # Mixtures of experts (else None): the experts chosen for the prompt, and for each completion token when fed.
+  prompt_experts_BxPxLxk: jax.Array | None = None
+  experts_BxCxLxk: jax.Array | None = None
+
+
+def _stacked_experts(routing):
+  """[B, T, layers, k] int16 of a forward's routing (Transformer(..., with_routing=True)); None without experts."""
+  return jnp.stack([experts for _, experts in routing], axis=2).astype(jnp.int16) if routing else None
 
 
 class Sampler:
@@ -186,13 +198,16 @@ class Sampler:
     causal_PxS = jnp.arange(S)[None, :] <= jnp.arange(P)[:, None]
     key_ok_RxS = jnp.pad(prompt_mask_RxP.astype(bool), ((0, 0), (0, S - P)))
     attn_RxPxS = causal_PxS[None] & key_ok_RxS[:, None, :]
-    hidden_RxPxD, cache = model(prompt_RxP, None, attn_RxPxS, cache, 0, rope_cos_sin=rope_cos_sin)
+    hidden_RxPxD, cache, routing = model(prompt_RxP, None, attn_RxPxS, cache, 0, rope_cos_sin=rope_cos_sin,
+                                         with_routing=True)
+    experts = _stacked_experts(routing)
     # Left padding puts every row's last prompt token in column P - 1.
     logits_RxV = model.logits(hidden_RxPxD[:, -1:])[:, 0]
     if repeats > 1:
       # Row r*G + g copies prompt r. With R split over devices in contiguous blocks, so is B: the copy is local.
       cache = _split_batch(jax.tree.map(lambda x: jnp.repeat(x, repeats, axis=0), cache), mesh)
       logits_BxV = jnp.repeat(logits_RxV, repeats, axis=0)
+      experts = None if experts is None else jnp.repeat(experts, repeats, axis=0)
     else:
       logits_BxV = logits_RxV
     token_B, logp_B = select_next_token(logits_BxV, jax.random.uniform(jax.random.fold_in(key, 0), (B,)), cfg)
@@ -202,7 +217,8 @@ class Sampler:
         tokens_BxC=jnp.full((B, C), cfg.pad_id, jnp.int32).at[:, 0].set(token_B),
         mask_BxC=jnp.zeros((B, C), jnp.int32).at[:, 0].set(row_valid_B.astype(jnp.int32)),
         logp_BxC=jnp.zeros((B, C), jnp.float32).at[:, 0].set(jnp.where(row_valid_B, logp_B, 0.0)),
-        done_B=~row_valid_B | self._is_stop(token_B))
+        done_B=~row_valid_B | self._is_stop(token_B), prompt_experts_BxPxLxk=experts,
+        experts_BxCxLxk=None if experts is None else jnp.zeros((B, C, *experts.shape[2:]), experts.dtype))
     return cache, state0
 
   def _decode_fn(self, state, cache, dec: _Decoding, prompt_mask_BxP, key, mesh):
@@ -256,16 +272,20 @@ class Sampler:
       prev_B = jax.lax.dynamic_index_in_dim(d.tokens_BxC, t - 1, axis=1, keepdims=False)
       attn_Bx1xS = (key_ok_BxS & (slots_S <= slot)[None])[:, None, :]
       rope_t = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, t, 1, axis=1), rope_BxC)
-      hidden_Bx1xD, cache = model(prev_B[:, None], None, attn_Bx1xS, cache, slot, rope_cos_sin=rope_t)
+      hidden_Bx1xD, cache, routing = model(prev_B[:, None], None, attn_Bx1xS, cache, slot, rope_cos_sin=rope_t,
+                                           with_routing=True)
       logits_BxV = model.logits(hidden_Bx1xD)[:, 0]
       token_B, logp_B = select_next_token(logits_BxV, u_CxB[t], cfg)
       active_B = ~d.done_B
       token_B = jnp.where(active_B, token_B, cfg.pad_id)
       logp_B = jnp.where(active_B, logp_B, 0.0)
       put = lambda buf_BxC, col_B: jax.lax.dynamic_update_index_in_dim(buf_BxC, col_B, t, axis=1)
-      d = _Decoding(step=t + 1, tokens_BxC=put(d.tokens_BxC, token_B),
-                    mask_BxC=put(d.mask_BxC, active_B.astype(jnp.int32)), logp_BxC=put(d.logp_BxC, logp_B),
-                    done_B=d.done_B | (active_B & self._is_stop(token_B)))
+      d = d._replace(step=t + 1, tokens_BxC=put(d.tokens_BxC, token_B),
+                     mask_BxC=put(d.mask_BxC, active_B.astype(jnp.int32)), logp_BxC=put(d.logp_BxC, logp_B),
+                     done_B=d.done_B | (active_B & self._is_stop(token_B)))
+      if routing:  # the experts of token t - 1, fed at this step
+        d = d._replace(experts_BxCxLxk=jax.lax.dynamic_update_index_in_dim(
+            d.experts_BxCxLxk, _stacked_experts(routing)[:, 0], t - 1, axis=1))
       return cache, d
 
     # Returning the cache lets XLA alias the donated input buffers to it, so the loop updates them in place
@@ -344,4 +364,5 @@ class Sampler:
         prompt_BxP=np.repeat(prompt_RxP[:len(prompts)], repeats, axis=0), prompt_mask_BxP=prompt_mask_BxP[:b],
         completion_BxC=np.asarray(dec.tokens_BxC)[:b], completion_mask_BxC=mask,
         logp_BxC=np.asarray(dec.logp_BxC)[:b], lengths_B=mask.sum(axis=1).astype(np.int32),
-        truncated_B=~done)
+        truncated_B=~done, experts_BxTxLxk=None if dec.experts_BxCxLxk is None else np.concatenate(
+            [np.asarray(dec.prompt_experts_BxPxLxk)[:b], np.asarray(dec.experts_BxCxLxk)[:b]], axis=1))

@@ -187,7 +187,7 @@ class GlobalSampler:
       raise ValueError(f"the processes' prompt rows (starts {starts.tolist()}) leave gaps in the global batch")
     out = self.sampler.generate(state, rows, key, repeats=repeats)
     mine = slice(row_start * repeats, (row_start + len(prompts)) * repeats)
-    return type(out)(*[x[mine] for x in out])
+    return type(out)(*[None if x is None else x[mine] for x in out])
 
 
 def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:

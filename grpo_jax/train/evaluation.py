@@ -43,10 +43,10 @@ def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int,
     real = len(chunk) * repeats
     chunk = chunk + [chunk[-1]] * (batch_size - len(chunk))
     out = sampler.generate(params, chunk, jax.random.fold_in(key, i), repeats=repeats)
-    outs.append(type(out)(*[x[:real] for x in out]))
+    outs.append(type(out)(*[None if x is None else x[:real] for x in out]))
     if on_batch is not None:
       on_batch(i + 1, len(starts))
-  return type(outs[0])(*[np.concatenate(xs) for xs in zip(*outs)])
+  return type(outs[0])(*[None if xs[0] is None else np.concatenate(xs) for xs in zip(*outs)])
 
 
 def with_interval(name: str, values_P: np.ndarray, methods: dict | None = None) -> dict[str, float]:

@@ -181,12 +181,13 @@ def concat_scored(parts: Sequence[Scored]) -> Scored:
     return parts[0]
   cat = lambda xs: np.concatenate(list(xs), axis=0)
   P = max(p.sample.prompt_BxP.shape[1] for p in parts)
-  widen = lambda x: np.pad(x, ((0, 0), (P - x.shape[1], 0)))  # noqa: E731
-  samples = [p.sample._replace(prompt_BxP=widen(p.sample.prompt_BxP), prompt_mask_BxP=widen(p.sample.prompt_mask_BxP))
-             for p in parts]
+  widen = lambda x, p: np.pad(x, ((0, 0), (P - p, 0)) + ((0, 0),) * (x.ndim - 2))  # noqa: E731
+  samples = [p.sample._replace(prompt_BxP=widen(p.sample.prompt_BxP, p.sample.prompt_BxP.shape[1]),
+                               prompt_mask_BxP=widen(p.sample.prompt_mask_BxP, p.sample.prompt_BxP.shape[1]),
+                               **_widened_experts(p.sample, widen)) for p in parts]
   first = parts[0]
   return Scored(
-      sample=type(first.sample)(*[cat(field) for field in zip(*samples)]),
+      sample=type(first.sample)(*[None if field[0] is None else cat(field) for field in zip(*samples)]),
       prompts=[t for p in parts for t in p.prompts], completions=[t for p in parts for t in p.completions],
       rewards_B=cat(p.rewards_B for p in parts),
       per_fn={k: cat(p.per_fn[k] for p in parts) for k in first.per_fn},
@@ -195,11 +196,17 @@ def concat_scored(parts: Sequence[Scored]) -> Scored:
       seconds=tuple(sum(p.seconds[i] for p in parts) for i in range(2)))
 
 
+def _widened_experts(sample, widen) -> dict:
+  """A SampleResult's experts, their prompt columns widened like its prompt (nothing for other samples)."""
+  experts = getattr(sample, "experts_BxTxLxk", None)
+  return {} if experts is None else {"experts_BxTxLxk": widen(experts, sample.prompt_BxP.shape[1])}
+
+
 def take_groups(scored: Scored, groups_K: np.ndarray, group_size: int) -> Scored:
   """The groups `groups_K` (indices, in that order) of `scored`."""
   rows = (np.asarray(groups_K)[:, None] * group_size + np.arange(group_size)[None]).reshape(-1)
   return Scored(
-      sample=type(scored.sample)(*[x[rows] for x in scored.sample]),
+      sample=type(scored.sample)(*[None if x is None else x[rows] for x in scored.sample]),
       prompts=[scored.prompts[i] for i in rows], completions=[scored.completions[i] for i in rows],
       rewards_B=scored.rewards_B[rows], per_fn={k: v[rows] for k, v in scored.per_fn.items()},
       failures=scored.failures, std_R=scored.std_R[groups_K], zero_std_R=scored.zero_std_R[groups_K],
@@ -267,7 +274,7 @@ def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSett
       prompt_BxP=out.prompt_BxP.astype(np.int32), prompt_mask_BxP=out.prompt_mask_BxP.astype(np.int32),
       completion_BxC=out.completion_BxC.astype(np.int32), completion_mask_BxC=loss_mask_BxC,
       advantages_B=advantages_B.astype(np.float32), sampler_logp_BxC=out.logp_BxC.astype(np.float32),
-      ref_logp_BxC=None)
+      ref_logp_BxC=None, experts_BxTxLxk=getattr(out, "experts_BxTxLxk", None))
   if num_tokens is None:
     num_tokens = int(out.prompt_mask_BxP.sum() + out.completion_mask_BxC.sum())
   return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens)
@@ -359,7 +366,9 @@ def trim_padding(batch: RolloutBatch, buckets: int, max_prompt_length: int | Non
   if (p, n) == (P, C):
     return batch
   tail = lambda x: None if x is None else x[:, :n]   # noqa: E731
+  experts = batch.experts_BxTxLxk
   return batch._replace(prompt_BxP=batch.prompt_BxP[:, P - p:], prompt_mask_BxP=batch.prompt_mask_BxP[:, P - p:],
                         completion_BxC=tail(batch.completion_BxC),
                         completion_mask_BxC=tail(batch.completion_mask_BxC),
-                        sampler_logp_BxC=tail(batch.sampler_logp_BxC), ref_logp_BxC=tail(batch.ref_logp_BxC))
+                        sampler_logp_BxC=tail(batch.sampler_logp_BxC), ref_logp_BxC=tail(batch.ref_logp_BxC),
+                        experts_BxTxLxk=None if experts is None else experts[:, P - p:P + n])

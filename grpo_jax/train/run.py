@@ -96,7 +96,8 @@ class Run:
         graphdef, self.optimizer, build.loss_config(settings), num_iterations=g.num_iterations, mini_batch_size=mini,
         micro_batch_size=micro, temperature=s.temperature, chunk_size=settings.model.logprob_chunk_size,
         prompt_repeats=repeats, trainable=self.policy.trainable,
-        moe_loss_coefs=(settings.moe.aux_loss_coef, settings.moe.z_loss_coef)),
+        moe_loss_coefs=(settings.moe.aux_loss_coef, settings.moe.z_loss_coef),
+        routing_replay=settings.moe.routing_replay),
         donate_argnums=(0, 1), out_shardings=(param_sh, opt_sh, NamedSharding(self.mesh, PartitionSpec())))
     self.ref_logprobs = jax.jit(make_logprob_fn(self.policy.base_graphdef, temperature=s.temperature,
                                                 chunk_size=settings.model.logprob_chunk_size, micro_batch_size=micro,

@@ -29,7 +29,7 @@ from flax import nnx
 
 from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
 from grpo_jax.model import moe
-from grpo_jax.model.logprobs import completion_logprobs
+from grpo_jax.model.logprobs import completion_logprobs, routing_order
 
 
 class RolloutBatch(NamedTuple):
@@ -41,6 +41,7 @@ class RolloutBatch(NamedTuple):
   advantages_B: jax.Array          # float32
   sampler_logp_BxC: jax.Array      # float32, log-probs the sampler reported (for the mismatch metric)
   ref_logp_BxC: jax.Array | None   # float32 reference log-probs, None when beta = 0
+  experts_BxTxLxk: jax.Array | None = None  # mixtures of experts: the sampler's experts (SampleResult), else None
 
 
 def _split(x, *lead):
@@ -51,12 +52,12 @@ def _split(x, *lead):
 
 
 def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: int, micro_batch_size: int,
-                    with_entropy: bool = False, prompt_repeats: int = 1):
+                    with_entropy: bool = False, prompt_repeats: int = 1, routing_replay: bool = False):
   """A pure fn(params, batch) -> logp_BxC (and entropy_BxC), computed micro-batch by micro-batch.
 
   Used for the reference policy (jit it separately) and, inside the update, for the old policy.
   `prompt_repeats` (dividing `micro_batch_size`): consecutive rows sharing one prompt, run once
-  (`completion_logprobs`).
+  (`completion_logprobs`). `routing_replay`: a mixture of experts uses the batch's recorded experts.
   """
   _check_repeats(prompt_repeats, micro_batch_size)
 
@@ -68,10 +69,12 @@ def make_logprob_fn(graphdef: nnx.GraphDef, *, temperature: float, chunk_size: i
     model = nnx.merge(graphdef, params)
 
     def one(args):
-      p, pm, c, cm = args
-      return completion_logprobs(model, p, pm, c, cm, temperature, chunk_size, with_entropy, prompt_repeats)
+      p, pm, c, cm, experts = args
+      return completion_logprobs(model, p, pm, c, cm, temperature, chunk_size, with_entropy, prompt_repeats,
+                                 experts_BxTxLxk=experts)
 
-    pieces = (batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxC, batch.completion_mask_BxC)
+    pieces = (batch.prompt_BxP, batch.prompt_mask_BxP, batch.completion_BxC, batch.completion_mask_BxC,
+              batch.experts_BxTxLxk if routing_replay else None)
     logp, ent = jax.lax.map(one, tuple(_split(x, U) for x in pieces))
     logp = logp.reshape(B, -1)
     return logp if not with_entropy else (logp, ent.reshape(B, -1))
@@ -114,6 +117,20 @@ def keep_if(flag, new, old):
   return jax.lax.cond(flag, lambda: new, lambda: old)
 
 
+def _routing_flips(routing, micro: RolloutBatch, prompt_repeats: int):
+  """(flipped, pairs) over expert layers and the tokens the sampler fed through its model (real prompt tokens, and
+  completion tokens but each row's last, which it never feeds): the update's top-k set differs from the sampler's."""
+  P = micro.prompt_BxP.shape[1]
+  mask_BxC = micro.completion_mask_BxC.astype(bool)
+  fed_BxT = jnp.concatenate([micro.prompt_mask_BxP.astype(bool), mask_BxC & jnp.pad(mask_BxC[:, 1:], ((0, 0), (0, 1)))],
+                            axis=1)
+  fed_N = routing_order(fed_BxT, P, prompt_repeats).astype(jnp.float32)
+  sampler_NxLxk = routing_order(micro.experts_BxTxLxk, P, prompt_repeats)
+  flips = [jnp.any(jnp.sort(experts, -1) != jnp.sort(sampler_NxLxk[:, i].astype(experts.dtype), -1), -1)
+           for i, (_, experts, _) in enumerate(routing)]
+  return jnp.sum(jnp.stack(flips, 1) * fed_N[:, None]), jnp.sum(fed_N) * len(routing)
+
+
 def _moe_terms(routing, cfg, coefs):
   """(metrics as (sum, count) pairs, coef-weighted auxiliary loss) of one micro-batch's expert layers."""
   layers = [i for i in range(cfg.num_layers) if cfg.is_moe(i)]
@@ -129,7 +146,7 @@ def _moe_terms(routing, cfg, coefs):
 def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformation, loss_cfg: LossConfig, *,
                     num_iterations: int, mini_batch_size: int, micro_batch_size: int, temperature: float,
                     chunk_size: int, prompt_repeats: int = 1, trainable: nnx.filterlib.Filter | None = None,
-                    moe_loss_coefs: tuple[float, float] = (0.0, 0.0)):
+                    moe_loss_coefs: tuple[float, float] = (0.0, 0.0), routing_replay: bool = False):
   """Returns the pure `train_step(params, opt_state, batch) -> (params, opt_state, metrics)`.
 
   `trainable`: an NNX filter of the parameters that are differentiated and optimized (e.g. `nnx.LoRAParam`);
@@ -148,7 +165,10 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
   A mixture of experts adds 'moe/expert_load' (the largest over layers of max / mean tokens per expert, over real
   tokens), 'moe/expert_load/<layer>', 'moe/aux_loss' and 'moe/z_loss' (grpo_jax/model/moe.py, means over
   layers), averaged over micro-batches; `moe_loss_coefs` = (aux, z) adds coef * loss to each micro-batch's
-  objective, weighted by its denominator, so that the update's loss gains coef * their mean.
+  objective, weighted by its denominator, so that the update's loss gains coef * their mean. With the sampler's
+  experts in the batch, 'moe/routing_flip' is the fraction of (real token, expert layer) pairs whose top-k set
+  the update's router chose differently; `routing_replay` makes the update (and the old policy's log-probs) use
+  the sampler's experts, the gradient still reaching the router through their weights.
   """
   if mini_batch_size % micro_batch_size:
     raise ValueError(f"micro_batch_size={micro_batch_size} does not divide mini_batch_size={mini_batch_size}")
@@ -165,7 +185,8 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
     model = nnx.merge(graphdef, join(trained, frozen))
     logp, entropy, routing = completion_logprobs(
         model, micro.prompt_BxP, micro.prompt_mask_BxP, micro.completion_BxC, micro.completion_mask_BxC,
-        temperature, chunk_size, with_entropy=True, prompt_repeats=prompt_repeats, with_routing=True)
+        temperature, chunk_size, with_entropy=True, prompt_repeats=prompt_repeats, with_routing=True,
+        experts_BxTxLxk=micro.experts_BxTxLxk if routing_replay else None)
     inputs = LossInputs(logp_BxT=logp, old_logp_BxT=old_logp_BxC, ref_logp_BxT=micro.ref_logp_BxC,
                         advantages_B=micro.advantages_B, mask_BxT=micro.completion_mask_BxC,
                         entropy_BxT=entropy, sampler_logp_BxT=micro.sampler_logp_BxC)
@@ -173,6 +194,8 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
     if routing:
       moe_metrics, moe_loss = _moe_terms(routing, model.cfg, moe_loss_coefs)
       loss_sum, metrics = loss_sum + moe_loss * denom, {**metrics, **moe_metrics}
+      if micro.experts_BxTxLxk is not None:
+        metrics["moe/routing_flip"] = _routing_flips(routing, micro, prompt_repeats)
     logp_sg = jax.lax.stop_gradient(logp)
     mismatch = _masked_max_abs(logp_sg, micro.sampler_logp_BxC, micro.completion_mask_BxC)
     metrics = dict(metrics, logp_mismatch_mean=_masked_abs_sum_count(logp_sg, micro.sampler_logp_BxC,
@@ -193,7 +216,8 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       old_mismatch = None
     else:
       old_fn = make_logprob_fn(graphdef, temperature=temperature, chunk_size=chunk_size,
-                               micro_batch_size=micro_batch_size, prompt_repeats=prompt_repeats)
+                               micro_batch_size=micro_batch_size, prompt_repeats=prompt_repeats,
+                               routing_replay=routing_replay)
       old_logp = jax.lax.stop_gradient(old_fn(params, batch))
       old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
       old_mismatch_mean = _masked_abs_sum_count(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)

@@ -302,3 +302,46 @@ def test_update_logs_expert_load_and_adds_the_auxiliary_losses():
   assert float(m1["loss"]) == pytest.approx(float(m0["loss"]) + added, rel=1e-5, abs=1e-6)
   router = lambda p: np.asarray(p["layers"][1]["mlp"]["router_DxE"].get_value())
   assert np.abs(router(p1) - router(p0)).max() > 1e-4
+
+
+def test_the_sampler_records_its_experts_and_the_update_flips_and_replays_them(checkpoints):
+  """The sampler's recorded experts are those of the trainer's forward (float32: routing_flip 0); changing a
+  layer's recorded experts on real tokens shows up in routing_flip as exactly the changed share, and routing
+  replay makes the trainer's log-probs follow the recorded experts."""
+  import optax
+  from grpo_jax.algo.objective import LossConfig
+  from grpo_jax.model.logprobs import completion_logprobs
+  from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
+  path, _ = checkpoints("qwen3_moe_e6k2_norm_dense1")
+  model = hf_io.from_pretrained(path)
+  rng = np.random.default_rng(5)
+  prompts = [list(rng.integers(1, VOCAB, size=n)) for n in (7, 4)]
+  sampler, out = _sampler_greedy(model, prompts, 6)
+  B, P, C = out.completion_BxC.shape[0], out.prompt_BxP.shape[1], 6
+  assert out.experts_BxTxLxk.shape == (B, P + C, 2, 2)  # layers 0 and 2 are expert layers (1 is dense)
+  cmask = np.ones((B, C), np.int32)
+  batch = RolloutBatch(out.prompt_BxP, out.prompt_mask_BxP, out.completion_BxC, cmask, np.array([1.0, -1.0], np.float32),
+                       out.logp_BxC, None, out.experts_BxTxLxk)
+  graphdef, params = nnx.split(model)
+
+  def flips(batch, replay=False):
+    fn = make_train_step(graphdef, optax.sgd(0.0), LossConfig(beta=0.0), num_iterations=1, mini_batch_size=B,
+                         micro_batch_size=B, temperature=1.0, chunk_size=8, routing_replay=replay)
+    return float(jax.jit(fn)(params, optax.sgd(0.0).init(params), batch)[2]["moe/routing_flip"])
+
+  assert flips(batch) == 0.0
+  changed = np.array(out.experts_BxTxLxk)
+  changed[0, P:P + 3, 1] = (changed[0, P:P + 3, 1] + 1) % 6  # layer 2's experts of 3 fed completion tokens of row 0
+  while np.any(np.sort(changed[0, P:P + 3, 1], -1) == np.sort(out.experts_BxTxLxk[0, P:P + 3, 1], -1)):
+    changed[0, P:P + 3, 1] = (changed[0, P:P + 3, 1] + 1) % 6
+  fed = out.prompt_mask_BxP.sum() + B * (C - 1)  # every real prompt token, every completion token but the last
+  assert flips(batch._replace(experts_BxTxLxk=changed)) == pytest.approx(3 / (2 * fed))
+  logp = lambda replay, b: np.asarray(jax.jit(make_logprob_fn(graphdef, temperature=1.0, chunk_size=8,
+                                                             micro_batch_size=B, routing_replay=replay))(params, b))
+  plain = logp(False, batch)
+  np.testing.assert_allclose(logp(True, batch), plain, atol=1e-5)  # replaying its own choice changes nothing
+  np.testing.assert_allclose(plain, out.logp_BxC, atol=1e-4)
+  replayed = logp(True, batch._replace(experts_BxTxLxk=changed))
+  assert np.abs(replayed[0, 1:4] - plain[0, 1:4]).max() > 1e-3  # tokens after the changed ones follow them
+  np.testing.assert_allclose(replayed[1], plain[1], atol=1e-5)  # row 1 untouched
+  assert np.abs(replayed[0, 0] - plain[0, 0]) < 1e-5  # token 0 is predicted before any changed token

@@ -65,7 +65,7 @@ def test_first_token_frequencies_match_softmax(qwen2_pair, T, top_k, top_p):
   prompt = [17, 4, 93, 250, 8]
   cfg = SamplingConfig(max_new_tokens=1, temperature=T, top_k=top_k, top_p=top_p)
   res = Sampler(graphdef, cfg).generate(state, [prompt] * NUM_DRAWS, jax.random.key(11))
-  logits_V = teacher_forced_logits(model, res._replace(**{f: getattr(res, f)[:1] for f in res._fields}))[0, 0]
+  logits_V = teacher_forced_logits(model, res._replace(**{f: v[:1] for f, v in res._asdict().items() if v is not None}))[0, 0]
   counts = np.bincount(res.completion_BxC[:, 0], minlength=model.cfg.vocab_size)
 
   probs = truncated_softmax(logits_V, T, top_k, top_p)
