@@ -3,7 +3,8 @@ and the two-level bootstrap that splits an interval's width between seeds and he
 
   paired       the differences (variant - baseline) of members with the same seed (same warm start, same data
                order): their mean, Student's t interval, the two-sided p value of a one-sample t test against 0
-               (scipy.stats.ttest_1samp) and the number of seeds where the variant is higher.
+               (scipy.stats.ttest_1samp; None when all differences are equal) and the number of seeds where the
+               variant is higher.
   holm         Holm's step-down adjustment of the p values of one table's comparisons (family-wise error <= alpha;
                scipy.stats has Benjamini-Hochberg but not Holm).
   improvement  P(a run of the variant scores higher than a run of the baseline), seeds unpaired: the
@@ -30,22 +31,20 @@ RESAMPLES = 4_000
 class Paired(NamedTuple):
   mean: float
   interval: Interval
-  p: float
+  p: float | None  # None: the differences have no spread (all equal), so no test; NaN: fewer than 2
   n: int
   wins: int
 
 
 def paired(differences: Sequence[float], level: float = LEVEL) -> Paired:
-  """Mean, t interval, two-sided p value and wins of same-seed differences (finite ones)."""
+  """Mean, t interval, two-sided p value and wins of same-seed differences (finite ones); no p (None) and no
+  interval when the differences are all equal: a t test has no spread to measure them against."""
   d = np.asarray([v for v in differences if math.isfinite(v)], np.float64)
   if d.size == 0:
     return Paired(math.nan, NO_INTERVAL, math.nan, 0, 0)
-  p = math.nan
-  if d.size >= 2:
-    if np.ptp(d) <= 1e-12 * max(1.0, abs(float(d.mean()))):  # no spread (up to rounding): nothing to doubt
-      p = 1.0 if abs(float(d.mean())) <= 1e-12 else 0.0
-    else:
-      p = float(stats.ttest_1samp(d, 0.0).pvalue)
+  if d.size >= 2 and np.ptp(d) <= 1e-12 * max(1.0, abs(float(d.mean()))):  # no spread (up to rounding)
+    return Paired(float(d.mean()), NO_INTERVAL, None, int(d.size), int((d > 0).sum()))
+  p = float(stats.ttest_1samp(d, 0.0).pvalue) if d.size >= 2 else math.nan
   return Paired(float(d.mean()), over_seeds(d, level), p, int(d.size), int((d > 0).sum()))
 
 

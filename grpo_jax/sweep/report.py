@@ -299,6 +299,8 @@ def _paired_cell(row: dict, column: str, fmt: str) -> str:
     return "–"
   if d.n == 1:
     return f"{fmt.format(d.mean)} (1 seed: no interval; {d.wins}/1)"
+  if d.p is None:
+    return f"{fmt.format(d.mean)}, no spread: all differences equal ({d.wins}/{d.n})"
   lo, hi = (fmt.format(v) for v in (d.interval.lo, d.interval.hi))
   return f"{fmt.format(d.mean)} [{lo}, {hi}], p {_p(d.p)}, Holm {_p(row[column + '_holm'])} ({d.wins}/{d.n})"
 

@@ -21,6 +21,14 @@ def test_paired_matches_scipys_paired_t_test_and_interval():
   assert comparisons.paired([0.1]).p != comparisons.paired([0.1]).p  # one seed: no test (NaN)
 
 
+def test_paired_differences_without_spread_give_no_p_and_no_interval():
+  for same in ([0.1, 0.1, 0.1], [0.0, 0.0], [0.7 - 0.6, 0.9 - 0.8]):  # the last equal up to rounding
+    result = comparisons.paired(same)
+    assert result.p is None and result.interval == intervals.NO_INTERVAL and result.n == len(same)
+    assert result.mean == pytest.approx(same[0])
+  assert comparisons.holm([None, 0.01])[1] == pytest.approx(0.01)  # no p: not counted in the family
+
+
 def test_holm_by_hand_and_its_rejections_match_the_step_down_rule():
   assert comparisons.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
   adjusted = comparisons.holm([0.2, math.nan, 0.001])

@@ -206,6 +206,17 @@ def test_paired_differences_to_a_baseline_group(sweep_dir):
     report.paired_table(runs, "z")
 
 
+def test_paired_cell_without_spread_says_why_it_has_no_p(tmp_path):
+  d = str(tmp_path / "flat")
+  for seed, acc in enumerate([0.6, 0.8]):  # b is a + 0.1 on both seeds: the differences have no spread
+    for group, final in (("a", acc), ("b", acc + 0.1)):
+      _write_member(d, f"{group}_seed{seed}", _rows([0.5], [0.0], [3], [1.0], 0.2, final), "DONE", {"wall_s": 1.0})
+  runs = report.load_sweep_dir(d)
+  (row,) = report.paired_table(runs, "a")
+  assert row["eval_acc_final"].p is None and math.isnan(row["eval_acc_final_holm"])
+  assert "| b | 2 | +0.100, no spread: all differences equal (2/2) |" in report.paired_markdown(runs, "a")
+
+
 def test_mean_of_extra_metrics_adds_columns(sweep_dir):
   runs = report.load_sweep_dir(sweep_dir, extra=["kl", "missing"])
   a0 = next(r for r in runs if r.name == "a_seed0")

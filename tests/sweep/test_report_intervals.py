@@ -69,7 +69,7 @@ def test_every_number_in_the_reports_tables_has_its_interval(study):
   counts = {"group", "n", "pairs", "seeds", "SE from seeds", "SE from prompts"}
   checked = 0
   for header, cell in _table_cells(md):
-    if header in counts or cell == "–":
+    if header in counts or cell == "–" or "no spread: all differences equal" in cell:  # reward AUC: + 0.125 on each seed
       continue
     assert re.search(r"\[[-+]?\d[\d.e+-]*, [-+]?\d[\d.e+-]*\]", cell), f"{header}: {cell!r} has no interval"
     checked += 1
@@ -86,7 +86,7 @@ def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_table(study):
   assert better.mean == pytest.approx(np.mean(diffs)) and better.p == pytest.approx(comparisons.paired(diffs).p)
   ps = [table[g][c].p for g in ("better", "same") for c, _, _ in report.paired_columns(runs)]
   holm = [table[g][c + "_holm"] for g in ("better", "same") for c, _, _ in report.paired_columns(runs)]
-  assert holm == pytest.approx(comparisons.holm(ps))
+  assert holm == pytest.approx(comparisons.holm(ps), nan_ok=True)  # reward AUC: no spread, no p
   assert better.p < 0.05 and better.interval.lo > 0  # 0.6 vs 0.4 on 64 prompts, 4 seeds
 
 
