@@ -33,6 +33,8 @@ def run(argv=None) -> int:
   parser.add_argument("--title", default=None)
   parser.add_argument("--groups", default=None, help="regex (re.search) on group names: report only those")
   parser.add_argument("--baseline", default=None, help="a group to compare the others with, paired by seed")
+  parser.add_argument("--primary", default="", help="comma-separated paired columns whose comparisons with "
+                      "--baseline form Holm's family (default: the first, eval_acc_final); the rest are exploratory")
   parser.add_argument("--mean_of", default="", help="comma-separated metric names: add a column with the mean "
                       "over steps of each (e.g. clip_ratio/region,entropy)")
   parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
@@ -59,8 +61,8 @@ def run(argv=None) -> int:
     print(report.plan_markdown(report.plan(runs, args.metric, args.baseline, args.effect, args.width)))
     return 0
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
-                              args.baseline, extra,
-                              [k for k in args.curves.split(",") if k])
+                              args.baseline, extra, [k for k in args.curves.split(",") if k],
+                              [k for k in args.primary.split(",") if k])
   print(storage.read_text(paths["summary.md"]))
   print("wrote " + ", ".join(paths.values()))
   return 0

@@ -259,10 +259,12 @@ def same_seed_pairs(members: Sequence[MemberRun], baseline: Sequence[MemberRun])
           if m.status == "done" and spec_lib.seed_of(m.name) in base]
 
 
-def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any]]:
+def paired_table(runs: Sequence[MemberRun], baseline: str,
+                 primary: Sequence[str] | None = None) -> list[dict[str, Any]]:
   """Per group: differences to the `baseline` group's member with the same seed (`_seed<N>` suffix), over the
   finished pairs: a `comparisons.Paired` (mean, t interval, p, n, wins) per column, `<column>_wins`, the
-  Holm-adjusted p over every (group, column) cell of the table as `<column>_holm`, and the probability of
+  Holm-adjusted p over the primary comparisons (every group's cells in the `primary` columns, default the first
+  column) as `<column>_holm` (NaN in the other, exploratory, columns), and the probability of
   improvement over all finished members of both groups (seeds unpaired) as `<column>_poi` (estimate, interval).
 
   Members with the same seed share the warm start and the data order, so a paired difference removes the
@@ -271,19 +273,24 @@ def paired_table(runs: Sequence[MemberRun], baseline: str) -> list[dict[str, Any
   if baseline not in grouped:
     raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
   base_done = [m for m in grouped[baseline] if m.status == "done"]
+  columns = [column for column, _, _ in paired_columns(runs)]
+  primary = primary or columns[:1]
+  if set(primary) - set(columns):
+    raise ValueError(f"--primary {sorted(set(primary) - set(columns))[0]!r} is not a paired column: {columns}")
   table = []
   for group, members in grouped.items():
     if group == baseline:
       continue
     pairs = same_seed_pairs(members, grouped[baseline])
     row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
-    for column, _, _ in paired_columns(runs):
+    for column in columns:
       row[column] = comparisons.paired([m.summary[column] - b.summary[column] for m, b in pairs])
+      row[column + "_holm"] = math.nan  # exploratory unless primary
       row[column + "_wins"] = row[column].wins
       row[column + "_poi"] = comparisons.improvement([m.summary[column] for m in members if m.status == "done"],
                                                      [b.summary[column] for b in base_done])
     table.append(row)
-  cells = [(row, column) for row in table for column, _, _ in paired_columns(runs)]
+  cells = [(row, column) for row in table for column in primary]
   for (row, column), adjusted in zip(cells, comparisons.holm([row[column].p for row, column in cells])):
     row[column + "_holm"] = adjusted
   return table
@@ -302,7 +309,9 @@ def _paired_cell(row: dict, column: str, fmt: str) -> str:
   if d.p is None:
     return f"{fmt.format(d.mean)}, no spread: all differences equal ({d.wins}/{d.n})"
   lo, hi = (fmt.format(v) for v in (d.interval.lo, d.interval.hi))
-  return f"{fmt.format(d.mean)} [{lo}, {hi}], p {_p(d.p)}, Holm {_p(row[column + '_holm'])} ({d.wins}/{d.n})"
+  holm = row[column + "_holm"]
+  test = f"Holm {_p(holm)}" if math.isfinite(holm) else "exploratory: unadjusted"
+  return f"{fmt.format(d.mean)} [{lo}, {hi}], p {_p(d.p)}, {test} ({d.wins}/{d.n})"
 
 
 def _poi_cell(row: dict, column: str) -> str:
@@ -314,12 +323,14 @@ def _poi_cell(row: dict, column: str) -> str:
   return f"{estimate:.2f} [{ci.lo:.2f}, {ci.hi:.2f}]"
 
 
-def paired_markdown(runs: Sequence[MemberRun], baseline: str) -> str:
-  table = paired_table(runs, baseline)
+def paired_markdown(runs: Sequence[MemberRun], baseline: str, primary: Sequence[str] | None = None) -> str:
+  primary = primary or [paired_columns(runs)[0][0]]
+  table = paired_table(runs, baseline, primary)
   lines = [f"### Paired by seed: difference to `{baseline}`", "",
            "Mean of (group − baseline) over the seeds both finished, with its 95% t interval over seeds, the "
-           "two-sided p value of a one-sample t test, its Holm adjustment over every cell of this table, and in "
-           "brackets the seeds where the group is higher.", "",
+           "two-sided p value of a one-sample t test, and in brackets the seeds where the group is higher. The "
+           f"primary comparisons (--primary) get Holm's adjustment: Holm over {', '.join(f'`{c}`' for c in primary)} "
+           "of every group; the other columns are exploratory, their p unadjusted.", "",
            "| group | pairs | " + " | ".join(header for _, header, _ in paired_columns(runs)) + " |",
            "|---|---|" + "---|" * len(paired_columns(runs))]
   for row in table:
@@ -469,7 +480,8 @@ def _fmt(stat: SeedStat, fmt: str) -> str:
   return f"{fmt.format(stat.mean)} [{fmt.format(stat.lo)}, {fmt.format(stat.hi)}]"
 
 
-def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: str | None = None) -> str:
+def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: str | None = None,
+             primary: Sequence[str] | None = None) -> str:
   """The per-group table, the paired differences to `baseline` (if given), what each group sets, then the
   failed and the unfinished members, as Markdown."""
   table = group_table(runs)
@@ -481,7 +493,7 @@ def markdown(runs: Sequence[MemberRun], title: str = "Sweep report", baseline: s
   for row in table:
     cells = [_fmt(row[column], fmt) for column, _, fmt in columns_of(runs)]
     lines.append(f"| {row['group']} | {row['done']}/{row['members']} | " + " | ".join(cells) + " |")
-  for section in (task_markdown(runs), "" if baseline is None else paired_markdown(runs, baseline),
+  for section in (task_markdown(runs), "" if baseline is None else paired_markdown(runs, baseline, primary),
                   seeds_and_prompts_markdown(runs, baseline)):
     if section:
       lines += ["", section.rstrip("\n")]
@@ -765,23 +777,23 @@ def plot_metrics(runs: Sequence[MemberRun], keys: Sequence[str], path: str, smoo
 def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smooth: int = 10,
                  title: str | None = None, groups: str | None = None,
                  baseline: str | None = None, extra: Sequence[str] = (),
-                 curves: Sequence[str] = ()) -> dict[str, str]:
+                 curves: Sequence[str] = (), primary: Sequence[str] | None = None) -> dict[str, str]:
   """Writes summary.md, groups.csv, members.csv and curves.png (tasks.csv for a sweep over tasks, paired.png with a baseline, metrics.png
   with the `curves` metric names) into out_dir (default SWEEP_DIR/report).
   `groups`: a regex (re.search) on group names; only those groups are reported. `baseline`: a group to which
-  the others are compared seed by seed (a second table)."""
+  the others are compared seed by seed (a second table); `primary`: its columns whose comparisons Holm adjusts."""
   runs = select_groups(load_sweep_dir(sweep_dir, group_fn, extra), groups)
   out_dir = out_dir or storage.join(sweep_dir, "report")
   if storage.is_url(out_dir):  # written locally, then copied file by file to the store
     with tempfile.TemporaryDirectory(prefix="grpo_report_") as local:
       written = write_report(sweep_dir, local, group_fn, smooth, title or f"Sweep report: {sweep_dir}", groups,
-                             baseline, extra, curves)
+                             baseline, extra, curves, primary)
       for name, path in written.items():
         storage.copy(path, storage.join(out_dir, os.path.basename(path)))
     return {name: storage.join(out_dir, os.path.basename(path)) for name, path in written.items()}
   os.makedirs(out_dir, exist_ok=True)
   paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
-  texts = {"summary.md": markdown(runs, title or f"Sweep report: {sweep_dir}", baseline),
+  texts = {"summary.md": markdown(runs, title or f"Sweep report: {sweep_dir}", baseline, primary),
            "groups.csv": groups_csv(runs), "members.csv": members_csv(runs)}
   if task_table(runs) is not None:
     paths["tasks.csv"] = os.path.join(out_dir, "tasks.csv")

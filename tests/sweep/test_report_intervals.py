@@ -76,7 +76,7 @@ def test_every_number_in_the_reports_tables_has_its_interval(study):
   assert checked >= 40
 
 
-def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_table(study):
+def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_first_column(study):
   runs = report.load_sweep_dir(study)
   table = {row["group"]: row for row in report.paired_table(runs, "base")}
   by_name = {r.name: r for r in runs}
@@ -84,10 +84,36 @@ def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_table(study):
            for s in range(4)]
   better = table["better"]["eval_acc_final"]
   assert better.mean == pytest.approx(np.mean(diffs)) and better.p == pytest.approx(comparisons.paired(diffs).p)
-  ps = [table[g][c].p for g in ("better", "same") for c, _, _ in report.paired_columns(runs)]
-  holm = [table[g][c + "_holm"] for g in ("better", "same") for c, _, _ in report.paired_columns(runs)]
-  assert holm == pytest.approx(comparisons.holm(ps), nan_ok=True)  # reward AUC: no spread, no p
+  ps = [table[g]["eval_acc_final"].p for g in ("better", "same")]
+  assert [table[g]["eval_acc_final_holm"] for g in ("better", "same")] == pytest.approx(comparisons.holm(ps))
   assert better.p < 0.05 and better.interval.lo > 0  # 0.6 vs 0.4 on 64 prompts, 4 seeds
+
+
+def test_holm_family_is_the_primary_comparisons_and_a_mean_of_column_is_exploratory(study, tmp_path):
+  def holm_of(extra):
+    runs = report.load_sweep_dir(study, extra=extra)
+    return [row["eval_acc_final_holm"] for row in report.paired_table(runs, "base")]
+
+  assert holm_of(["eval/accuracy"]) == holm_of([])  # a --mean_of column (whose differences have spread) adds no test
+  runs = report.load_sweep_dir(study, extra=["eval/accuracy"])
+  table = {row["group"]: row for row in report.paired_table(runs, "base")}
+  assert math.isfinite(table["better"]["mean:eval/accuracy"].p)
+  assert math.isnan(table["better"]["mean:eval/accuracy_holm"])  # exploratory: unadjusted
+  md = report.paired_markdown(runs, "base")
+  assert "exploratory" in md and md.count("Holm") >= 3
+  # --primary names the family: reward AUC has no spread here, so naming eval/accuracy's mean makes it the family
+  both = report.paired_table(runs, "base", ["eval_acc_final", "mean:eval/accuracy"])
+  ps = [row[c].p for row in both for c in ("eval_acc_final", "mean:eval/accuracy")]
+  assert [row[c + "_holm"] for row in both for c in ("eval_acc_final", "mean:eval/accuracy")] == pytest.approx(
+      comparisons.holm(ps))
+  with pytest.raises(ValueError, match="--primary 'nope'"):
+    report.paired_table(runs, "base", ["nope"])
+  from grpo_jax.commands import report as command
+  out = str(tmp_path / "out")
+  assert command.run([study, "--baseline", "base", "--mean_of", "eval/accuracy", "--primary",
+                      "mean:eval/accuracy", "--out", out]) == 0
+  with open(os.path.join(out, "summary.md")) as f:
+    assert "Holm over `mean:eval/accuracy`" in f.read()
 
 
 def test_two_level_bootstrap_reads_the_members_eval_rows(study):
