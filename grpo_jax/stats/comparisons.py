@@ -7,9 +7,10 @@ and the two-level bootstrap that splits an interval's width between seeds and he
                variant is higher.
   holm         Holm's step-down adjustment of the p values of one table's comparisons (family-wise error <= alpha;
                scipy.stats has Benjamini-Hochberg but not Holm).
-  improvement  P(a run of the variant scores higher than a run of the baseline), seeds unpaired: the
-               Mann-Whitney U statistic / (n m), ties counting 1/2 (Agarwal et al. 2021, "Deep RL at the edge of
-               the statistical precipice"), with a percentile bootstrap over each arm's seeds.
+  improvement  P(a run of the variant scores higher than a run of the baseline), ties counting 1/2 (Agarwal et
+               al. 2021, "Deep RL at the edge of the statistical precipice"): seeds unpaired, the Mann-Whitney U
+               statistic / (n m) with a percentile bootstrap over each arm's seeds; paired by seed, the share of
+               same-seed pairs where the variant is higher, with a percentile bootstrap over the pairs.
   two_level    members evaluated on the same held-out prompts: resample seeds, then prompts (one draw of prompt
                indices shared by all seeds of a replicate, since they share the prompt set); the percentile
                interval of the mean, and how much of its variance comes from the seeds (prompts held fixed) and
@@ -69,16 +70,24 @@ def _improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
   return gt + eq / 2
 
 
-def improvement(variant: Sequence[float], baseline: Sequence[float], level: float = LEVEL) -> tuple[float, Interval]:
-  """(probability of improvement, its percentile bootstrap interval over each arm's seeds)."""
-  x = np.asarray([v for v in variant if math.isfinite(v)], np.float64)
-  y = np.asarray([v for v in baseline if math.isfinite(v)], np.float64)
-  if x.size == 0 or y.size == 0:
+def improvement(variant: Sequence[float], baseline: Sequence[float], level: float = LEVEL,
+                paired: bool = False) -> tuple[float, Interval]:
+  """(probability of improvement, its percentile bootstrap interval). Unpaired: every run of the variant against
+  every run of the baseline (U / (n m)), resampling each arm's seeds. `paired` (variant[i] and baseline[i] share
+  a seed): the same count over the same-seed pairs only, i.e. the share of pairs where the variant is higher,
+  ties counting 1/2 (pairs with a non-finite member left out), resampling the pairs."""
+  if paired:
+    d = np.asarray(variant, np.float64) - np.asarray(baseline, np.float64)
+    arms, statistic = (((d > 0) + (d == 0) / 2)[np.isfinite(d)],), np.mean
+  else:
+    arms = tuple(np.asarray([v for v in arm if math.isfinite(v)], np.float64) for arm in (variant, baseline))
+    statistic = _improvement
+  if min(a.size for a in arms) == 0:
     return math.nan, NO_INTERVAL
-  estimate = float(stats.mannwhitneyu(x, y).statistic / (x.size * y.size))
-  if x.size < 2 or y.size < 2:
+  estimate = float(statistic(*arms))
+  if min(a.size for a in arms) < 2:
     return estimate, NO_INTERVAL
-  result = stats.bootstrap((x, y), _improvement, paired=False, vectorized=True, confidence_level=level,
+  result = stats.bootstrap(arms, statistic, paired=False, vectorized=True, confidence_level=level,
                            n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(0))
   return estimate, Interval(float(result.confidence_interval.low), float(result.confidence_interval.high),
                             "percentile bootstrap")

@@ -53,6 +53,16 @@ def test_probability_of_improvement_counts_pairs_and_ties_half():
   assert comparisons.improvement([1, 2], [5, 6])[0] == 0.0
 
 
+def test_paired_probability_of_improvement_by_hand():
+  variant, baseline = [0.5, 0.4, 0.7, 0.2, math.nan], [0.3, 0.4, 0.8, 0.1, 0.5]
+  # same-seed pairs: higher, tie, lower, higher (the NaN pair left out): (1 + 1/2 + 0 + 1) / 4; unpaired, every
+  # finite run against every one: 11 / 20
+  estimate, ci = comparisons.improvement(variant, baseline, paired=True)
+  assert estimate == 0.625 and ci.lo <= estimate <= ci.hi and ci.method == "percentile bootstrap"
+  assert comparisons.improvement(variant, baseline)[0] == pytest.approx(11 / 20)
+  assert comparisons.improvement([0.2], [0.1], paired=True) == (1.0, intervals.NO_INTERVAL)
+
+
 def test_two_level_bootstrap_splits_the_spread_between_seeds_and_prompts():
   rng = np.random.default_rng(2)
   prompts = rng.random(200) < 0.5

@@ -217,6 +217,15 @@ def test_paired_cell_without_spread_says_why_it_has_no_p(tmp_path):
   assert "| b | 2 | +0.100, no spread: all differences equal (2/2) |" in report.paired_markdown(runs, "a")
 
 
+def test_probability_of_improvement_is_paired_when_seeds_pair(tmp_path):
+  d = str(tmp_path / "poi")
+  for seed, (a, b) in enumerate([(0.3, 0.5), (0.4, 0.4), (0.8, 0.7), (0.1, 0.2)]):
+    for group, final in (("a", a), ("b", b)):
+      _write_member(d, f"{group}_seed{seed}", _rows([0.5], [0.0], [3], [1.0], 0.2, final), "DONE", {"wall_s": 1.0})
+  (row,) = report.paired_table(report.load_sweep_dir(d), "a")
+  assert row["eval_acc_final_poi"][0] == 0.625  # b higher, tie, lower, higher; unpaired it would be 9.5 / 16
+
+
 def test_mean_of_extra_metrics_adds_columns(sweep_dir):
   runs = report.load_sweep_dir(sweep_dir, extra=["kl", "missing"])
   a0 = next(r for r in runs if r.name == "a_seed0")
