@@ -126,7 +126,7 @@ class Callbacks(Hook):
     self.callbacks = callbacks
 
   def __call__(self, done: StepDone) -> None:
-    done.stop = any([bool(callback(done.step, dict(done.metrics))) for callback in self.callbacks])
+    done.stop |= any([bool(callback(done.step, dict(done.metrics))) for callback in self.callbacks])
 
 
 class Save(Hook):

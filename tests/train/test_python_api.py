@@ -61,6 +61,18 @@ def test_reward_callables_datasets_in_memory_and_a_callback_that_stops(tmp_path)
   assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3]
 
 
+def test_callbacks_keep_a_stop_an_earlier_hook_asked_for():
+  from grpo_jax.train import hooks
+  seen = []
+  callbacks = hooks.Callbacks([lambda step, metrics: seen.append(step), lambda step, metrics: False])
+  done = hooks.StepDone(step=3, state=None, rollout=None, metrics={}, stop=True)
+  callbacks(done)
+  assert done.stop and seen == [3]  # every callback ran; none asked to stop, the earlier stop stands
+  done.stop = False
+  hooks.Callbacks([lambda step, metrics: True])(done)
+  assert done.stop
+
+
 def test_bad_in_memory_inputs_are_named(tmp_path):
   with pytest.raises(ValueError, match="reward_weights has 2 entries for 1 reward_funcs"):
     loop.train(_config(), str(tmp_path / "a"), reward_funcs=[short_answers], reward_weights=[1.0, 2.0])
