@@ -27,9 +27,9 @@ import subprocess
 import sys
 import tempfile
 
+import async_sim  # python benchmarks/async_bench.py: this folder is sys.path[0]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import async_sim  # noqa: E402
 
 PHASES = ("timing/sample_s", "timing/reward_s", "timing/reference_s", "timing/update_s", "timing/other_s")
 

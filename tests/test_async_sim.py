@@ -37,3 +37,19 @@ def test_the_table_recommends_the_fastest_split(capsys):
                   "--sample_efficiency", "1"])
   best = min(rows[1:], key=lambda r: r[1])
   assert f"recommended: {best[0]}" in capsys.readouterr().out
+
+
+def test_no_benchmark_edits_sys_path():
+  # A benchmark imports the installed grpo_jax; run as a script, its own folder is sys.path[0] already.
+  import glob
+  import os
+  import re
+  import subprocess
+  import sys
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+  for path in glob.glob(os.path.join(folder, "*.py")):
+    with open(path) as f:
+      assert not re.search(r"sys\.path\.(insert|append)|sys\.path\s*=", f.read()), path
+  done = subprocess.run([sys.executable, os.path.join(folder, "async_bench.py"), "--help"], capture_output=True,
+                        text=True, timeout=60)
+  assert done.returncode == 0 and "Overlapped rollouts" in done.stdout, done.stderr
