@@ -1,7 +1,6 @@
 """grpo_jax: GRPO for language models in JAX, Flax NNX and Optax.
 
-Shape letters. Array names end in their shape (`completion_mask_BxC`, `q_DxNxH`), and every module uses these
-letters with these meanings only:
+Shape letters. Array names end in their shape (`completion_mask_BxC`, `q_DxNxH`), with these meanings:
 
   B  rows of a batch: completions (a rollout batch is R x G of them, groups contiguous)
   R  prompts of a rollout          G  completions per prompt (the group)
@@ -14,4 +13,6 @@ letters with these meanings only:
   H  head dimension    Hh  half of it (rotary tables)
 
 A letter stands for one size; `x` joins them (`BxT` is [B, T]); a trailing `_B` names a per-row vector.
+The statistics of held-out evaluations (stats/, train/evaluation.py) count other things with three of the letters:
+P prompts, N samples per prompt, S seeds (`correct_PxN`, `scores_SxP`).
 """

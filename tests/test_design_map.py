@@ -12,3 +12,20 @@ def test_every_module_is_in_the_design_map():
              for name in names if name.endswith(".py")}
   assert modules - mapped == set(), f"add these modules to docs/design.md: {sorted(modules - mapped)}"
   assert mapped - modules == set(), f"docs/design.md maps modules that do not exist: {sorted(mapped - modules)}"
+
+
+def test_the_shape_glossaries_name_where_p_n_and_s_count_prompts_samples_and_seeds():
+  # stats/ and train/evaluation.py name arrays [prompts, samples] and [seeds, prompts] (`correct_PxN`, `scores_SxP`)
+  import grpo_jax
+  with open(os.path.join(ROOT, "docs", "design.md")) as f:
+    design = f.read().split("## Shape glossary")[1].split("\n## ")[0]
+  users = set()
+  for d, _, names in os.walk(os.path.join(ROOT, "grpo_jax")):
+    for name in (n for n in names if n.endswith(".py")):
+      with open(os.path.join(d, name)) as f:
+        if re.search(r"\w_(PxN|SxP)\b", f.read()):
+          users.add(os.path.relpath(os.path.join(d, name), os.path.join(ROOT, "grpo_jax")))
+  assert users
+  for glossary in (grpo_jax.__doc__, design):
+    missing = {u for u in users if u not in glossary and os.path.dirname(u) + "/" not in glossary}
+    assert not missing, f"the shape glossary does not say that P, N and S count prompts, samples, seeds in {missing}"
