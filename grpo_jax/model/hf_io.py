@@ -241,7 +241,7 @@ def read_hf_config(path) -> dict[str, Any]:
 
 def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None = None,
                     mesh: jax.sharding.Mesh | None = None, rules=None, **config_overrides) -> Transformer:
-  """Loads a Llama / Qwen2 / Qwen3 / Gemma 3 / Qwen3-MoE / gpt-oss checkpoint directory (config.json + safetensors, single or sharded).
+  """Loads a checkpoint directory of a family of config.FAMILIES (config.json + safetensors, single or sharded).
 
   param_dtype / dtype: parameter and compute dtype ('float32', 'bfloat16'); default float32 whatever the
   checkpoint's dtype. With `mesh`, each parameter is placed on the sharding given by its logical axes and

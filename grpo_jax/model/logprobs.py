@@ -170,10 +170,10 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
     raise ValueError(f"{B} rows are not whole runs of prompt_repeats={repeats}")
   prompt_RxP = prompt_BxP[::repeats]
   real_RxP = prompt_mask_BxP[::repeats].astype(bool)
-  hidden_RxPxD, cache, prompt_routing = model(prompt_RxP, positions_from_mask(real_RxP), causal_attention_mask(real_RxP),
-                                              cache=init_cache(cfg, prompt_RxP.shape[0], P), cache_index=0,
-                                              remat=cfg.remat, with_routing=True,
-                                              experts=_layers(_columns(experts_BxTxLxk, slice(None, P), repeats)))
+  hidden_RxPxD, cache, prompt_routing = model(
+      prompt_RxP, positions_from_mask(real_RxP), causal_attention_mask(real_RxP),
+      cache=init_cache(cfg, prompt_RxP.shape[0], P), cache_index=0, remat=cfg.remat, with_routing=True,
+      experts=_layers(_columns(experts_BxTxLxk, slice(None, P), repeats)))
 
   def to_rows(x):
     return jnp.repeat(x, repeats, axis=0)
@@ -184,9 +184,9 @@ def _shared_prompt_hidden(model: Transformer, prompt_BxP, prompt_mask_BxP, compl
   causal_CxC = jnp.tril(jnp.ones((C, C), bool))
   mask_BxCxS = jnp.concatenate([jnp.broadcast_to(real_BxP[:, None, :], (B, C, P)),
                                 jnp.broadcast_to(causal_CxC, (B, C, C))], axis=2)
-  hidden_BxCxD, _, completion_routing = model(completion_BxC, positions_BxC, mask_BxCxS, cache=cache_B,
-                                              cache_index=P, remat=cfg.remat, with_routing=True,
-                                              experts=_layers(_columns(experts_BxTxLxk, slice(P, None))))
+  hidden_BxCxD, _, completion_routing = model(
+      completion_BxC, positions_BxC, mask_BxCxS, cache=cache_B, cache_index=P, remat=cfg.remat, with_routing=True,
+      experts=_layers(_columns(experts_BxTxLxk, slice(P, None))))
   routing = tuple(tuple(jnp.concatenate(pair) for pair in zip(p, c)) for p, c in zip(
       _flat_routing(prompt_routing, real_RxP), _flat_routing(completion_routing, completion_mask_BxC.astype(bool))))
   # The prompt's last state predicts completion token 0; completion state t predicts token t + 1.

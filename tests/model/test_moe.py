@@ -111,7 +111,8 @@ def _moe(router="softmax_topk", norm=False, bias=False, E=8, k=2, seed=0):
                     norm_topk_prob=norm, expert_bias=bias, swiglu_limit=7.0 if bias else None)
   moe = MoE(cfg, rngs=nnx.Rngs(seed))
   for i, (path, var) in enumerate(nnx.to_flat_state(nnx.state(moe, nnx.Param))):  # biases non-zero, weights O(1)
-    var.set_value(jax.random.normal(jax.random.key(i), var.get_value().shape) * (0.3 if var.get_value().ndim < 3 else 1))
+    shape = var.get_value().shape
+    var.set_value(jax.random.normal(jax.random.key(i), shape) * (0.3 if len(shape) < 3 else 1))
   return moe
 
 
@@ -320,8 +321,8 @@ def test_the_sampler_records_its_experts_and_the_update_flips_and_replays_them(c
   B, P, C = out.completion_BxC.shape[0], out.prompt_BxP.shape[1], 6
   assert out.experts_BxTxLxk.shape == (B, P + C, 2, 2)  # layers 0 and 2 are expert layers (1 is dense)
   cmask = np.ones((B, C), np.int32)
-  batch = RolloutBatch(out.prompt_BxP, out.prompt_mask_BxP, out.completion_BxC, cmask, np.array([1.0, -1.0], np.float32),
-                       out.logp_BxC, None, out.experts_BxTxLxk)
+  batch = RolloutBatch(out.prompt_BxP, out.prompt_mask_BxP, out.completion_BxC, cmask,
+                       np.array([1.0, -1.0], np.float32), out.logp_BxC, None, out.experts_BxTxLxk)
   graphdef, params = nnx.split(model)
 
   def flips(batch, replay=False):
