@@ -29,3 +29,10 @@ def test_the_shape_glossaries_name_where_p_n_and_s_count_prompts_samples_and_see
   for glossary in (grpo_jax.__doc__, design):
     missing = {u for u in users if u not in glossary and os.path.dirname(u) + "/" not in glossary}
     assert not missing, f"the shape glossary does not say that P, N and S count prompts, samples, seeds in {missing}"
+
+
+def test_the_algo_packages_index_names_every_module_of_it():
+  import grpo_jax.algo
+  indexed = set(re.findall(r"^\d+\. +`(\w+\.py)`", grpo_jax.algo.__doc__, flags=re.M))
+  modules = {n for n in os.listdir(os.path.join(ROOT, "grpo_jax", "algo")) if n.endswith(".py") and n != "__init__.py"}
+  assert indexed == modules, f"grpo_jax/algo/__init__.py's index: add {modules - indexed}, drop {indexed - modules}"

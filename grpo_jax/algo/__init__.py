@@ -1,17 +1,18 @@
 """What GRPO and its variants compute, as pure jnp functions (jit- and vmap-friendly).
 
 One rollout batch: B = num_prompts · G completions, padded to T tokens, with per-token log-probs under the
-current policy π_θ, the sampling policy π_old and the frozen reference π_ref.
+current policy π_θ, the policy that sampled it, the one the update starts from and the frozen reference π_ref.
 
 1. `advantages.py`  rewards [num_prompts·G] -> one advantage per completion: grpo, dr_grpo, rloo, batch.
-2. `policy_losses.py` per-token policy term: PPO-clipped surrogate (token level, or sequence level = GSPO;
+2. `corrections.py` off-policy corrections: the π_old of the ratio and a per-token weight (proximal, behaviour).
+3. `policy_losses.py` per-token policy term: PPO-clipped surrogate (token level, or sequence level = GSPO;
    DAPO clip-higher; dual clip) and CISPO; clip statistics.
-3. `kl.py`          per-token KL estimators k1, k2, k3 against π_ref.
-4. `entropy.py`     token entropy; top-entropy-quantile token selection.
-5. `aggregation.py` per-token losses -> (sum, denominator): seq_mean_token_mean, token_mean,
+4. `kl.py`          per-token KL estimators k1, k2, k3 against π_ref.
+5. `entropy.py`     token entropy; top-entropy-quantile token selection.
+6. `aggregation.py` per-token losses -> (sum, denominator): seq_mean_token_mean, token_mean,
                     seq_mean_token_sum_norm; exact over micro-batches.
-6. `objective.py`   `grpo_objective(LossInputs, LossConfig)`: all of the above, one call.
-7. `registry.py`    policy losses by name; a user's own function plugs in by name or by object.
+7. `objective.py`   `grpo_objective(LossInputs, LossConfig)`: all of the above, one call.
+8. `registry.py`    policy losses by name; a user's own function plugs in by name or by object.
 
 Semantics and sources: docs/algorithms.md (DeepSeekMath arXiv:2402.03300, DAPO arXiv:2503.14476,
 Dr. GRPO arXiv:2503.20783, GSPO arXiv:2507.18071, CISPO/MiniMax-M1 arXiv:2506.13585, RLOO arXiv:2402.14740).

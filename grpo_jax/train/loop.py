@@ -57,7 +57,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
     preemption.log, preemption.collective = log_console, jax.process_count() > 1
     preemption.install()  # again: jax.distributed took SIGTERM for its own preemption notifier
     try:
-      if main:  # the lock file is the only thing written before the settings are checked
+      if main:  # the lock (a lease on a store) is the workdir's first file, before its saved config is compared
         with WorkdirLock(workdir, settings.checkpoint.lease_ttl_s, log_console):
           workdir_lib.check_resumable(config, workdir, log_console)  # the saved config.json against this one
           return _train(settings, config_json, workdir, time_split, main, log_console, inputs, preemption)
