@@ -28,3 +28,22 @@ def test_config_reference_is_up_to_date_and_documents_every_key():
       assert key in documented, key
   undocumented = sorted(k for k, meaning in documented.items() if not meaning)
   assert not undocumented, f"keys without a comment in grpo_jax/settings.py: {undocumented}"
+
+
+def test_every_registry_is_listed_for_the_settings_check_and_this_page():
+  # Every Registry of the package, found by importing the modules that construct one, is in checks.registries().
+  import importlib
+  from grpo_jax.registry import Registry
+  from grpo_jax.train import checks
+  found = {}
+  for d, _, names in os.walk(os.path.join(ROOT, "grpo_jax")):
+    for name in (n for n in names if n.endswith(".py")):
+      with open(os.path.join(d, name)) as f:
+        if "Registry(" not in f.read():
+          continue
+      module = importlib.import_module(os.path.relpath(os.path.join(d, name[:-3]), ROOT).replace(os.sep, "."))
+      found.update({f"{module.__name__}.{k}": v for k, v in vars(module).items() if isinstance(v, Registry)})
+  listed = list(checks.registries().values())
+  assert len(found) >= 8
+  missing = sorted(name for name, registry in found.items() if not any(registry is r for r in listed))
+  assert not missing, f"add these registries to grpo_jax/train/checks.py's registries(): {missing}"

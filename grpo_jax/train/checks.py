@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from grpo_jax import envs
-from grpo_jax.algo import advantages, aggregation, kl, objective
+from grpo_jax.algo import advantages, aggregation, corrections, kl, objective
 from grpo_jax.algo import registry as losses
 from grpo_jax.data import tasks
 from grpo_jax.model import config as model_config
@@ -28,7 +28,7 @@ def registries() -> dict:
   for `validate` and docs/config.md)."""
   return {"grpo.advantage": advantages.ADVANTAGE_METHODS, "grpo.kl_estimator": kl.KL_ESTIMATORS,
           "grpo.aggregation": aggregation.AGGREGATIONS, "grpo.policy_loss": losses.LOSSES, "task.name": tasks.TASKS,
-          "env.name": envs.ENVIRONMENTS, "rewards": rewards.REWARDS}
+          "env.name": envs.ENVIRONMENTS, "rewards": rewards.REWARDS, "grpo.correction": corrections.CORRECTIONS}
 
 
 def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence[str] = ()) -> Settings:
