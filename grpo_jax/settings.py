@@ -533,6 +533,10 @@ class Settings:
     if self.mini_batch_size % self.micro_batch_size:
       fail("grpo.micro_batch_size", f"does not divide the mini-batch size {self.mini_batch_size}",
            self.micro_batch_size)
+    experts = self.moe.num_experts if not self.model.hf_path else 0  # a checkpoint's: checked when it is loaded
+    if self.mesh.expert > 1 and experts % self.mesh.expert:
+      fail("mesh.expert", f"does not divide moe.num_experts={experts} (each shard holds whole experts)",
+           self.mesh.expert)
     if g.overlong_buffer > self.sampling.max_new_tokens:
       fail("grpo.overlong_buffer", f"must be <= sampling.max_new_tokens={self.sampling.max_new_tokens}",
            g.overlong_buffer)

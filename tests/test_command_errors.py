@@ -115,3 +115,23 @@ def test_evaluation_progress_lines_say_what_is_left():
     on_batch(done, 4)
   assert [line.split(" took")[0].split(",")[0] for line in quiet.getvalue().splitlines()] == [
       "[eval] sampler call 1/4 (compiling)", "[eval] sampler call 4/4"]
+
+
+@pytest.mark.parametrize("hf, words", [
+    ({"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "mxfp4"}},
+     ["'mxfp4'", "dequantized copy"]),
+    ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}, ["mixtral", "Qwen3-MoE and gpt-oss"]),
+])
+def test_a_checkpoint_grpo_jax_cannot_read_is_named_before_anything_loads(tmp_path, hf, words):
+  import json
+  (tmp_path / "ckpt").mkdir()
+  (tmp_path / "ckpt" / "config.json").write_text(json.dumps(hf))
+  proc = command("train", "--config", DEFAULT + ":test", "--workdir", str(tmp_path / "w"),
+                 f"--config.model.hf_path={tmp_path / 'ckpt'}")
+  one_line(proc, "grpo-train", "config.model.hf_path", *words)
+
+
+def test_an_expert_axis_that_does_not_divide_the_experts(tmp_path):
+  proc = command("train", "--config", DEFAULT + ":test", "--workdir", str(tmp_path / "w"),
+                 "--config.moe.num_experts=6", "--config.mesh.expert=4")
+  one_line(proc, "grpo-train", "config.mesh.expert=4", "does not divide moe.num_experts=6")

@@ -7,6 +7,7 @@ hand (tests, the tiny default experiment) or from a Hugging Face `config.json` (
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any, Mapping
 
@@ -235,6 +236,12 @@ def validate_config(model) -> None:
   if s["hf_path"] and not (storage.exists(storage.join(s["hf_path"], "config.json")) if storage.is_url(s["hf_path"])
                            else os.path.isdir(s["hf_path"])):
     s.fail("hf_path", missing_checkpoint_hint(s["hf_path"]))
+  if s["hf_path"] and not storage.is_url(s["hf_path"]) and os.path.isfile(os.path.join(s["hf_path"], "config.json")):
+    try:  # an architecture, a layer kind or a quantization grpo_jax does not read: one line now, not a traceback later
+      with open(os.path.join(s["hf_path"], "config.json")) as f:
+        from_hf_config(json.load(f))
+    except (ValueError, KeyError) as e:
+      s.fail("hf_path", f"{s['hf_path']}/{' '.join(str(e).split())}")
 
 
 def missing_checkpoint_hint(path: str) -> str:
