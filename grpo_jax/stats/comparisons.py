@@ -7,10 +7,9 @@ and the two-level bootstrap that splits an interval's width between seeds and he
                variant is higher.
   holm         Holm's step-down adjustment of the p values of one table's comparisons (family-wise error <= alpha;
                scipy.stats has Benjamini-Hochberg but not Holm).
-  improvement  P(a run of the variant scores higher than a run of the baseline), ties counting 1/2 (Agarwal et
-               al. 2021, "Deep RL at the edge of the statistical precipice"): seeds unpaired, the Mann-Whitney U
-               statistic / (n m) with a percentile bootstrap over each arm's seeds; paired by seed, the share of
-               same-seed pairs where the variant is higher, with a percentile bootstrap over the pairs.
+  improvement  P(the variant scores higher than the baseline on the same seed), ties counting 1/2: the paired
+               form of Agarwal et al. 2021's ("Deep RL at the edge of the statistical precipice") U / (n m), with
+               a percentile bootstrap over the pairs.
   two_level    members evaluated on the same held-out prompts: resample seeds, then prompts (one draw of prompt
                indices shared by all seeds of a replicate, since they share the prompt set); the percentile
                interval of the mean, and how much of its variance comes from the seeds (prompts held fixed) and
@@ -62,35 +61,18 @@ def holm(p_values: Sequence[float]) -> list[float]:
   return adjusted.tolist()
 
 
-def _improvement(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-  """P(X > Y) + P(X = Y) / 2 over all pairs, along `axis` of resampled arms."""
-  x, y = np.moveaxis(np.asarray(x), axis, -1), np.moveaxis(np.asarray(y), axis, -1)
-  gt = (x[..., :, None] > y[..., None, :]).mean(axis=(-2, -1))
-  eq = (x[..., :, None] == y[..., None, :]).mean(axis=(-2, -1))
-  return gt + eq / 2
-
-
-def improvement(variant: Sequence[float], baseline: Sequence[float], level: float = LEVEL,
-                paired: bool = False) -> tuple[float, Interval]:
-  """(probability of improvement, its percentile bootstrap interval). Unpaired: every run of the variant against
-  every run of the baseline (U / (n m)), resampling each arm's seeds. `paired` (variant[i] and baseline[i] share
-  a seed): the same count over the same-seed pairs only, i.e. the share of pairs where the variant is higher,
-  ties counting 1/2 (pairs with a non-finite member left out), resampling the pairs."""
-  if paired:
-    d = np.asarray(variant, np.float64) - np.asarray(baseline, np.float64)
-    arms, statistic = (((d > 0) + (d == 0) / 2)[np.isfinite(d)],), np.mean
-  else:
-    arms = tuple(np.asarray([v for v in arm if math.isfinite(v)], np.float64) for arm in (variant, baseline))
-    statistic = _improvement
-  if min(a.size for a in arms) == 0:
-    return math.nan, NO_INTERVAL
-  estimate = float(statistic(*arms))
-  if min(a.size for a in arms) < 2:
-    return estimate, NO_INTERVAL
-  result = stats.bootstrap(arms, statistic, paired=False, vectorized=True, confidence_level=level,
-                           n_resamples=RESAMPLES, method="percentile", rng=np.random.default_rng(0))
-  return estimate, Interval(float(result.confidence_interval.low), float(result.confidence_interval.high),
-                            "percentile bootstrap")
+def improvement(differences: Sequence[float], level: float = LEVEL) -> tuple[float, Interval]:
+  """(probability of improvement, its percentile bootstrap interval over the pairs) from same-seed differences
+  (variant - baseline, finite ones): the share of pairs where the variant is higher, ties counting 1/2. Agarwal et
+  al.'s U / (n m) counts every run of the variant against every run of the baseline, as if seeds were independent;
+  this counts each variant run against the baseline run with its seed only."""
+  wins = np.asarray([(v > 0) + (v == 0) / 2 for v in differences if math.isfinite(v)], np.float64)
+  if wins.size < 2:
+    return (float(wins.mean()) if wins.size else math.nan), NO_INTERVAL
+  result = stats.bootstrap((wins,), np.mean, vectorized=True, confidence_level=level, n_resamples=RESAMPLES,
+                           method="percentile", rng=np.random.default_rng(0))
+  return float(wins.mean()), Interval(float(result.confidence_interval.low), float(result.confidence_interval.high),
+                                      "percentile bootstrap")
 
 
 class TwoLevel(NamedTuple):

@@ -265,15 +265,13 @@ def paired_table(runs: Sequence[MemberRun], baseline: str,
   finished pairs: a `comparisons.Paired` (mean, t interval, p, n, wins) per column, `<column>_wins`, the
   Holm-adjusted p over the primary comparisons (every group's cells in the `primary` columns, default the first
   column) as `<column>_holm` (NaN in the other, exploratory, columns), and the probability of
-  improvement as `<column>_poi` (estimate, interval): over the same-seed pairs, or where no seeds pair, over all
-  finished members of both groups.
+  improvement over the same-seed pairs as `<column>_poi` (estimate, interval).
 
   Members with the same seed share the warm start and the data order, so a paired difference removes the
   seed-to-seed spread of the starting point that dominates the per-group std."""
   grouped = groups_in_order(runs)
   if baseline not in grouped:
     raise ValueError(f"--baseline {baseline!r} is not a group; groups: {list(grouped)}")
-  base_done = [m for m in grouped[baseline] if m.status == "done"]
   columns = [column for column, _, _ in paired_columns(runs)]
   primary = primary or columns[:1]
   if set(primary) - set(columns):
@@ -285,13 +283,10 @@ def paired_table(runs: Sequence[MemberRun], baseline: str,
     pairs = same_seed_pairs(members, grouped[baseline])
     row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
     for column in columns:
-      row[column] = comparisons.paired([m.summary[column] - b.summary[column] for m, b in pairs])
+      differences = [m.summary[column] - b.summary[column] for m, b in pairs]
+      row[column], row[column + "_poi"] = comparisons.paired(differences), comparisons.improvement(differences)
       row[column + "_holm"] = math.nan  # exploratory unless primary
       row[column + "_wins"] = row[column].wins
-      row[column + "_poi"] = (comparisons.improvement(*zip(*[(m.summary[column], b.summary[column])
-                                                               for m, b in pairs]), paired=True) if pairs else
-                              comparisons.improvement([m.summary[column] for m in members if m.status == "done"],
-                                                      [b.summary[column] for b in base_done]))
     table.append(row)
   cells = [(row, column) for row in table for column in primary]
   for (row, column), adjusted in zip(cells, comparisons.holm([row[column].p for row, column in cells])):
@@ -341,8 +336,7 @@ def paired_markdown(runs: Sequence[MemberRun], baseline: str, primary: Sequence[
     lines.append(f"| {row['group']} | {row['pairs']} | " + " | ".join(cells) + " |")
   lines += ["", f"Probability of improvement over `{baseline}`: P(a run of the group scores higher than a run of "
             "the baseline), ties counting 1/2: the share of the same-seed pairs where the group is higher, with a "
-            "95% percentile bootstrap interval over the pairs (where no seeds pair: every run against every run, "
-            "Mann-Whitney U / nm, resampling each group's seeds).", "",
+            "95% percentile bootstrap interval over the pairs.", "",
             "| group | " + " | ".join(header.replace("Δ ", "") for _, header, _ in paired_columns(runs)) + " |",
             "|---|" + "---|" * len(paired_columns(runs))]
   for row in table:

@@ -223,7 +223,7 @@ def test_probability_of_improvement_is_paired_when_seeds_pair(tmp_path):
     for group, final in (("a", a), ("b", b)):
       _write_member(d, f"{group}_seed{seed}", _rows([0.5], [0.0], [3], [1.0], 0.2, final), "DONE", {"wall_s": 1.0})
   (row,) = report.paired_table(report.load_sweep_dir(d), "a")
-  assert row["eval_acc_final_poi"][0] == 0.625  # b higher, tie, lower, higher; unpaired it would be 9.5 / 16
+  assert row["eval_acc_final_poi"][0] == 0.625  # b higher, tie, lower, higher; every run against every: 9.5 / 16
 
 
 def test_mean_of_extra_metrics_adds_columns(sweep_dir):
