@@ -1,38 +1,52 @@
 """Per-device memory of a GRPO run: parameters, gradients, AdamW state, reference copy, sampler KV cache and
-training activations, for a model config on a ('data', 'fsdp', 'tensor') mesh (`python scripts/memory_estimate.py`
-is the same command).
+training activations, for a model config on a ('data', 'fsdp', 'tensor'[, 'expert']) mesh
+(`python scripts/memory_estimate.py` is the same command); with --plan, the mesh, micro-batch and remat that fit.
 
   python -m grpo_jax.commands.memory_estimate --model qwen2.5-7b --mesh 1,8,1
   python -m grpo_jax.commands.memory_estimate --hf-config path/to/config.json --mesh 2,4,1 --param-dtype bfloat16
   python -m grpo_jax.commands.memory_estimate --table     # the docs/scaling.md table
   python -m grpo_jax.commands.memory_estimate --table gemma3   # the docs/models.md table (Gemma 3 1B-27B)
+  python -m grpo_jax.commands.memory_estimate --model qwen3-30b-a3b --param-dtype bfloat16 --plan --devices 8 \
+      --device-memory-gib 79.6 --sampler-batch 256        # a GRPO step of a mixture of experts on 8 H100s
+  python -m grpo_jax.commands.memory_estimate --table moe      # the docs/models.md table (Qwen3-30B-A3B, gpt-oss-20b)
 
 Parameters are counted exactly, shard by shard, with the trainer's own sharding rules (`LOGICAL_RULES` applied
 to the model's logical axis names; a dimension its mesh axes do not divide is replicated). Gradients are held
 in the parameter dtype (the update accumulates them like the parameters) and sharded like them; AdamW keeps two
 moments in the parameter dtype (optax's default: with float32 parameters, 2 x fp32). The reference copy is one
-more set of parameters (none with beta = 0, none on the device with `offload_ref_params`).
+more set of parameters (none with beta = 0, none on the device with `offload_ref_params`). The 'expert' mesh axis
+splits the expert weights by expert (and fsdp / tensor their other dimensions); with a mixture of experts the
+command also prints the active parameters: k / E of the expert weights, all of the others.
 
 Estimates (not measured; XLA's buffer reuse and fusion change them):
 - KV cache of the sampler: layers x 2 (k, v) x batch x (prompt + new tokens) x kv_heads x head_dim in the compute
-  dtype, the batch split over data x fsdp and the kv heads over tensor (when they divide). A sliding-window
-  layer (Gemma 3) holds min(window, prompt + new tokens) slots instead.
-- Activations kept for the backward pass of one micro-batch (rows split over data x fsdp), per token and layer:
-  4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
+  dtype, the batch split over data x fsdp x expert and the kv heads over tensor (when they divide). A sliding-window
+  layer (Gemma 3, gpt-oss) holds min(window, prompt + new tokens) slots instead.
+- Activations kept for the backward pass of one micro-batch (rows split over data x fsdp x expert), per token and
+  layer: 4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
   output) + 3 F (gate, up, their product) in the compute dtype, the head and MLP terms split over tensor, plus
   the attention scores N x T in float32 and the probabilities in the compute dtype. With remat only each
   layer's input (D per token) is kept, plus one layer's activations while it is recomputed. Both add the
   log-prob chunk: micro-batch rows x chunk x V float32 logits, twice (softmax and its gradient). The
   attention scores are counted over all T keys in sliding-window layers too (the full-sequence forward masks
-  the window; it does not skip the keys outside it).
+  the window; it does not skip the keys outside it). A mixture-of-experts layer keeps, instead of 3 F, the router
+  logits (E, float32), the token's input and output once per chosen expert (2 k D: the rows sorted by expert)
+  and the experts' gate, up and product (3 k F_moe, split over tensor); attention sinks add nothing material.
 - With a shared prompt forward (`prompt_repeats` s > 1, `model.share_prompt_forward`), a micro-batch of b rows
   runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
   instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
   (2 K H per row and slot, in the remat count too, where they are the layer's second input).
 - With LoRA (`--lora-rank` r > 0, `model.lora_rank`): the base parameters are stored as before but take no
-  gradients and no optimizer state; the adapters (r (D_in + D_out) per adapted projection and layer, replicated)
-  take both; there is no reference copy (the reference is the base model, adapters off). Each adapted projection
-  keeps x A (r) and the update's output (D_out) per token and layer for the backward pass.
+  gradients and no optimizer state; the adapters (r (D_in + D_out) per adapted projection and layer, E of them
+  on an expert projection, replicated) take both; there is no reference copy (the reference is the base model,
+  adapters off). Each adapted projection keeps x A (r) and the update's output (D_out) per token and layer (k
+  times on an expert projection) for the backward pass.
+
+--plan tries every mesh of --devices devices (data x fsdp x tensor x expert, the expert axis dividing E), every
+micro-batch that divides the sampler batch into whole rows per batch shard, remat on and off, and keeps those
+whose total (everything above, the sampler's KV cache included) is at most FIT_FRACTION of the device's memory:
+the largest micro-batch, then remat off, then the least memory. Nothing fits: it says so, with the plan of least
+memory. The parameter dtype is the one given (--param-dtype); the reference's presence is --no-ref.
 """
 from __future__ import annotations
 
@@ -47,8 +61,9 @@ from flax import nnx
 
 from grpo_jax.model import Transformer
 from grpo_jax.commands import exit_on_mistake
-from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig, from_hf_config
-from grpo_jax.model.lora import parse_targets, projection_sizes
+from grpo_jax.model.config import (FULL, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling,
+                                    from_hf_config)
+from grpo_jax.model.lora import MLP_TARGETS, parse_targets, projection_sizes
 from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
 from grpo_jax.model.transformer import cache_slots  # a sliding-window layer caches its window only
 
@@ -91,6 +106,34 @@ PRESETS.update({
     "gemma3-27b": _gemma3(262208, 5376, 21504, 62, 32, 16, head_dim=128, query_pre_attn_scalar=168,
                           linear_rope_factor=8.0),
 })
+
+
+def _qwen3_moe(num_layers, num_experts, num_experts_per_tok, moe_intermediate_size) -> dict:
+  """A Qwen3-MoE preset: every layer's feed-forward the expert block (decoder_sparse_step 1, no mlp_only_layers)."""
+  return dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_layers=num_layers, num_heads=32,
+              num_kv_heads=4, head_dim=128, rope_theta=1_000_000.0, qk_norm=True, family="qwen3_moe",
+              num_experts=num_experts, num_experts_per_tok=num_experts_per_tok,
+              moe_intermediate_size=moe_intermediate_size, norm_topk_prob=True)
+
+
+def _gpt_oss(num_layers, num_experts) -> dict:
+  """A gpt-oss preset: layers alternate sliding (window 128, first) and full attention, with sinks and biases;
+  every feed-forward is the expert block (intermediate_size is one expert's)."""
+  return dict(vocab_size=201088, hidden_size=2880, intermediate_size=2880, num_layers=num_layers, num_heads=64,
+              num_kv_heads=8, head_dim=64, rope_theta=150_000.0, rms_norm_eps=1e-5, family="gpt_oss",
+              rope_scaling=YarnRopeScaling(32.0, 4096, truncate=False), max_position_embeddings=131072,
+              layer_types=tuple(SLIDING if i % 2 == 0 else FULL for i in range(num_layers)), sliding_window=128,
+              attention_bias=True, o_bias=True, attention_sinks=True, num_experts=num_experts,
+              num_experts_per_tok=4, moe_intermediate_size=2880, router="topk_softmax", expert_bias=True,
+              swiglu_limit=7.0)
+
+
+# Mixtures of experts: the public Hugging Face config.json values of Qwen/Qwen3-30B-A3B and openai/gpt-oss-{20b,120b}.
+PRESETS.update({
+    "qwen3-30b-a3b": _qwen3_moe(48, 128, 8, 768),
+    "gpt-oss-20b": _gpt_oss(24, 32),
+    "gpt-oss-120b": _gpt_oss(36, 128),
+})
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024 ** 3
 
@@ -112,14 +155,15 @@ class Mesh(NamedTuple):
   data: int
   fsdp: int
   tensor: int
+  expert: int = 1  # splits the expert weights by expert, and the batch
 
   @property
   def shape(self) -> dict:
-    return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+    return self._asdict()
 
   @property
   def batch_ways(self) -> int:
-    return self.data * self.fsdp
+    return self.data * self.fsdp * self.expert
 
 
 def model_config(name_or_path: str, param_dtype: str, dtype: str):
@@ -133,14 +177,27 @@ def model_config(name_or_path: str, param_dtype: str, dtype: str):
     return from_hf_config(json.load(f)).replace(param_dtype=param_dtype, dtype=dtype)
 
 
-@functools.lru_cache(maxsize=64)  # tracing the model's shapes is slow, and plans and tables ask again and again
-def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
-  """(total parameters, parameters per device) with the trainer's sharding rules."""
+@functools.lru_cache(maxsize=16)  # tracing the model's shapes is slow, and plans and tables ask again and again
+def _param_shapes(cfg) -> tuple[tuple[tuple[int, ...], tuple], ...]:
+  """(shape, logical axis names) of each parameter of a model of shape `cfg`."""
   abstract = nnx.state(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))), nnx.Param)
-  total = per_device = 0
+  out = []
   for _, v in nnx.to_flat_state(abstract):
     shape = v.get_value().shape
-    names = v.get_metadata().get("out_sharding") or (None,) * len(shape)
+    out.append((shape, v.get_metadata().get("out_sharding") or (None,) * len(shape)))
+  return tuple(out)
+
+
+def param_shapes(cfg):
+  """_param_shapes, traced once per shape whatever the dtypes."""
+  return _param_shapes(cfg.replace(param_dtype="float32", dtype="float32", remat=False))
+
+
+@functools.lru_cache(maxsize=1024)
+def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
+  """(total parameters, parameters per device) with the trainer's sharding rules."""
+  total = per_device = 0
+  for shape, names in param_shapes(cfg):
     spec = logical_to_spec(names, mesh, LOGICAL_RULES, shape)
     local = 1
     for size, entry in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
@@ -151,14 +208,11 @@ def param_elements(cfg, mesh: Mesh) -> tuple[int, int]:
   return total, per_device
 
 
-def lora_sizes(cfg, rank: int, targets: str) -> tuple[int, int]:
-  """(adapter parameters, per token and layer the elements the adapted projections keep for the backward
-  pass: r + D_out each), for LoRA of rank `rank` on `targets` (0, 0 without LoRA)."""
-  if rank == 0:
-    return 0, 0
-  sizes = projection_sizes(cfg)
-  chosen = [sizes[t] for t in parse_targets(targets)]
-  return cfg.num_layers * rank * sum(i + o for i, o in chosen), sum(rank + o for _, o in chosen)
+def active_params(cfg) -> int:
+  """Parameters a token uses: k / E of the expert weights (those with an 'expert' axis), all of the others."""
+  experts = sum(math.prod(shape) for shape, names in param_shapes(cfg) if "expert" in names)
+  total = sum(math.prod(shape) for shape, _ in param_shapes(cfg))
+  return total - experts + experts * cfg.num_experts_per_tok // max(cfg.num_experts, 1)
 
 
 def _split(n: int, ways: int) -> int:
@@ -166,38 +220,62 @@ def _split(n: int, ways: int) -> int:
   return n // ways if n % ways == 0 else n
 
 
+def lora_sizes(cfg, rank: int, targets: str, layer: int = 0) -> tuple[int, int]:
+  """(adapter parameters, elements kept per token for the backward pass: r + D_out per adapted projection) of
+  layer `layer`, for LoRA of rank `rank` on `targets` (0, 0 without LoRA). In a mixture-of-experts layer,
+  gate/up/down adapt each of the E experts, and a token passes through k of them."""
+  if rank == 0:
+    return 0, 0
+  params = kept = 0
+  for t in parse_targets(targets):
+    experts = cfg.is_moe(layer) and t in MLP_TARGETS
+    d_in, d_out = projection_sizes(cfg, experts)[t]
+    params += (cfg.num_experts if experts else 1) * rank * (d_in + d_out)
+    kept += (cfg.num_experts_per_tok if experts else 1) * (rank + d_out)
+  return params, kept
+
+
+def ffn_kept(cfg, layer: int, tp: int, ab: int) -> int:
+  """Bytes per token that layer `layer`'s feed-forward keeps for the backward pass: gate, up and their product
+  (3 F) in a dense layer; in a mixture-of-experts layer the router logits (E, float32), the token's input and
+  output copied to each of its k experts (the rows sorted by expert) and each expert's gate, up and product
+  (3 k F_moe). F splits over tensor."""
+  if not cfg.is_moe(layer):
+    return 3 * _split(cfg.intermediate_size, tp) * ab
+  k = cfg.num_experts_per_tok
+  return 4 * cfg.num_experts + (2 * k * cfg.hidden_size + 3 * k * _split(cfg.moe_intermediate_size, tp)) * ab
+
+
 def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
   """Bytes per device by category (see the module docstring for what each counts)."""
   pb, ab = DTYPE_BYTES[cfg.param_dtype], DTYPE_BYTES[cfg.dtype]
   total, local = param_elements(cfg, mesh)
-  D, F, N, K, H, V, L = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                         cfg.vocab_size, cfg.num_layers)
+  D, N, K, H, V, L = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size, cfg.num_layers
   T = w.prompt_len + w.new_tokens
   tp = mesh.tensor
+  lora = [lora_sizes(cfg, w.lora_rank, w.lora_targets, i) for i in range(L)]
   if w.lora_rank:  # only the (replicated) adapters train; the reference is the base itself
-    adapters, lora_per_token = lora_sizes(cfg, w.lora_rank, w.lora_targets)
+    adapters = sum(params for params, _ in lora)
     out = {"num_params": total, "trainable": adapters, "params": (local + adapters) * pb, "grads": adapters * pb,
            "optimizer": 2 * adapters * pb, "ref_params": 0}
   else:
-    lora_per_token = 0
     out = {"num_params": total, "trainable": total, "params": local * pb, "grads": local * pb,
            "optimizer": 2 * local * pb, "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
   kv_heads = _split(K, tp)
   slots = sum(cache_slots(cfg, i, T) for i in range(L))
   out["kv_cache"] = slots * 2 * _split(w.sampler_batch, mesh.batch_ways) * kv_heads * H * ab
   rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
-  heads, kv, mlp = _split(N, tp), kv_heads, _split(F, tp)
-  per_token_layer = ((4 * D + 2 * (heads + 2 * kv) * H + heads * H + 3 * mlp + lora_per_token) * ab
-                     + heads * T * (4 + ab))
+  heads, kv = _split(N, tp), kv_heads
+  attention = (4 * D + 2 * (heads + 2 * kv) * H + heads * H) * ab + heads * T * (4 + ab)
   if w.prompt_repeats > 1:
     tokens = -(-rows // w.prompt_repeats) * w.prompt_len + rows * w.new_tokens
     shared_kv = rows * T * 2 * kv * H * ab  # the prompt's keys/values copied to each row, per layer
   else:
     tokens, shared_kv = rows * T, 0
-  one_layer = tokens * per_token_layer + shared_kv
+  layers = [tokens * (attention + ffn_kept(cfg, i, tp, ab) + lora[i][1] * ab) + shared_kv for i in range(L)]
   logits = 2 * rows * min(w.logprob_chunk, T) * _split(V, tp) * 4
-  out["activations"] = L * one_layer + logits
-  out["activations_remat"] = L * (tokens * D * ab + shared_kv) + one_layer + logits
+  out["activations"] = sum(layers) + logits
+  out["activations_remat"] = L * (tokens * D * ab + shared_kv) + max(layers) + logits
   out["total"] = sum(out[k] for k in ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations"))
   out["total_remat"] = out["total"] - out["activations"] + out["activations_remat"]
   return out
@@ -237,6 +315,76 @@ GEMMA3_TABLE = [(name, mesh, pdt, Workload(sampler_batch=64, micro_batch=mesh.ba
                                         (Mesh(1, 8, 1), "float32", 0), (Mesh(1, 8, 1), "bfloat16", 0))]
 
 
+# The accelerators of --table moe: (devices, bytes per device). An H100 SXM 80GB reports 81559 MiB (nvidia-smi, as
+# benchmarks/roofline.py's HBM_BYTES); a TPU v5p-8 slice is 4 chips (8 TensorCores, 2 per chip; JAX sees one device
+# per chip) of 95 GiB HBM each (cloud.google.com/tpu/docs/v5p-training).
+ACCELERATORS = {"8 x H100 80GB": (8, 81559 * 2 ** 20), "TPU v5p-8": (4, 95 * GIB)}
+# A plan fits where the estimate is at most FIT_FRACTION of the device's memory: JAX's pool is 0.95 of it
+# (XLA_PYTHON_CLIENT_MEM_FRACTION, as scripts/train.py sets it) and benchmarks/roofline.py's plans keep a margin
+# of 0.8 of that (this estimate was 6% under XLA's peak for the 0.5B update on an H200; the pool fragments).
+FIT_FRACTION = 0.95 * 0.8
+# The GRPO step of --table moe: 16 GSM8K prompts x G = 16 completions of up to 1024 tokens after 512 of prompt.
+MOE_WORKLOAD = Workload(sampler_batch=256, prompt_len=512, new_tokens=1024)
+
+
+class Plan(NamedTuple):
+  fits: bool
+  mesh: Mesh
+  micro_batch: int  # global rows per forward/backward
+  remat: bool
+  bytes: int        # the estimate's total per device
+
+
+def meshes(devices: int, num_experts: int) -> list[Mesh]:
+  """Every (data, fsdp, tensor, expert) of `devices` devices whose expert axis divides the experts (1 without)."""
+  ways = [n for n in range(1, devices + 1) if devices % n == 0]
+  return [Mesh(d, f, t, devices // (d * f * t)) for d in ways for f in ways for t in ways
+          if devices % (d * f * t) == 0 and max(num_experts, 1) % (devices // (d * f * t)) == 0]
+
+
+def plan(cfg, devices: int, device_bytes: int, w: Workload, group_size: int = 16) -> Plan:
+  """A GRPO step's mesh, micro-batch (a divisor of the sampler batch, whole rows per batch shard) and remat on
+  `devices` devices of `device_bytes` each: of the plans within FIT_FRACTION of it, the largest micro-batch, then
+  remat off, then the least memory; when none fits, the one of least memory (fits False). Each prompt runs once
+  for gcd(micro-batch, group_size) rows (model.share_prompt_forward, the trainer's default)."""
+  plans = []
+  for mesh in meshes(devices, cfg.num_experts):
+    for micro in range(mesh.batch_ways, w.sampler_batch + 1, mesh.batch_ways):
+      if w.sampler_batch % micro == 0:
+        est = estimate(cfg, mesh, w._replace(micro_batch=micro, prompt_repeats=math.gcd(micro, group_size)))
+        plans += [Plan(est[key] <= FIT_FRACTION * device_bytes, mesh, micro, remat, est[key])
+                  for remat, key in ((False, "total"), (True, "total_remat"))]
+  if not plans:
+    raise ValueError(f"no mesh of {devices} devices splits a sampler batch of {w.sampler_batch} rows")
+  fitting = [p for p in plans if p.fits]
+  if not fitting:
+    return min(plans, key=lambda p: p.bytes)
+  return max(fitting, key=lambda p: (p.micro_batch, not p.remat, -p.bytes))
+
+
+def describe(p: Plan, device_bytes: int) -> str:
+  return (f"{'fits' if p.fits else 'does not fit'}: mesh data,fsdp,tensor,expert = {tuple(p.mesh)}, micro-batch "
+          f"{p.micro_batch}, remat {'on' if p.remat else 'off'}, {p.bytes / GIB:.1f} GiB per device (of "
+          f"{FIT_FRACTION * device_bytes / GIB:.1f} usable)")
+
+
+def moe_table() -> str:
+  """The docs/models.md table: Qwen3-30B-A3B and gpt-oss-20b on the ACCELERATORS, MOE_WORKLOAD, bf16 compute."""
+  lines = ["| model | accelerator | params | beta | fits | mesh (data,fsdp,tensor,expert) | micro-batch | remat | "
+           "GiB per device (usable) |", "|" + "---|" * 9]
+  for name in ("qwen3-30b-a3b", "gpt-oss-20b"):
+    cfg = model_config(name, "bfloat16", "bfloat16")
+    label = f"{name} ({param_elements(cfg, Mesh(1, 1, 1))[0] / 1e9:.2f}B, {active_params(cfg) / 1e9:.2f}B active)"
+    for accelerator, (devices, device_bytes) in ACCELERATORS.items():
+      for pdt in ("bfloat16", "float32"):
+        for beta, use_ref in (("0", False), ("0.04", True)):
+          p = plan(model_config(name, pdt, "bfloat16"), devices, device_bytes, MOE_WORKLOAD._replace(use_ref=use_ref))
+          lines.append(f"| {label} | {accelerator} | {pdt} | {beta} | {'yes' if p.fits else '**no**'} | "
+                       f"{tuple(p.mesh)} | {p.micro_batch} | {'on' if p.remat else 'off'} | {p.bytes / GIB:.1f} "
+                       f"({FIT_FRACTION * device_bytes / GIB:.1f}) |")
+  return "\n".join(lines)
+
+
 def main(argv=None):
   exit_on_mistake("memory_estimate", lambda: run(argv))
 
@@ -246,9 +394,15 @@ def run(argv=None):
   src = p.add_mutually_exclusive_group()
   src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
   src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")
-  src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3"),
-                   help="print the docs/scaling.md table (qwen) or the docs/models.md one (gemma3)")
-  p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor (default 1,1,1)")
+  src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3", "moe"),
+                   help="print the docs/scaling.md table (qwen) or a docs/models.md one (gemma3, moe)")
+  p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor[,expert] (default 1,1,1)")
+  p.add_argument("--plan", action="store_true", help="search meshes, micro-batch and remat for --devices devices "
+                 "of --device-memory-gib each instead of --mesh and --micro-batch")
+  p.add_argument("--devices", type=int, default=8, help="--plan's device count (default 8)")
+  p.add_argument("--device-memory-gib", type=float, default=81559 / 1024, help="memory per device (default: an "
+                 "H100 80GB's 79.6 GiB); a plan uses at most FIT_FRACTION = 0.76 of it")
+  p.add_argument("--group-size", type=int, default=16, help="G, completions per prompt (--plan's prompt repeats)")
   p.add_argument("--param-dtype", default="float32", choices=sorted(DTYPE_BYTES))
   p.add_argument("--dtype", default="bfloat16", choices=sorted(DTYPE_BYTES), help="compute dtype")
   p.add_argument("--sampler-batch", type=int, default=Workload._field_defaults['sampler_batch'])
@@ -265,6 +419,9 @@ def run(argv=None):
                  "fine-tuning)")
   p.add_argument("--lora-targets", default="all", help="model.lora_targets (default all)")
   args = p.parse_args(argv)
+  if args.table == "moe":
+    print(moe_table())
+    return
   if args.table:
     print(header())
     for name, mesh, pdt, w in (GEMMA3_TABLE if args.table == "gemma3" else TABLE):
@@ -274,22 +431,34 @@ def run(argv=None):
         extra += f", LoRA r{w.lora_rank}"
       if w.sampler_batch != Workload._field_defaults["sampler_batch"] and args.table == "qwen":
         extra += f" (sampler batch {w.sampler_batch})"
-      print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)}, {pdt}{extra}", est))
+      print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)[:3]}, {pdt}{extra}", est))
     return
   if not (args.model or args.hf_config):
     p.error("give --model, --hf-config or --table")
   try:
-    mesh = Mesh(*[int(x) for x in args.mesh.split(",")])
-  except (TypeError, ValueError):
-    p.error(f"--mesh {args.mesh!r}: expected three integers data,fsdp,tensor")
+    sizes = [int(x) for x in args.mesh.split(",")]
+    if len(sizes) not in (3, 4):
+      raise ValueError
+    mesh = Mesh(*sizes)
+  except ValueError:
+    p.error(f"--mesh {args.mesh!r}: expected three or four integers data,fsdp,tensor[,expert]")
   cfg = model_config(args.model or args.hf_config, args.param_dtype, args.dtype)
   w = Workload(sampler_batch=args.sampler_batch, prompt_len=args.prompt_len, new_tokens=args.new_tokens,
                micro_batch=args.micro_batch, logprob_chunk=args.logprob_chunk, use_ref=not args.no_ref,
                offload_ref=args.offload_ref, prompt_repeats=args.prompt_repeats, lora_rank=args.lora_rank,
                lora_targets=args.lora_targets)
+  if max(cfg.num_experts, 1) % mesh.expert:
+    p.error(f"--mesh {args.mesh!r}: expert={mesh.expert} does not divide the model's {cfg.num_experts} experts")
+  if args.plan:
+    device_bytes = int(args.device_memory_gib * GIB)
+    chosen = plan(cfg, args.devices, device_bytes, w, args.group_size)
+    print(f"plan for {args.devices} devices of {args.device_memory_gib:.1f} GiB: {describe(chosen, device_bytes)}")
+    mesh, w = chosen.mesh, w._replace(micro_batch=chosen.micro_batch,
+                                      prompt_repeats=math.gcd(chosen.micro_batch, args.group_size))
   est = estimate(cfg, mesh, w)
-  print(f"{args.model or args.hf_config}: {est['num_params'] / 1e9:.3f}B parameters; mesh data,fsdp,tensor = "
-        f"{tuple(mesh)} ({math.prod(mesh)} devices); params {args.param_dtype}, compute {args.dtype}")
+  active = f" ({active_params(cfg) / 1e9:.3f}B active)" if cfg.num_experts else ""
+  print(f"{args.model or args.hf_config}: {est['num_params'] / 1e9:.3f}B parameters{active}; mesh data,fsdp,tensor,"
+        f"expert = {tuple(mesh)} ({math.prod(mesh)} devices); params {args.param_dtype}, compute {args.dtype}")
   print(f"workload: sampler batch {w.sampler_batch} x ({w.prompt_len} + {w.new_tokens}) tokens, micro-batch "
         f"{w.micro_batch or mesh.batch_ways} rows, log-prob chunk {w.logprob_chunk}, prompt repeats "
         f"{w.prompt_repeats}")

@@ -1,6 +1,8 @@
-"""The memory estimate (grpo_jax/commands/memory_estimate.py) against a hand-worked example and the published Qwen2.5 parameter counts."""
+"""The memory estimate (grpo_jax/commands/memory_estimate.py) against hand-worked examples (a dense model, a mixture
+of experts), the published parameter counts of Qwen2.5, Qwen3-30B-A3B and gpt-oss, and its fit plan."""
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -136,3 +138,89 @@ def test_shared_prompt_forward_counts_prompts_once_and_the_copied_keys():
   assert shared["activations"] == 2 * (40 * per_token_layer + kv) + logits
   assert shared["activations_remat"] == 2 * (40 * 32 * 2 + kv) + 40 * per_token_layer + kv + logits
   assert shared["params"] == base["params"] and shared["kv_cache"] == base["kv_cache"]
+
+
+# A mixture of experts: layer 0 routes each token to k=2 of E=4 experts of F_moe=16 units, layer 1 is the dense MLP
+# (F=48); q/k norms (Qwen3-MoE).
+MOE = CFG.replace(family="qwen3_moe", qk_norm=True, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16,
+                  moe_layers=(True, False), norm_topk_prob=True)
+MOE_EXPERTS = 3 * 4 * 32 * 16  # gate, up (E x D x F_moe) and down (E x F_moe x D) of layer 0
+
+
+def test_moe_parameters_by_hand_and_split_by_the_expert_axis():
+  # embed + lm_head + final norm 4128; layer 0: attention 3072 + q/k norms 16 + 2 norms 64 + router 32*4 + experts
+  # 6144 = 9424; layer 1: 3072 + 16 + 64 + MLP 3*32*48 = 7760.
+  total, local = me.param_elements(MOE, me.Mesh(1, 1, 1))
+  assert total == local == 4128 + 9424 + 7760 == 21312
+  assert me.active_params(MOE) == total - MOE_EXPERTS // 2  # k / E = 2 / 4 of the experts
+  for e in (2, 4):
+    assert me.param_elements(MOE, me.Mesh(1, 1, 1, e)) == (total, total - MOE_EXPERTS + MOE_EXPERTS // e)
+  # fsdp 2 splits the experts' D as well (and the rest's embed axis): experts / 4 with expert 2.
+  _, fsdp = me.param_elements(MOE, me.Mesh(1, 2, 1))
+  assert me.param_elements(MOE, me.Mesh(1, 2, 1, 2))[1] == fsdp - MOE_EXPERTS // 2 + MOE_EXPERTS // 4
+  assert me.estimate(MOE, me.Mesh(1, 1, 1, 4), WORK)["params"] == (total - MOE_EXPERTS * 3 // 4) * 4
+
+
+def test_moe_activations_and_the_expert_axis_splitting_the_batch():
+  dense = me.estimate(MOE.replace(num_experts=0, num_experts_per_tok=0, moe_intermediate_size=0, moe_layers=None),
+                      me.Mesh(1, 1, 1), WORK)
+  moe = me.estimate(MOE, me.Mesh(1, 1, 1), WORK)
+  # Layer 0 keeps, per token, router logits 4 x 4 bytes + (2 k D + 3 k F_moe) bf16 instead of 3 F: 8 x 8 tokens.
+  per_token = 4 * 4 + (2 * 2 * 32 + 3 * 2 * 16) * 2 - 3 * 48 * 2
+  assert moe["activations"] - dense["activations"] == 64 * per_token
+  assert moe["kv_cache"] == dense["kv_cache"]
+  # tensor 2 halves F_moe; expert 2 halves the rows (8 -> 4 per device), the KV cache's batch too.
+  assert me.ffn_kept(MOE, 0, 2, 2) == 4 * 4 + (2 * 2 * 32 + 3 * 2 * 8) * 2
+  assert me.ffn_kept(MOE, 1, 2, 2) == 3 * 24 * 2
+  ep = me.estimate(MOE, me.Mesh(1, 1, 1, 2), WORK)
+  assert ep["kv_cache"] * 2 == moe["kv_cache"]
+  assert ep["activations"] - me.estimate(MOE, me.Mesh(1, 1, 1), WORK._replace(micro_batch=4))["activations"] == 0
+
+
+def test_lora_on_experts_counts_the_model_adapters():
+  """Rank 2 on every target: the estimate's adapters are the LoRAParams the model gets (E per expert projection)."""
+  import jax
+  from flax import nnx
+
+  from grpo_jax.model import Transformer, lora
+  est = me.estimate(MOE, me.Mesh(1, 1, 1), WORK._replace(lora_rank=2))
+  model = nnx.eval_shape(lambda: lora.add_adapters(Transformer(MOE, rngs=nnx.Rngs(0)), lora.LoraConfig(2, 4.0),
+                                                   nnx.Rngs(1)))
+  assert est["trainable"] == sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+  # Layer 0's experts: 4 x 2 x ((32 + 16) x 2 + (16 + 32)), beside the attention's and layer 1's MLP adapters.
+  assert me.lora_sizes(MOE, 2, "gate_proj,up_proj,down_proj", 0) == (4 * 2 * 3 * 48, 2 * (2 * (2 + 16) + 2 + 32))
+
+
+@pytest.mark.parametrize("name, total, active", [("qwen3-30b-a3b", 30.5e9, 3.3e9), ("gpt-oss-20b", 20.91e9, 3.61e9),
+                                                 ("gpt-oss-120b", 116.83e9, 5.13e9)])
+def test_moe_presets_have_the_published_parameter_counts(name, total, active):
+  """Qwen's 3.3B active counts the embedding table; OpenAI's 3.61B / 5.13B do not (a token reads one row of it)."""
+  cfg = me.model_config(name, "bfloat16", "bfloat16")
+  count = me.param_elements(cfg, me.Mesh(1, 1, 1))[0]
+  assert abs(count / total - 1) < 0.02
+  embedding = 0 if name.startswith("qwen") else cfg.vocab_size * cfg.hidden_size
+  assert abs((me.active_params(cfg) - embedding) / active - 1) < 0.02
+
+
+def test_plan_fits_the_largest_micro_batch_then_remat_off_or_says_it_does_not_fit(capsys):
+  w = WORK._replace(sampler_batch=16)
+  huge = me.plan(MOE, 4, 2 ** 40, w, group_size=4)
+  assert huge.fits and huge.micro_batch == 16 and not huge.remat
+  # One device: the budget of remat at the largest micro-batch takes remat; a little less, a smaller micro-batch.
+  top = me.estimate(MOE, me.Mesh(1, 1, 1), w._replace(micro_batch=16, prompt_repeats=4))
+  assert top["total_remat"] < top["total"]
+  remat = me.plan(MOE, 1, top["total_remat"] / me.FIT_FRACTION, w, group_size=4)
+  assert (remat.fits, remat.micro_batch, remat.remat, remat.bytes) == (True, 16, True, top["total_remat"])
+  smaller = me.plan(MOE, 1, (top["total_remat"] - 1) / me.FIT_FRACTION, w, group_size=4)
+  assert smaller.fits and smaller.micro_batch < 16 and smaller.bytes <= top["total_remat"] - 1
+  # Four devices: the meshes keep the expert axis dividing E = 4 and take all the devices.
+  assert sorted(me.meshes(8, 4)) == sorted(m for m in me.meshes(8, 8) if m.expert <= 4)
+  assert all(math.prod(m) == 8 for m in me.meshes(8, 4)) and len(me.meshes(8, 1)) == 10
+  none = me.plan(MOE, 4, 1000, w, group_size=4)
+  assert not none.fits and none.bytes == min(
+      me.estimate(MOE, m, w._replace(micro_batch=m.batch_ways, prompt_repeats=math.gcd(m.batch_ways, 4)))[
+          "total_remat"]
+      for m in me.meshes(4, 4))
+  me.main(["--model", "qwen3-30b-a3b", "--param-dtype", "float32", "--plan", "--devices", "8",
+           "--device-memory-gib", "16", "--sampler-batch", "256"])
+  assert "does not fit" in capsys.readouterr().out
