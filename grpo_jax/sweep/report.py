@@ -322,13 +322,12 @@ def _poi_cell(row: dict, column: str) -> str:
 
 
 def paired_markdown(runs: Sequence[MemberRun], baseline: str, primary: Sequence[str] | None = None) -> str:
-  primary = primary or [paired_columns(runs)[0][0]]
   table = paired_table(runs, baseline, primary)
   lines = [f"### Paired by seed: difference to `{baseline}`", "",
            "Mean of (group − baseline) over the seeds both finished, with its 95% t interval over seeds, the "
            "two-sided p value of a one-sample t test, and in brackets the seeds where the group is higher. The "
-           f"primary comparisons (--primary) get Holm's adjustment: Holm over {', '.join(f'`{c}`' for c in primary)} "
-           "of every group; the other columns are exploratory, their p unadjusted.", "",
+           "primary comparisons (--primary columns, default the first) get Holm's adjustment over all of them; the "
+           "other cells are exploratory, their p unadjusted.", "",
            "| group | pairs | " + " | ".join(header for _, header, _ in paired_columns(runs)) + " |",
            "|---|---|" + "---|" * len(paired_columns(runs))]
   for row in table:
