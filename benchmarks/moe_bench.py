@@ -21,16 +21,10 @@ import statistics
 import time
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--experts", type=int, default=8)
-  parser.add_argument("--k", type=int, default=2)
-  parser.add_argument("--expert-size", type=int, default=256, help="F: one expert's hidden units")
-  parser.add_argument("--rows", type=int, default=32)
-  parser.add_argument("--new-tokens", type=int, default=64)
-  parser.add_argument("--repeats", type=int, default=3)
-  args = parser.parse_args(argv)
-
+def measure(*, experts: int, k: int, expert_size: int, rows: int, new_tokens: int, repeats: int = 3,
+            hidden: int = 256, layers: int = 4, heads: int = 8, vocab: int = 1024, dtype: str = "float32",
+            impls: tuple[str, ...] = ("ragged", "blocks", "dense")) -> dict:
+  """{"decode"|"update": {model: {"seconds": median, "ratio": to the dense baseline[, "tokens_per_s"]}}}."""
   import jax
   import jax.numpy as jnp
   import numpy as np
@@ -39,20 +33,15 @@ def main(argv=None):
   from grpo_jax.model import ModelConfig, Transformer, causal_attention_mask, positions_from_mask, token_logprobs
   from grpo_jax.sampling import Sampler, SamplingConfig
 
-  shape = dict(vocab_size=1024, hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, head_dim=32,
-               max_position_embeddings=512)
-  models = {
-      "dense (baseline)": ModelConfig(intermediate_size=args.k * args.expert_size, **shape),
-      "moe ragged": ModelConfig(intermediate_size=args.k * args.expert_size, num_experts=args.experts,
-                                num_experts_per_tok=args.k, moe_intermediate_size=args.expert_size, **shape),
-  }
-  models["moe ragged"] = models["moe ragged"].replace(moe_impl="ragged")
-  models["moe blocks"] = models["moe ragged"].replace(moe_impl="blocks")
-  models["moe dense"] = models["moe ragged"].replace(moe_impl="dense")
-  B, P, C = args.rows, 32, args.new_tokens
+  shape = dict(vocab_size=vocab, hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=heads // 2,
+               head_dim=hidden // heads, max_position_embeddings=4096, param_dtype=dtype, dtype=dtype,
+               intermediate_size=k * expert_size)
+  moe = ModelConfig(num_experts=experts, num_experts_per_tok=k, moe_intermediate_size=expert_size, **shape)
+  models = {"dense (baseline)": ModelConfig(**shape), **{f"moe {impl}": moe.replace(moe_impl=impl) for impl in impls}}
+  B, P, C = rows, 32, new_tokens
   rng = np.random.default_rng(0)
-  prompts = [list(rng.integers(1, 1024, size=P)) for _ in range(B)]
-  tokens = jnp.asarray(rng.integers(1, 1024, size=(B, P + C)), jnp.int32)
+  prompts = [list(rng.integers(1, vocab, size=P)) for _ in range(B)]
+  tokens = jnp.asarray(rng.integers(1, vocab, size=(B, P + C)), jnp.int32)
   mask = jnp.ones((B, P + C), bool)
 
   def decode_fn(cfg):
@@ -65,29 +54,48 @@ def main(argv=None):
 
     def loss(state):
       model = nnx.merge(graphdef, state)
-      hidden, _ = model(tokens, positions_from_mask(mask), causal_attention_mask(mask))
-      logp, _ = token_logprobs(hidden[:, P - 1:-1], model.output_matrix_DxV(), tokens[:, P:])
+      hidden_BxTxD, _ = model(tokens, positions_from_mask(mask), causal_attention_mask(mask))
+      logp, _ = token_logprobs(hidden_BxTxD[:, P - 1:-1], model.output_matrix_DxV(), tokens[:, P:])
       return jnp.sum(logp)
     grad = jax.jit(jax.grad(loss))
     return lambda: jax.block_until_ready(grad(state))
 
-  print(f"E={args.experts} experts of F={args.expert_size}, k={args.k}; dense baseline F={args.k * args.expert_size}; "
-        f"{B} rows, {P} prompt + {C} new tokens; {jax.devices()[0].platform}, jax {jax.__version__}")
+  out = {}
   for what, make in (("decode", decode_fn), ("update", update_fn)):
     runs = {name: make(cfg) for name, cfg in models.items()}
     for run in runs.values():
       run()  # compile
     times = {name: [] for name in runs}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
       for name, run in runs.items():
         t = time.perf_counter()
         run()
         times[name].append(time.perf_counter() - t)
     base = statistics.median(times["dense (baseline)"])
-    for name, ts in times.items():
-      med = statistics.median(ts)
-      rate = f", {B * C / med:,.0f} tokens/s" if what == "decode" else ""
-      print(f"  {what:6s} {name:17s} {med * 1e3:8.1f} ms{rate}  ({med / base:.2f}x the dense baseline)")
+    out[what] = {name: {"seconds": statistics.median(ts), "ratio": statistics.median(ts) / base,
+                        **({"tokens_per_s": B * C / statistics.median(ts)} if what == "decode" else {})}
+                 for name, ts in times.items()}
+  return out
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--experts", type=int, default=8)
+  parser.add_argument("--k", type=int, default=2)
+  parser.add_argument("--expert-size", type=int, default=256, help="F: one expert's hidden units")
+  parser.add_argument("--rows", type=int, default=32)
+  parser.add_argument("--new-tokens", type=int, default=64)
+  parser.add_argument("--repeats", type=int, default=3)
+  args = parser.parse_args(argv)
+  import jax
+  result = measure(experts=args.experts, k=args.k, expert_size=args.expert_size, rows=args.rows,
+                   new_tokens=args.new_tokens, repeats=args.repeats)
+  print(f"E={args.experts} experts of F={args.expert_size}, k={args.k}; dense baseline F={args.k * args.expert_size}; "
+        f"{args.rows} rows, 32 prompt + {args.new_tokens} new tokens; {jax.devices()[0].platform}, jax {jax.__version__}")
+  for what, rows in result.items():
+    for name, r in rows.items():
+      rate = f", {r['tokens_per_s']:,.0f} tokens/s" if "tokens_per_s" in r else ""
+      print(f"  {what:6s} {name:17s} {r['seconds'] * 1e3:8.1f} ms{rate}  ({r['ratio']:.2f}x the dense baseline)")
 
 
 if __name__ == "__main__":
