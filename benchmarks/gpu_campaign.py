@@ -39,6 +39,8 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
                      attends to the cache slots filled by its end): tokens/s against the first part's sampler
   trl_qwen2.5-0.5b   TRL's GRPOTrainer (benchmarks/step_bench.py's TRL side) at the same settings, same shape
   step_gemma3-1b     Gemma 3 1B's shape, same recipe, same measurements as the first part minus the profile
+  moe_vs_dense       a Qwen3-30B-A3B-shaped stack (128 experts of 768, 8 per token; 8 layers) against a dense model
+                     of its active size: decode tokens/s and update seconds, experts through ragged_dot and blocks
 
 benchmarks/roofline.py --measured campaign.json puts the step parts against the floor of the device.
 """
@@ -108,6 +110,9 @@ def parts(smoke: bool) -> list[dict]:
       dict(name="trl_qwen2.5-0.5b", argv=["trl", "--model", "qwen2.5-0.5b", "--steps", "3"], budget=110,
            minimum=60),
       dict(name="step_gemma3-1b", argv=["step", "--model", "gemma3-1b", "--steps", "2"], budget=120, minimum=80),
+      # A Qwen3-30B-A3B-shaped layer stack (128 experts of 768, 8 per token) against a dense model of its active
+      # size: decode tokens/s and the update through ragged_dot and through blocks (benchmarks/moe_bench.py).
+      dict(name="moe_vs_dense", argv=["moe"], budget=120, minimum=60),
   ]
 
 
@@ -569,6 +574,15 @@ def child_head(args, result: Result) -> None:
       vocab=cfg.vocab_size, chunk=config.model.logprob_chunk_size, repeats=5))
 
 
+def child_moe(args, result: Result) -> None:
+  """benchmarks/moe_bench.py at Qwen3-30B-A3B's layer shape (8 of its 48 layers, a 32k vocabulary), bf16."""
+  import moe_bench
+  shape = (dict(experts=8, k=2, expert_size=16, rows=4, new_tokens=4, hidden=32, layers=2, heads=4, vocab=64)
+           if args.smoke else dict(experts=128, k=8, expert_size=768, rows=64, new_tokens=128, hidden=2048, layers=8,
+                                   heads=32, vocab=32768, dtype="bfloat16"))
+  result.update(shape=shape, **moe_bench.measure(**shape, repeats=3, impls=("ragged", "blocks")))
+
+
 def child_trl(args, result: Result) -> None:
   """TRL's GRPOTrainer on a random checkpoint of the named shape, the recipe's settings and prompts."""
   import torch
@@ -633,7 +647,7 @@ def main(argv=None) -> int:
   p.add_argument("--only", default="", help="comma-separated part names (default: all)")
   p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--result", help=argparse.SUPPRESS)
-  p.add_argument("kind", nargs="?", choices=("step", "sampler", "head", "trl", "tests"), help=argparse.SUPPRESS)
+  p.add_argument("kind", nargs="?", choices=("step", "sampler", "head", "trl", "tests", "moe"), help=argparse.SUPPRESS)
   p.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
   p.add_argument("--model", default="qwen2.5-0.5b", help=argparse.SUPPRESS)
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
@@ -650,7 +664,8 @@ def main(argv=None) -> int:
   if args.deadline > 10:  # a part about to be killed at its budget first says where it is
     faulthandler.dump_traceback_later(args.deadline - 5, exit=False)
   result = Result(args.result)
-  {"step": child_step, "sampler": child_sampler, "head": child_head, "trl": child_trl, "tests": child_tests}[args.kind](args, result)
+  {"step": child_step, "sampler": child_sampler, "head": child_head, "trl": child_trl, "tests": child_tests,
+   "moe": child_moe}[args.kind](args, result)
   return 0
 
 
