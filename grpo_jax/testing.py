@@ -9,9 +9,12 @@ templates, so every string encodes (no unknown tokens) and prompts stay short. I
 The checkpoint is a randomly initialized `Transformer` saved with our own `save_pretrained` (no torch).
 
 A tiny random Gemma 3 (`tiny_gemma3/`: one sliding-window layer and one global layer, Gemma's special tokens,
-a BOS added by the tokenizer, Gemma 3's chat template) stands in for a Gemma checkpoint the same way.
+a BOS added by the tokenizer, Gemma 3's chat template) stands in for a Gemma checkpoint the same way, and two tiny
+mixtures of experts with the ChatML fixture tokenizer for Qwen3-MoE (`tiny_qwen3_moe/`) and gpt-oss
+(`tiny_gpt_oss/`) checkpoints.
 
-    python -m grpo_jax.testing /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, gsm8k.jsonl, countdown.parquet
+    python -m grpo_jax.testing /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, tiny_qwen3_moe/, tiny_gpt_oss/,
+                                               # gsm8k.jsonl, countdown.parquet
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ import numpy as np
 from grpo_jax.data.datasets import COUNTDOWN_QUESTION
 from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE, R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
 from grpo_jax.model import hf_io
-from grpo_jax.model.config import FULL, SLIDING, ModelConfig
+from grpo_jax.model.config import FULL, SLIDING, ModelConfig, YarnRopeScaling
 from grpo_jax.model.transformer import Transformer
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -35,6 +38,8 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 CHECKPOINT_DIR = "tiny_qwen2"
 GEMMA3_DIR = "tiny_gemma3"
+QWEN3_MOE_DIR = "tiny_qwen3_moe"
+GPT_OSS_DIR = "tiny_gpt_oss"
 GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
 GSM8K_FILE = "gsm8k.jsonl"
 COUNTDOWN_FILE = "countdown.parquet"
@@ -105,18 +110,50 @@ def build_tokenizer(vocab_size: int = 512):
                                  chat_template=CHAT_TEMPLATE)
 
 
-def build_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024) -> str:
-  """A random tiny Qwen2 (GQA, q/k/v biases, tied embeddings) with the fixture tokenizer, in `path`."""
+def save_random_checkpoint(path: str, cfg: ModelConfig, tokenizer, seed: int = 0) -> str:
+  """A randomly initialized `Transformer(cfg)` saved with our own save_pretrained (no torch), and `tokenizer`."""
   from flax import nnx
 
-  tokenizer = build_tokenizer()
-  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
-                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
-                    rope_theta=1_000_000.0, tie_word_embeddings=True, attention_bias=True, family="qwen2")
   os.makedirs(path, exist_ok=True)
   hf_io.save_pretrained(Transformer(cfg, rngs=nnx.Rngs(seed)), path)
   tokenizer.save_pretrained(path)
   return path
+
+
+def build_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024) -> str:
+  """A random tiny Qwen2 (GQA, q/k/v biases, tied embeddings) with the fixture tokenizer, in `path`."""
+  tokenizer = build_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
+                    rope_theta=1_000_000.0, tie_word_embeddings=True, attention_bias=True, family="qwen2")
+  return save_random_checkpoint(path, cfg, tokenizer, seed)
+
+
+def build_qwen3_moe_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024) -> str:
+  """A random tiny Qwen3-MoE (Qwen3-30B-A3B's layer: q/k norms, softmax top-k router renormalized, untied
+  embeddings): 4 experts, 2 per token, the second layer a dense MLP (mlp_only_layers), with the fixture tokenizer."""
+  tokenizer = build_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
+                    rope_theta=1_000_000.0, qk_norm=True, family="qwen3_moe", num_experts=4, num_experts_per_tok=2,
+                    moe_intermediate_size=16, moe_layers=(True, False), norm_topk_prob=True)
+  return save_random_checkpoint(path, cfg, tokenizer, seed)
+
+
+def build_gpt_oss_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024,
+                             sliding_window: int = 4) -> str:
+  """A random tiny gpt-oss (a sliding-window layer, then a full one; 4 experts, 2 per token, router and expert
+  biases, the clamped gate at 7, attention sinks, q/k/v/o biases, YaRN rope) with the fixture tokenizer. The window
+  is shorter than the prompts."""
+  tokenizer = build_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=16, num_layers=2, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
+                    rope_theta=150_000.0, rms_norm_eps=1e-5, family="gpt_oss", layer_types=(SLIDING, FULL),
+                    sliding_window=sliding_window, attention_bias=True, o_bias=True, attention_sinks=True,
+                    rope_scaling=YarnRopeScaling(factor=4.0, original_max_position_embeddings=256),
+                    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, router="topk_softmax",
+                    expert_bias=True, swiglu_limit=7.0)
+  return save_random_checkpoint(path, cfg, tokenizer, seed)
 
 
 def build_gemma3_tokenizer(vocab_size: int = 512):
@@ -144,18 +181,13 @@ def build_gemma3_checkpoint(path: str, *, seed: int = 0, max_position_embeddings
   """A random tiny Gemma 3 (a sliding-window layer, then a global one; q/k norms, tied embeddings, two RoPE
   bases, query_pre_attn_scalar != head_dim) with the Gemma-like fixture tokenizer, in `path`. The window is
   shorter than the prompts, so the sliding layer's masking and ring-buffer cache are exercised."""
-  from flax import nnx
-
   tokenizer = build_gemma3_tokenizer()
   cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=2, num_heads=4,
                     num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
                     rope_theta=1_000_000.0, local_rope_theta=10_000.0, tie_word_embeddings=True, qk_norm=True,
                     family="gemma3_text", layer_types=(SLIDING, FULL), sliding_window=sliding_window,
                     query_pre_attn_scalar=12.0)
-  os.makedirs(path, exist_ok=True)
-  hf_io.save_pretrained(Transformer(cfg, rngs=nnx.Rngs(seed)), path)
-  tokenizer.save_pretrained(path)
-  return path
+  return save_random_checkpoint(path, cfg, tokenizer, seed)
 
 
 def write_jsonl(path: str, records: list[dict]) -> str:
@@ -172,13 +204,19 @@ def write_parquet(path: str, records: list[dict]) -> str:
   return path
 
 
+# ensure_fixtures' keys -> (directory or file name, builder).
+FIXTURES = {"checkpoint": (CHECKPOINT_DIR, build_checkpoint),
+            "gemma3_checkpoint": (GEMMA3_DIR, build_gemma3_checkpoint),
+            "qwen3_moe_checkpoint": (QWEN3_MOE_DIR, build_qwen3_moe_checkpoint),
+            "gpt_oss_checkpoint": (GPT_OSS_DIR, build_gpt_oss_checkpoint),
+            "gsm8k": (GSM8K_FILE, lambda path: write_jsonl(path, gsm8k_records())),
+            "countdown": (COUNTDOWN_FILE, lambda path: write_parquet(path, countdown_records()))}
+
+
 def build_all(directory: str) -> dict[str, str]:
-  """Writes the checkpoint and both datasets into `directory`; returns their paths."""
+  """Writes the checkpoints and both datasets into `directory`; returns their paths."""
   os.makedirs(directory, exist_ok=True)
-  return {"checkpoint": build_checkpoint(os.path.join(directory, CHECKPOINT_DIR)),
-          "gemma3_checkpoint": build_gemma3_checkpoint(os.path.join(directory, GEMMA3_DIR)),
-          "gsm8k": write_jsonl(os.path.join(directory, GSM8K_FILE), gsm8k_records()),
-          "countdown": write_parquet(os.path.join(directory, COUNTDOWN_FILE), countdown_records())}
+  return {key: build(os.path.join(directory, name)) for key, (name, build) in FIXTURES.items()}
 
 
 def default_directory() -> str:
@@ -192,12 +230,11 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
   Built in a sibling temp directory and renamed into place, so concurrent callers never see half a fixture.
   """
   directory = os.path.abspath(directory or default_directory())
-  paths = {"checkpoint": os.path.join(directory, CHECKPOINT_DIR),
-           "gemma3_checkpoint": os.path.join(directory, GEMMA3_DIR),
-           "gsm8k": os.path.join(directory, GSM8K_FILE), "countdown": os.path.join(directory, COUNTDOWN_FILE)}
+  paths = {key: os.path.join(directory, name) for key, (name, _) in FIXTURES.items()}
   if os.path.exists(os.path.join(directory, _DONE)):
-    if not os.path.exists(paths["gemma3_checkpoint"]):  # a directory built before the Gemma fixture existed
-      _build_into(paths["gemma3_checkpoint"], build_gemma3_checkpoint)
+    for key in ("gemma3_checkpoint", "qwen3_moe_checkpoint", "gpt_oss_checkpoint"):
+      if not os.path.exists(paths[key]):  # a directory built before this fixture existed
+        _build_into(paths[key], FIXTURES[key][1])
     return paths
   os.makedirs(os.path.dirname(directory), exist_ok=True)
 
@@ -226,8 +263,9 @@ def _build_into(path: str, build, marker: str = "") -> None:
 
 def apply_test_preset(c, dataset: str | None, checkpoint: str = "checkpoint"):
   """The recipes' `:test` preset: 2 GRPO steps of the full path (load, template, sample, reward, update,
-  checkpoint) on the tiny random Qwen2 (`checkpoint="gemma3_checkpoint"`: the tiny random Gemma 3) and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None for
-  a task that generates its own rows). Only sizes, data sources and logging change: the recipe's structure
+  checkpoint) on the tiny random Qwen2 (`checkpoint`: another key of FIXTURES, e.g. "gemma3_checkpoint",
+  "qwen3_moe_checkpoint", "gpt_oss_checkpoint") and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None
+  for a task that generates its own rows). Only sizes, data sources and logging change: the recipe's structure
   (remat, dtypes, the reference model, the loss, micro- and mini-batching) stays (tests/recipes)."""
   paths = ensure_fixtures()
   c.model.hf_path = paths[checkpoint]

@@ -1,5 +1,6 @@
-"""The recipes' `:test` presets end to end: a tiny random Qwen2 (or Gemma 3) checkpoint loaded from disk with its tokenizer,
-fixture data in GSM8K / Countdown layout, template, sampling, rewards, 2 GRPO updates, a checkpoint."""
+"""The recipes' `:test` presets end to end: a tiny random Qwen2 (or Gemma 3, Qwen3-MoE, gpt-oss) checkpoint loaded
+from disk with its tokenizer, fixture data in GSM8K / Countdown layout, template, sampling, rewards, 2 GRPO updates,
+a checkpoint."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,10 @@ RECIPES = {
                                  "reasoning_answer_number"),
                      "prompt_start": "<bos><start_of_turn>user\nYou are given a problem.",
                      "checkpoint": "gemma3_checkpoint"},
+    "qwen3_moe_gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<|im_start|>system\n",
+                        "checkpoint": "qwen3_moe_checkpoint"},
+    "gpt_oss_gsm8k": {"rewards": ("gsm8k_accuracy", "answer_tag"), "prompt_start": "<|im_start|>system\nSolve the",
+                      "checkpoint": "gpt_oss_checkpoint"},
 }
 # What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
@@ -36,6 +41,9 @@ SIZE_FIELDS = {
     "checkpoint.every", "model.hidden_size", "model.intermediate_size", "model.num_layers", "model.num_heads",
     "model.num_kv_heads", "model.head_dim", "model.vocab_size", "model.max_position_embeddings",
     "warmstart.batch_size", "warmstart.max_steps", "warmstart.eval_every", "warmstart.target_accuracy",
+    # The device mesh: a multi-GPU recipe's (fsdp 8 for the MoE recipes) cannot lay out on the one CPU device a
+    # :test preset runs on; the same program on fewer devices (tests/distributed checks the equality).
+    "mesh.data", "mesh.fsdp", "mesh.tensor", "mesh.expert",
 }
 
 
