@@ -9,6 +9,7 @@ import pytest
 from grpo_jax.algo import advantages
 from grpo_jax.algo.entropy import entropy_from_logits
 from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, grpo_objective
+from tests.tolerance import assert_close_f32
 from . import reference as ref
 from .batches import CASES, make_batch
 
@@ -170,13 +171,14 @@ def test_four_micro_batches_give_the_whole_batch_gradient(aggregation):
       m_sum[name] = (old_s + s, old_c + c)
   accumulated = g_sum / d_sum
   assert float(jnp.max(jnp.abs(whole))) > 1e-3
-  np.testing.assert_allclose(accumulated, whole, rtol=1e-5, atol=1e-7)
+  # Sums over 96 tokens of per-token gradients that partly cancel, grouped differently: 32 ulps of the largest.
+  assert_close_f32(accumulated, whole, ulps=32)
   # ... and it is the gradient of grpo_loss itself:
   def batch_loss(W):
     logp, ent = _policy(W, batch[0], batch[1])
     return grpo_loss(LossInputs(logp, *batch[2:], ent), cfg)[0]
   direct = jax.jit(jax.grad(batch_loss))(W)
-  np.testing.assert_allclose(direct, whole, rtol=1e-5, atol=1e-7)
+  assert_close_f32(direct, whole, ulps=32)
 
   assert float(whole_metrics["clip_ratio/region"][0]) > 0
   for name, (s, c) in whole_metrics.items():

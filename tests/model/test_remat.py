@@ -14,6 +14,7 @@ import pytest
 from flax import nnx
 
 from grpo_jax.model import ModelConfig, Transformer, completion_logprobs
+from tests.tolerance import assert_close_f32
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
@@ -22,16 +23,17 @@ CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_layer
 
 
 def _loss_and_grad(cfg, params_cfg, batch):
-  """(loss, grads) of a per-token-weighted log-prob sum, through merged parameters as in the update."""
+  """((loss, the sum of its terms' magnitudes), grads) of a per-token-weighted log-prob sum, through merged
+  parameters as in the update."""
   graphdef, params = nnx.split(Transformer(params_cfg, rngs=nnx.Rngs(0)))
   graphdef = nnx.split(Transformer(cfg, rngs=nnx.Rngs(0)))[0] if cfg != params_cfg else graphdef
 
   def loss(p, prompt, prompt_mask, completion, completion_mask, weights):
     model = nnx.merge(graphdef, p)
     logp, _ = completion_logprobs(model, prompt, prompt_mask, completion, completion_mask, 1.0, 16, False)
-    return jnp.sum(logp * weights)
+    return jnp.sum(logp * weights), jnp.sum(jnp.abs(logp * weights))
 
-  return jax.jit(jax.value_and_grad(loss)), params
+  return jax.jit(jax.value_and_grad(loss, has_aux=True)), params
 
 
 def _batch(B=4, P=6, N=10, seed=0):
@@ -48,13 +50,13 @@ def test_gradients_with_and_without_remat_agree():
   batch = _batch()
   plain_fn, params = _loss_and_grad(CFG, CFG, batch)
   remat_fn, _ = _loss_and_grad(dataclasses.replace(CFG, remat=True), CFG, batch)
-  loss, grads = plain_fn(params, *batch)
-  loss_r, grads_r = remat_fn(params, *batch)
-  np.testing.assert_allclose(loss_r, loss, rtol=1e-6)
-  flat, flat_r = jax.tree.leaves(grads), jax.tree.leaves(grads_r)
-  assert len(flat) == len(flat_r) and any(float(jnp.abs(g).max()) > 0 for g in flat)
-  for g, g_r in zip(flat, flat_r):
-    np.testing.assert_allclose(g_r, g, rtol=1e-5, atol=1e-6)
+  (loss, terms), grads = plain_fn(params, *batch)
+  (loss_r, _), grads_r = remat_fn(params, *batch)
+  # The recomputed forward may round differently: the loss within 16 ulps of its terms' magnitudes, each
+  # gradient leaf (a sum over every token) within 32 ulps of its largest element.
+  assert_close_f32(loss_r, loss, ulps=16, scale=terms)
+  assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+  assert_close_f32(grads_r, grads, ulps=32)
 
 
 def _saved_residual_bytes(remat: bool) -> int:

@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from grpo_jax.model import ModelConfig, Transformer, completion_logprobs
+from tests.tolerance import assert_close_f32
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
@@ -62,8 +63,8 @@ def test_shared_prompt_forward_matches_per_row(repeats, variant):
   np.testing.assert_allclose(loss_s, loss, rtol=1e-5)
   flat, flat_s = jax.tree.leaves(grads), jax.tree.leaves(grads_s)
   assert len(flat) == len(flat_s) and all(float(jnp.abs(g).max()) > 0 for g in flat)
-  for g, g_s in zip(flat, flat_s):
-    np.testing.assert_allclose(g_s, g, rtol=1e-4, atol=2e-6)
+  # Each leaf's gradient sums over every token of every row: 32 ulps of its largest element (seen: 6).
+  assert_close_f32(grads_s, grads, ulps=32)
 
 
 def test_rows_that_do_not_share_their_prompt_give_different_results():

@@ -26,6 +26,7 @@ from grpo_jax.train.export import EXPORT_DIR
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
 from grpo_jax.train import checks
+from tests.tolerance import assert_close_f32
 from tests.train.conftest import load_experiment
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -92,15 +93,16 @@ def test_optimizer_state_holds_only_the_adapters():
 
 
 def test_remat_gives_the_same_adapter_update():
+  # SGD, linear in the gradients: Adam's step g / (|g| + eps) on a coordinate whose gradient is at its rounding
+  # error would be decided by how each program rounds (tests/train/test_step.py).
   batch = _batch()
-  adam = optax.adam(1e-2)
+  sgd = optax.sgd(0.5)
   results = []
   for remat in (False, True):
     graphdef, params = _adapted_state(CFG.replace(remat=remat))
     adapters = lora.split_adapters(params)[0]
-    results.append(_step(graphdef, adam, nnx.LoRAParam)(params, adam.init(adapters), batch)[0])
-  for x, y in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
-    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+    results.append(_step(graphdef, sgd, nnx.LoRAParam)(params, sgd.init(adapters), batch)[0])
+  assert_close_f32(results[1], results[0], ulps=16)  # one step: 16 ulps of each leaf's largest
 
 
 def _lora_config(num_steps=4):
