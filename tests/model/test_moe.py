@@ -83,7 +83,7 @@ def test_logits_match_transformers_with_left_padding(checkpoints, name):
     np.testing.assert_allclose(ours[mask], ref[mask], atol=1e-4, rtol=0, err_msg=impl)
 
 
-@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("name", ["qwen3_moe_e8k3_step2", "gpt_oss_e4k2_w5", "gpt_oss_e8k4_w3"])
 def test_greedy_32_tokens_equal_transformers_generate(checkpoints, name):
   """The sampler's KV cache (ring buffers for gpt-oss's windows), left-padded prompts longer and shorter than them."""
   path, torch_model = checkpoints(name)
