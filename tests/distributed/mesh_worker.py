@@ -2,10 +2,11 @@
 
 The trainer's own pieces (make_train_step, init_opt_state, the loop's batch placement, RefOffloader,
 Checkpointer, Sampler) on meshes (data, fsdp, tensor) = (1,1,1) [one device], (8,1,1), (2,4,1), (2,2,2).
-Prints one JSON object: per mesh the update's metrics, the max |difference| of the updated parameters and
-optimizer state from the one-device update, the specs and per-device shard shapes of parameters, Adam moments
-and reference parameters, whether sampling gave the same tokens (and on (2,2,2), whether a grouped prefill and
-a decode in segments did); and the cross-mesh checkpoint restores.
+Prints one JSON object: per mesh the update's metrics, the specs and per-device shard shapes of parameters,
+momentum and reference parameters, whether sampling gave the same tokens (and on (2,2,2), whether a grouped
+prefill and a decode in segments did); and the cross-mesh checkpoint restores. Writes each mesh's updated
+parameters and optimizer state and its samples' log-probs to TMP/<data>x<fsdp>x<tensor>.npz, for the test to
+compare.
 """
 from __future__ import annotations
 
@@ -19,14 +20,12 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import config as config_lib
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, sharding
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train.checkpoint import Checkpointer
 from grpo_jax.train.build import BatchPlacer
 from grpo_jax.train.offload import RefOffloader
-from grpo_jax.train.optim import make_optimizer
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 
@@ -37,6 +36,11 @@ B, P, N = 16, 6, 5
 TEMPERATURE = 0.9
 # Two passes over two mini-batches of two micro-batches each: old log-probs, 4 optimizer updates, accumulation.
 STEP_ARGS = dict(num_iterations=2, mini_batch_size=8, micro_batch_size=4, temperature=TEMPERATURE, chunk_size=4)
+# The meshes' updates are compared with one device's, so with SGD with momentum (linear in the gradients: the
+# parameters agree to ulps of their scale) rather than the trainer's AdamW, which divides each coordinate by its own
+# gradient's size and so steps a gradient at its rounding error as the CPU rounds it (issue 68). Its momentum is the
+# optimizer state sharded like the parameters; global-norm clipping is a reduction over every shard.
+OPTIMIZER = optax.chain(optax.clip_by_global_norm(0.5), optax.sgd(0.1, momentum=0.9))
 
 
 def _batch() -> RolloutBatch:
@@ -75,16 +79,17 @@ def _max_diff(a: list, b: list) -> float:
   return max(float(np.max(np.abs(x.astype(np.float64) - y))) for x, y in zip(a, b))
 
 
+def _flat(tree) -> dict[str, np.ndarray]:
+  return {jax.tree_util.keystr(path): np.asarray(x) for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
 def main(tmp: str):
   assert jax.device_count() == 8, jax.devices()
   graphdef, params0 = nnx.split(Transformer(CFG, rngs=nnx.Rngs(0)))
   _, ref0 = nnx.split(Transformer(CFG, rngs=nnx.Rngs(1)))
   # Host copies: placing them on one device must not alias buffers that the update then donates.
   params0, ref0 = jax.tree.map(np.asarray, (params0, ref0))
-  optim = config_lib.get_config().optim
-  optim.grad_clip_norm = 0.5
-  optim.weight_decay = 0.01
-  optimizer = make_optimizer(optim, optax.constant_schedule(1e-2))
+  optimizer = OPTIMIZER
   loss_cfg = LossConfig(beta=0.04, epsilon_low=0.2)
   batch_np = _batch()
   sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=6, temperature=1.0, stop_ids=(1,), pad_id=0))
@@ -112,7 +117,7 @@ def main(tmp: str):
     tokens = sampler.generate(params, prompts, key)
     # Rows of the sampler's KV cache on each device (the batch of 8 prompts split over data * fsdp).
     cache_rows = sampler.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1, CFG.head_dim))[0]
-    result = {}
+    result, arrays = {}, {"sample_logp": tokens.logp_BxC}
     if shape == (2, 2, 2):  # the mesh that splits rows over data and fsdp and kv heads over tensor at once
       # Groups sharing one prefill per prompt (repeats=2) sample what the prompts repeated in full would.
       grouped = sampler.generate(params, prompts, key, repeats=2)
@@ -121,11 +126,11 @@ def main(tmp: str):
       result = dict(
           segmented_cache_rows=segmented.last_cache_sharding.shard_shape((len(prompts), CFG.num_kv_heads, 1,
                                                                           CFG.head_dim))[0],
-          segmented_equal=bool(np.array_equal(in_segments.completion_BxC, tokens.completion_BxC)
-                               and np.allclose(in_segments.logp_BxC, tokens.logp_BxC, atol=1e-5)),
+          segmented_equal=bool(np.array_equal(in_segments.completion_BxC, tokens.completion_BxC)),
           grouped_equal=bool(np.array_equal(grouped.completion_BxC, repeated.completion_BxC)
-                             and np.array_equal(grouped.prompt_BxP, repeated.prompt_BxP)
-                             and np.allclose(grouped.logp_BxC, repeated.logp_BxC, atol=1e-5)))
+                             and np.array_equal(grouped.prompt_BxP, repeated.prompt_BxP)))
+      arrays.update(segmented_logp=in_segments.logp_BxC, grouped_logp=grouped.logp_BxC,
+                    repeated_logp=repeated.logp_BxC)
     batch = BatchPlacer(mesh)(batch_np)
     batch_layout = _layout(batch._replace(ref_logp_BxC=None))
     batch = batch._replace(ref_logp_BxC=ref_fn(offloader.fetch(ref), batch))
@@ -135,16 +140,15 @@ def main(tmp: str):
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     result.update(metrics=metrics, layout=layout, sampler_cache_rows=cache_rows, param_shardings_kept=all(
         x.sharding == s for x, s in zip(jax.tree.leaves(params), jax.tree.leaves(param_sh))))
-    values = dict(params=_host(params), opt=_host(opt_state), tokens=tokens)
+    np.savez(f"{tmp}/{'x'.join(map(str, shape))}.npz", **arrays, **{f"params{k}": v for k, v in _flat(params).items()},
+             **{f"opt_state{k}": v for k, v in _flat(opt_state).items()})
+    values = dict(tokens=tokens)
     if base is None:
       base = values
-      result["moved"] = _max_diff(values["params"], _host(params0))
+      result["moved"] = _max_diff(_host(params), _host(params0))
     else:
-      result["params_diff"] = _max_diff(values["params"], base["params"])
-      result["opt_diff"] = _max_diff(values["opt"], base["opt"])
       result["tokens_equal"] = bool(np.array_equal(tokens.completion_BxC, base["tokens"].completion_BxC) and
                                     np.array_equal(tokens.completion_mask_BxC, base["tokens"].completion_mask_BxC))
-      result["sample_logp_diff"] = float(np.max(np.abs(tokens.logp_BxC - base["tokens"].logp_BxC)))
     out[str(shape)] = result
 
     if shape == (2, 2, 2):  # save on this mesh (reference in host memory) ...

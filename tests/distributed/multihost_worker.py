@@ -8,6 +8,11 @@ from `config.distributed` (when NUM_PROCESSES > 1) for 3 steps (with --resume: 2
 whose restore checks the state fingerprint), then restores the final checkpoint collectively and writes
 this process's full copy of the parameters to WORKDIR/params_<PROCESS_ID>.npz. With --sigterm_before_update=N
 this process sends itself SIGTERM as its N-th update starts; a preempted run exits with code 75.
+
+The optimizer is SGD with momentum (after the run's global-norm clipping), not the trainer's AdamW: the test
+compares runs of different programs (two processes, one process), and AdamW divides each coordinate by its own
+gradient's size, so that a gradient at its rounding error takes a step the CPU decides (issue 68); SGD is linear
+in the gradients, and the momentum is optimizer state that the checkpoints save and the resume restores.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ def main():
   config.eval.every = 100         # evaluation at steps 0 and 2 only
   config.checkpoint.every = 100   # checkpoints at steps 0 and 2
   config.grpo.beta = 0.04         # exercise the reference model too
+  config.optim.learning_rate = 0.1  # SGD's (below): the 3 updates move parameters by up to 0.15
   resume = "--resume" in sys.argv[6:]  # 2 steps, then a resume for the third; else 3 steps straight
   sigterm = [int(a.split("=")[1]) for a in sys.argv[6:] if a.startswith("--sigterm_before_update=")]
   if sigterm:
@@ -51,7 +57,8 @@ def main():
     config.distributed.process_id = pid
 
   from grpo_jax.errors import EXIT_PREEMPTED, Preempted
-  from grpo_jax.train import checkpoint, loop
+  from grpo_jax.train import checkpoint, loop, run
+  run.make_optimizer = _momentum_sgd
   config.num_steps = 2 if resume else 3
   try:
     loop.train(config, workdir)
@@ -76,6 +83,12 @@ def main():
     flat[jax.tree_util.keystr(path)] = np.asarray(leaf)
   np.savez(os.path.join(workdir, f"params_{pid}.npz"), **flat)
   print(f"[worker {pid}] devices {jax.local_device_count()}/{jax.device_count()} done", flush=True)
+
+
+def _momentum_sgd(optim, schedule):
+  """The trainer's optimizer (grpo_jax/train/optim.py) with SGD with momentum in place of AdamW."""
+  import optax
+  return optax.chain(optax.clip_by_global_norm(optim.grad_clip_norm), optax.sgd(schedule, momentum=0.9))
 
 
 def _sigterm_before_update(nth: int) -> None:

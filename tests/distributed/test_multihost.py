@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.tolerance import assert_close_f32
 from tests.xla_compiler import fast_flags
 
 WORKER = str(Path(__file__).with_name("multihost_worker.py"))
@@ -20,6 +21,8 @@ WORKER = str(Path(__file__).with_name("multihost_worker.py"))
 # its reference parameters in host memory between steps: that must not change the result either.
 # Both sample one step ahead (rollout.staleness = 1): the two-process checkpoint at step 2 holds step 3's batch,
 # each process's rows, and the resume restores them.
+# The addition task's vocabulary: 12 characters, padding and the stop token.
+LOG_VOCAB = float(np.log(14))
 RUN_ARGS = ["--resume", "--config.mesh.data=2", "--config.mesh.fsdp=2", "--config.grpo.overlong_buffer=3",
             "--config.model.offload_ref_params=True", "--config.rollout.staleness=1"]
 REF_ARGS = ["--config.grpo.overlong_buffer=3", "--config.rollout.staleness=1"]
@@ -74,8 +77,10 @@ def test_processes_end_with_identical_parameters_equal_to_one_process(runs):
                  _params(root / "one" / "params_0.npz"))
   assert p0.keys() == p1.keys() == one.keys() and len(p0) > 5
   for k in p0:
-    np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)
-    np.testing.assert_allclose(p0[k], one[k], rtol=0, atol=2e-6, err_msg=k)
+    np.testing.assert_array_equal(p0[k], p1[k], err_msg=k)  # one array, gathered by each process
+    # 3 updates of SGD with momentum (multihost_worker.py), each gradient summed in another order by the two
+    # programs: ulps of each leaf's largest parameter (seen: 1.1; 1.4 with AdamW on this CPU, where it held).
+    assert_close_f32(p0[k], one[k], ulps=16, err_msg=k)
 
 
 def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
@@ -88,8 +93,15 @@ def test_same_rollouts_and_updates_and_only_process_0_logs(runs):
               "frac_reward_zero_std"):
       assert a[k] == b[k], k
     assert b["grad_norm"] > 1e-3
-    for k in ("loss", "grad_norm", "kl"):
-      assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-8), k
+    # Each metric within ulps of the size it is rounded at (seen: at most 0.9 ulps): the loss, of its per-token
+    # terms (advantages of unit spread times ratios near 1); the gradient's norm, of itself; the k3 estimate
+    # exp(d) - d - 1 of the KL, of itself plus the log-probs' size (log V) times exp(d) - 1 ~ |d| ~ sqrt(2 kl),
+    # through which it carries their rounding (the larger kl of the two: where the policy is still the
+    # reference, one program's 0 may be the other's rounding).
+    kl = max(a["kl"], b["kl"])
+    scales = {"loss": max(1.0, abs(b["loss"])), "grad_norm": b["grad_norm"], "kl": kl + np.sqrt(2 * kl) * LOG_VOCAB}
+    for k, scale in scales.items():
+      assert_close_f32(a[k], b[k], ulps=8, scale=scale, err_msg=k)
   assert "[done]" in outs[0] and "[done]" not in outs[1]  # process 1 prints nothing of the run
   # The resume restored step 2: the fingerprint the two processes stored together matched the restored state.
   assert "[resume] restored step 2" in outs[0] and "[resume]" not in outs[2]
