@@ -1,5 +1,5 @@
-"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 decoder families and the Qwen3-MoE / gpt-oss
-mixtures of experts.
+"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 decoder families, the Qwen3-MoE / gpt-oss
+mixtures of experts and Qwen3.5's hybrid of linear and full attention.
 
 `ModelConfig` is a frozen dataclass (hashable, so it can be a static jit argument). It is built either by
 hand (tests, the tiny default experiment) or from a Hugging Face `config.json` (`from_hf_config`).
@@ -64,7 +64,8 @@ class YarnRopeScaling:
   attention_factor: float | None = None
 
 
-FULL, SLIDING = "full_attention", "sliding_attention"  # layer types, as transformers names them
+# Layer types, as transformers names them. LINEAR: Qwen3.5's Gated DeltaNet (grpo_jax/model/linear_attention.py).
+FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +99,18 @@ class ModelConfig:
   local_rope_theta: float = 10000.0
   # Attention scores are scaled by query_pre_attn_scalar ** -0.5 (None: head_dim ** -0.5, as Llama / Qwen).
   query_pre_attn_scalar: float | None = None
+  # RoPE rotates the first partial_rotary_factor * head_dim dimensions of each head, the rest pass (Qwen3.5: 0.25).
+  partial_rotary_factor: float = 1.0
+  # Qwen3.5's full attention: q_proj also gives a per-head gate, the attention output times sigmoid(gate).
+  attention_output_gate: bool = False
+  # Qwen3.5's linear-attention layers (layer_types LINEAR): Gated DeltaNet with linear_num_key_heads query/key heads
+  # of linear_key_head_dim, linear_num_value_heads value heads of linear_value_head_dim (a multiple: each query/key
+  # head serves several value heads) and a causal depthwise convolution of linear_conv_kernel taps.
+  linear_num_key_heads: int = 0
+  linear_num_value_heads: int = 0
+  linear_key_head_dim: int = 0
+  linear_value_head_dim: int = 0
+  linear_conv_kernel: int = 4
   # Mixture of experts (grpo_jax/model/moe.py). num_experts 0: every feed-forward is the dense MLP. moe_layers: per
   # layer, True where the feed-forward is the expert block (None: every layer when num_experts > 0); each expert
   # is a gated MLP of moe_intermediate_size units, num_experts_per_tok of them per token.
@@ -135,9 +148,18 @@ class ModelConfig:
       if not isinstance(self.layer_types, tuple) or len(self.layer_types) != self.num_layers:
         raise ValueError(f"ModelConfig.layer_types must be a tuple of num_layers={self.num_layers} entries, "
                          f"got {self.layer_types!r}")
-      unknown = sorted(set(self.layer_types) - {FULL, SLIDING})
+      unknown = sorted(set(self.layer_types) - {FULL, SLIDING, LINEAR})
       if unknown:
-        raise ValueError(f"ModelConfig.layer_types: unknown {unknown}; expected {FULL!r} or {SLIDING!r}")
+        raise ValueError(f"ModelConfig.layer_types: unknown {unknown}; expected {FULL!r}, {SLIDING!r} or {LINEAR!r}")
+    dims = (self.linear_num_key_heads, self.linear_key_head_dim, self.linear_value_head_dim, self.linear_conv_kernel)
+    if self.has_linear and not (min(dims) >= 1 and self.linear_num_value_heads > 0
+                                and self.linear_num_value_heads % self.linear_num_key_heads == 0):
+      raise ValueError("ModelConfig: linear_attention layers need linear_num_key_heads, linear_key_head_dim, "
+                       "linear_value_head_dim, linear_conv_kernel >= 1 and linear_num_value_heads a positive "
+                       "multiple of linear_num_key_heads")
+    if self.rotary_dim % 2 or not 0 < self.partial_rotary_factor <= 1:
+      raise ValueError(f"ModelConfig.partial_rotary_factor={self.partial_rotary_factor} must be in (0, 1] and give an "
+                       f"even number of rotated dimensions of head_dim={self.head_dim}")
     if self.has_sliding and not (isinstance(self.sliding_window, int) and self.sliding_window >= 1):
       raise ValueError(f"ModelConfig: sliding_attention layers need sliding_window >= 1, got "
                        f"{self.sliding_window!r}")
@@ -177,6 +199,22 @@ class ModelConfig:
     return self.family == "gemma3_text"
 
   @property
+  def norm_offset(self) -> bool:
+    """RMSNorm weights stored as offsets from 1 (scale 1 + w, zero-initialized): Gemma 3 and Qwen3.5."""
+    return self.family in ("gemma3_text", "qwen3_5_text")
+
+  @property
+  def rotary_dim(self) -> int:
+    return int(self.head_dim * self.partial_rotary_factor)
+
+  @property
+  def has_linear(self) -> bool:
+    return self.layer_types is not None and LINEAR in self.layer_types
+
+  def is_linear(self, layer: int) -> bool:
+    return self.layer_types is not None and self.layer_types[layer] == LINEAR
+
+  @property
   def has_sliding(self) -> bool:
     return self.layer_types is not None and SLIDING in self.layer_types
 
@@ -211,15 +249,21 @@ class ModelConfig:
 
 # HF model_type -> architecture class name.
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-            "gemma3_text": "Gemma3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM"}
-# The multimodal Gemma 3 (4B/12B/27B): its language model is a gemma3_text model under `text_config`.
-MULTIMODAL = {"gemma3": "Gemma3ForConditionalGeneration"}
+            "gemma3_text": "Gemma3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM",
+            "qwen3_5_text": "Qwen3_5ForCausalLM"}
+# Multimodal checkpoints whose language model is read alone: model_type -> (architecture, the text model_type of
+# its `text_config`). The Gemma 3 4B/12B/27B and every published Qwen3.5.
+MULTIMODAL = {"gemma3": ("Gemma3ForConditionalGeneration", "gemma3_text"),
+              "qwen3_5": ("Qwen3_5ForConditionalGeneration", "qwen3_5_text")}
 # Families users ask for, with what their layers do that the decoder here does not.
 NOT_YET_SUPPORTED = {
     "gemma2": "Gemma 2 has logit soft-capping in attention and at the output (and no q/k norms)",
     "mistral": "Mistral's sliding-window attention",
     "mixtral": "Mixtral's mixture of experts (Qwen3-MoE and gpt-oss are the supported ones)",
     "qwen2_moe": "Qwen2-MoE's shared expert (Qwen3-MoE and gpt-oss are the supported mixtures of experts)",
+    "qwen3_5_moe": "Qwen3.5-MoE's shared expert (Qwen3-MoE and gpt-oss are the supported mixtures of experts; "
+                   "the dense Qwen3.5 is supported)",
+    "qwen3_next": "Qwen3-Next's shared expert and its older linear-attention projections (Qwen3.5 is supported)",
     "deepseek_v3": "DeepSeek-V3's latent attention and grouped sigmoid router (Qwen3-MoE and gpt-oss are the "
                    "supported mixtures of experts)",
 }
@@ -284,13 +328,14 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
   archs = list(hf.get("architectures") or [])
   model_type = hf.get("model_type")
   if model_type in MULTIMODAL:
+    arch_name, text_type = MULTIMODAL[model_type]
     for arch in archs:
-      if arch != MULTIMODAL[model_type]:
+      if arch != arch_name:
         _unsupported(f"architecture {arch!r} is not supported for model_type={model_type!r}")
     text = dict(hf.get("text_config") or {})
-    text.setdefault("model_type", "gemma3_text")
-    text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", True))
-    text["architectures"] = [FAMILIES["gemma3_text"]]
+    text["model_type"] = text_type
+    text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", model_type == "gemma3"))
+    text["architectures"] = [FAMILIES[text_type]]
     return from_hf_config(text, **overrides)
   if model_type in NOT_YET_SUPPORTED:
     _unsupported(f"model_type={model_type!r} ({', '.join(archs)}) is not supported yet: "
@@ -311,6 +356,8 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     return _from_gemma3_config(hf, overrides)
   if model_type == "gpt_oss":
     return _from_gpt_oss_config(hf, overrides)
+  if model_type == "qwen3_5_text":
+    return _from_qwen3_5_config(hf, overrides)
   if hf.get("hidden_act", "silu") != "silu":
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported (only 'silu')")
   num_heads = hf["num_attention_heads"]
@@ -388,6 +435,52 @@ def _from_gpt_oss_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
       swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)))
   kw.update(overrides)
   return ModelConfig(**kw)
+
+
+def _from_qwen3_5_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+  """Qwen3.5 (transformers' Qwen3_5TextConfig): linear-attention layers, every full_attention_interval-th (default
+  4th) layer full attention with an output gate and q/k norms, norms stored as offsets from 1, partial RoPE. Its
+  multimodal RoPE sections rotate text tokens exactly as plain RoPE (all three position ids are the same)."""
+  if hf.get("hidden_act", "silu") != "silu":
+    _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported for Qwen3.5 (only 'silu')")
+  if hf.get("attention_bias", False):
+    _unsupported("attention_bias=True is not supported for Qwen3.5")
+  rp = dict(hf.get("rope_parameters") or {})
+  if _rope_scaling_of(hf.get("rope_scaling") or rp) is not None:
+    _unsupported(f"rope scaling {hf.get('rope_scaling') or rp} is not supported for Qwen3.5")
+  n = hf["num_hidden_layers"]
+  interval = hf.get("full_attention_interval", 4)
+  layer_types = tuple(hf.get("layer_types") or [LINEAR if (i + 1) % interval else FULL for i in range(n)])
+  if set(layer_types) - {LINEAR, FULL}:
+    _unsupported(f"layer_types {sorted(set(layer_types) - {LINEAR, FULL})} are not supported for Qwen3.5 "
+                 f"(only {LINEAR!r} and {FULL!r})")
+  kw = dict(
+      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
+      num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=hf["num_key_value_heads"],
+      head_dim=hf.get("head_dim") or 256, max_position_embeddings=hf.get("max_position_embeddings", 32768),
+      rope_theta=float(hf.get("rope_theta", rp.get("rope_theta", 10000.0))),
+      partial_rotary_factor=float(hf.get("partial_rotary_factor", rp.get("partial_rotary_factor", 0.25))),
+      rms_norm_eps=hf.get("rms_norm_eps", 1e-6), tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+      qk_norm=True, attention_output_gate=True, family="qwen3_5_text", layer_types=layer_types,
+      linear_num_key_heads=hf.get("linear_num_key_heads", 16),
+      linear_num_value_heads=hf.get("linear_num_value_heads", 32),
+      linear_key_head_dim=hf.get("linear_key_head_dim", 128),
+      linear_value_head_dim=hf.get("linear_value_head_dim", 128),
+      linear_conv_kernel=hf.get("linear_conv_kernel_dim", 4))
+  kw.update(overrides)
+  return ModelConfig(**kw)
+
+
+def _to_qwen3_5_config(cfg: ModelConfig) -> dict[str, Any]:
+  return {
+      **_shape_fields(cfg), "hidden_act": "silu", "max_position_embeddings": cfg.max_position_embeddings,
+      "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False,
+      "attention_dropout": 0.0, "layer_types": list(cfg.layer_types),
+      "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta,
+                          "partial_rotary_factor": cfg.partial_rotary_factor},
+      "linear_num_key_heads": cfg.linear_num_key_heads, "linear_num_value_heads": cfg.linear_num_value_heads,
+      "linear_key_head_dim": cfg.linear_key_head_dim, "linear_value_head_dim": cfg.linear_value_head_dim,
+      "linear_conv_kernel_dim": cfg.linear_conv_kernel, "dtype": cfg.param_dtype}
 
 
 def _rope_scaling_of(rs: Mapping[str, Any] | None):
@@ -528,6 +621,11 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
     return _to_gemma3_config(cfg)
   if cfg.family == "gpt_oss":
     return _to_gpt_oss_config(cfg)
+  if cfg.family == "qwen3_5_text":
+    return _to_qwen3_5_config(cfg)
+  if cfg.has_linear or cfg.attention_output_gate or cfg.partial_rotary_factor != 1.0:
+    raise ValueError(f"ModelConfig(family={cfg.family!r}) with linear-attention layers, an attention output gate or "
+                     f"partial RoPE has no Hugging Face equivalent; use family='qwen3_5_text'")
   if cfg.layer_types is not None and set(cfg.layer_types) != {FULL} or cfg.query_pre_attn_scalar is not None:
     raise ValueError(f"ModelConfig(family={cfg.family!r}) with sliding-window layers or query_pre_attn_scalar "
                      f"has no Hugging Face equivalent; use family='gemma3_text'")

@@ -1,6 +1,7 @@
 """Hugging Face checkpoints in and out: config.json + safetensors <-> `Transformer`.
 
-Families: llama, qwen2, qwen3, gemma3_text (and the multimodal gemma3's language model), qwen3_moe, gpt_oss.
+Families: llama, qwen2, qwen3, gemma3_text (and the multimodal gemma3's language model), qwen3_moe, gpt_oss,
+qwen3_5_text (and the multimodal qwen3_5's language model).
 
 Tensor layout. HF `nn.Linear` weights are stored [out, in]; ours are [in, out] with heads split out:
   q_proj.weight [N*H, D]  <->  q_DxNxH        o_proj.weight [D, N*H]   <->  o_NxHxD
@@ -12,7 +13,8 @@ Gemma 3 adds pre_feedforward_layernorm / post_feedforward_layernorm (pre_mlp_nor
 post_attention_layernorm normalizes the attention output. A multimodal Gemma 3 checkpoint
 (Gemma3ForConditionalGeneration: 4B, 12B, 27B) loads its language model only (tensors under
 `language_model.model.` or `model.language_model.`); the vision tower and projector are skipped, and saving
-writes a text-only Gemma3ForCausalLM.
+writes a text-only Gemma3ForCausalLM. The same holds for Qwen3.5 (every published one is multimodal); its
+multi-token-prediction head (`mtp.*`), which transformers does not load either, is skipped.
 
 `from_pretrained` builds the model abstractly (`nnx.eval_shape`, no memory), then reads one tensor at a time
 and places it directly on its target sharding: each device receives only its own slice.
@@ -45,7 +47,7 @@ _SIDE_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.js
                "generation_config.json")
 # Non-persistent buffers that some older checkpoints contain; they are recomputed from the config.
 _IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
-# Where a multimodal Gemma 3 keeps its language model's decoder (Hub checkpoints; transformers 5's layout).
+# Where a multimodal checkpoint keeps its language model's decoder (Hub checkpoints; transformers 5's layout).
 _LANGUAGE_MODEL_PREFIXES = ("language_model.model.", "model.language_model.")
 log = logging.getLogger(__name__)
 
@@ -77,12 +79,15 @@ _LAYER = {
 }
 
 
-# The mixtures of experts, by family. Two more layout kinds:
+# What a family names differently or adds, by family. More layout kinds:
 #   experts_in / experts_out: ours [E, ...] stacked from E tensors named with {e}, each `in` / `out` as above
 #     (Qwen3-MoE's per-expert gate/up [F, D] -> ours [E, D, F]; down [D, F] -> ours [E, F, D]).
 #   even / odd: ours [..., F] are the even / odd columns of one HF tensor [..., 2F] (gpt-oss's gate_up_proj
 #     [E, D, 2F] and its bias interleave gate and up).
-_MOE_LAYER = {
+#   head_q / head_gate: ours [D, N, H] are the first / second H rows of each head's 2H in one HF [N*2H, D]
+#     (Qwen3.5's q_proj gives each head's query, then its output gate).
+#   conv: ours [K, C], HF [C, 1, K] (a depthwise Conv1d's weight).
+_FAMILY_LAYER = {
     "qwen3_moe": {
         ("mlp", "router_DxE"): ("mlp.gate.weight", "in"),
         ("mlp", "gate_ExDxF"): ("mlp.experts.{e}.gate_proj.weight", "experts_in"),
@@ -101,7 +106,21 @@ _MOE_LAYER = {
         ("mlp", "up_bias_ExF"): ("mlp.experts.gate_up_proj_bias", "odd"),
         ("mlp", "down_bias_ExD"): ("mlp.experts.down_proj_bias", "copy"),
     },
+    "qwen3_5_text": {
+        ("attn", "q_DxNxH"): ("self_attn.q_proj.weight", "head_q"),
+        ("attn", "gate_DxNxH"): ("self_attn.q_proj.weight", "head_gate"),
+        ("attn", "qkv_DxC"): ("linear_attn.in_proj_qkv.weight", "in"),
+        ("attn", "z_DxHvxDv"): ("linear_attn.in_proj_z.weight", "in"),
+        ("attn", "b_DxHv"): ("linear_attn.in_proj_b.weight", "in"),
+        ("attn", "a_DxHv"): ("linear_attn.in_proj_a.weight", "in"),
+        ("attn", "conv_KxC"): ("linear_attn.conv1d.weight", "conv"),
+        ("attn", "A_log_Hv"): ("linear_attn.A_log", "copy"),
+        ("attn", "dt_bias_Hv"): ("linear_attn.dt_bias", "copy"),
+        ("attn", "norm_Dv"): ("linear_attn.norm.weight", "copy"),
+        ("attn", "out_HvxDvxD"): ("linear_attn.out_proj.weight", "out"),
+    },
 }
+_HEAD_HALVES = ("head_q", "head_gate")
 _PER_EXPERT = {"experts_in": "in", "experts_out": "out"}
 
 
@@ -110,7 +129,7 @@ def hf_name(path: tuple, family: str = "llama") -> tuple[str, str]:
   name holds "{e}" for the expert's index."""
   if path and path[0] == "layers":
     inner = tuple(path[2:])
-    name, kind = _MOE_LAYER.get(family, {}).get(inner) or _LAYER[inner]
+    name, kind = _FAMILY_LAYER.get(family, {}).get(inner) or _LAYER[inner]
     return f"model.layers.{path[1]}.{name}", kind
   return _TOP[tuple(path)]
 
@@ -123,6 +142,10 @@ def _hf_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
     return _hf_shape(shape[1:], _PER_EXPERT[kind])
   if kind in ("even", "odd"):
     return (*shape[:-1], 2 * shape[-1])
+  if kind in _HEAD_HALVES:
+    return (2 * math.prod(shape[1:]), shape[0])
+  if kind == "conv":
+    return (shape[1], 1, shape[0])
   if kind == "in":
     return (math.prod(shape[1:]), shape[0])
   if kind == "out":
@@ -156,6 +179,10 @@ def _read_ours(ckpt, name: str, kind: str, shape: tuple[int, ...]) -> np.ndarray
     return np.stack([_to_ours(ckpt.read(one), shape[1:], _PER_EXPERT[kind]) for one in _hf_names(name, kind, shape)])
   if kind in ("even", "odd"):
     return ckpt.read(name)[..., kind == "odd"::2]
+  if kind in _HEAD_HALVES:  # [N*2H, D] -> [N, 2, H, D] -> this half [N, H, D] -> [D, N, H]
+    return np.moveaxis(ckpt.read(name).reshape(shape[1], 2, shape[2], shape[0])[:, _HEAD_HALVES.index(kind)], -1, 0)
+  if kind == "conv":
+    return ckpt.read(name)[:, 0, :].T
   return _to_ours(ckpt.read(name), shape, kind)
 
 
@@ -169,6 +196,12 @@ def _hf_tensors(name: str, members: list[tuple[str, np.ndarray]]) -> dict[str, n
     out = np.empty((*y.shape[:-1], 2 * y.shape[-1]), y.dtype)
     out[..., 0::2], out[..., 1::2] = halves["even"], halves["odd"]
     return {name: out}
+  if kind in _HEAD_HALVES:
+    halves = dict(members)
+    both_Nx2xHxD = np.stack([np.moveaxis(halves[k], 0, -1) for k in _HEAD_HALVES], axis=1)
+    return {name: np.ascontiguousarray(both_Nx2xHxD.reshape(-1, y.shape[0]))}
+  if kind == "conv":
+    return {name: np.ascontiguousarray(y.T[:, None, :])}
   return {name: _to_hf(y, kind)}
 
 
@@ -203,8 +236,8 @@ class _Checkpoint:
     self.stored = {("model." + n[len(prefix):] if n.startswith(prefix) else "lm_head.weight"): n
                    for n in names if n.startswith(prefix) or n in heads}
     skipped = len(names) - len(self.stored)
-    log.warning("%s: multimodal Gemma 3: loading its language model only; the vision tower and projector "
-                "(%d tensors) are skipped", path, skipped)
+    log.warning("%s: multimodal checkpoint: loading its language model only; the vision tower, projector and "
+                "multi-token prediction head (%d tensors) are skipped", path, skipped)
     self.file_of = {name: self.file_of[stored] for name, stored in self.stored.items()}
 
   def names(self) -> set[str]:
@@ -219,7 +252,7 @@ class _Checkpoint:
 
 def _check_names(expected: set[str], present: set[str], path: Path):
   missing = sorted(expected - present)
-  unexpected = sorted(n for n in present - expected if not n.endswith(_IGNORED_SUFFIXES))
+  unexpected = sorted(n for n in present - expected if not n.endswith(_IGNORED_SUFFIXES) and not n.startswith("mtp."))
   problems = [f"{what} tensors {names}" for what, names in (("missing", missing), ("unexpected", unexpected)) if names]
   if problems:
     raise ValueError(f"{path}: checkpoint does not match its config.json: " + "; ".join(problems))

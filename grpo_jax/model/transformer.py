@@ -1,4 +1,4 @@
-"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3, Qwen3-MoE / gpt-oss families) in Flax NNX.
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3, Qwen3-MoE / gpt-oss, Qwen3.5 families) in Flax NNX.
 
 Shape suffixes: B batch, T query length, S key length (cache length when decoding), D hidden size,
 N query heads, K kv heads, H head dim, F MLP hidden size, V vocabulary.
@@ -22,7 +22,8 @@ attention dots read the cache in place (with [B, S, K, H], XLA on CPU copied eve
 a transposed layout at every decode step). Keys are stored transposed, slots last, so that both decode dots,
 q @ K and p @ V, contract the cache over its second-minor axis: with keys as [B, K, S, H], the q @ K^T dot
 repacked the cache at every step and a layer's attention took ~2x as long on CPU (265 vs 140 us per layer
-at B=32, S=96 in a micro-benchmark).
+at B=32, S=96 in a micro-benchmark). Qwen3.5's linear-attention layers keep a fixed-size
+`linear_attention.LinearCache` instead (a convolution window and a recurrent state per row).
 """
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from grpo_jax.model.config import FULL, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling
+from grpo_jax.model.config import FULL, LINEAR, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling
 from grpo_jax.model.decode_attention import decode_attention
 from grpo_jax.model.initializers import normal as _normal, param as _param
+from grpo_jax.model.linear_attention import GatedDeltaNet, LinearCache, init_linear_cache
 from grpo_jax.model.moe import MoE
 
 
@@ -50,12 +52,19 @@ def cache_slots(cfg: ModelConfig, layer: int, length: int) -> int:
   return min(cfg.sliding_window, length) if cfg.is_sliding(layer) else length
 
 
-def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache]:
-  """One zero `LayerCache` per layer in the model dtype: keys [batch, num_kv_heads, head_dim, slots],
-  values [batch, num_kv_heads, slots, head_dim], slots = `cache_slots(cfg, layer, length)`."""
+def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache | LinearCache]:
+  """One zero `LayerCache` per attention layer in the model dtype: keys [batch, num_kv_heads, head_dim, slots],
+  values [batch, num_kv_heads, slots, head_dim], slots = `cache_slots(cfg, layer, length)`; a `LinearCache` per
+  linear-attention layer (its size independent of `length`)."""
   B, K, H = batch, cfg.num_kv_heads, cfg.head_dim
-  return [LayerCache(jnp.zeros((B, K, H, S), cfg.jnp_dtype), jnp.zeros((B, K, S, H), cfg.jnp_dtype))
-          for S in (cache_slots(cfg, i, length) for i in range(cfg.num_layers))]
+  kv = lambda S: LayerCache(jnp.zeros((B, K, H, S), cfg.jnp_dtype), jnp.zeros((B, K, S, H), cfg.jnp_dtype))
+  return [init_linear_cache(cfg, B) if cfg.is_linear(i) else kv(cache_slots(cfg, i, length))
+          for i in range(cfg.num_layers)]
+
+
+def attention_caches(cache: list) -> list[LayerCache]:
+  """The KV caches of a model's cache (its attention layers')."""
+  return [c for c in cache if isinstance(c, LayerCache)]
 
 
 def extend_cache(cfg: ModelConfig, cache: list[LayerCache], extra: int) -> list[LayerCache]:
@@ -64,6 +73,9 @@ def extend_cache(cfg: ModelConfig, cache: list[LayerCache], extra: int) -> list[
   way, up to sliding_window slots."""
   out = []
   for i, c in enumerate(cache):
+    if isinstance(c, LinearCache):  # fixed size
+      out.append(c)
+      continue
     S = c.v_BxKxSxH.shape[2]
     pad = min(cfg.sliding_window, S + extra) - S if cfg.is_sliding(i) else extra
     out.append(LayerCache(jnp.pad(c.k_BxKxHxS, ((0, 0), (0, 0), (0, 0), (0, pad))),
@@ -124,17 +136,19 @@ def rope_attention_factor(cfg: ModelConfig) -> float:
 
 
 def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
-  """[H/2] inverse frequencies of global layers (rope_theta, with rope_scaling when configured) or of Gemma 3's
-  sliding layers (local_rope_theta, unscaled); gpt-oss's sliding layers use the global ones."""
+  """[R/2] inverse frequencies (R = cfg.rotary_dim) of global layers (rope_theta, with rope_scaling when
+  configured) or of Gemma 3's sliding layers (local_rope_theta, unscaled); gpt-oss's sliding layers use the
+  global ones."""
   theta = cfg.local_rope_theta if sliding else cfg.rope_theta
-  inv = 1.0 / (theta ** (jnp.arange(0, cfg.head_dim, 2, dtype=jnp.float32) / cfg.head_dim))
+  dim = cfg.rotary_dim
+  inv = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
   rs = None if sliding else cfg.rope_scaling
   if rs is None:
     return inv
   if isinstance(rs, LinearRopeScaling):
     return inv / rs.factor
   if isinstance(rs, YarnRopeScaling):
-    return _yarn_inv_freq(inv, rs, theta, cfg.head_dim)
+    return _yarn_inv_freq(inv, rs, theta, dim)
   low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
   high_wavelen = rs.original_max_position_embeddings / rs.high_freq_factor
   wavelen = 2 * math.pi / inv
@@ -147,17 +161,19 @@ def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
 
 
 def rope_tables(positions_BxT, inv_freq_Hh):
-  """(cos, sin) of the rotary angles, each [B, T, 1, H/2] float32 (`Transformer.__call__`'s `rope_cos_sin`)."""
+  """(cos, sin) of the rotary angles, each [B, T, 1, R/2] float32 (`Transformer.__call__`'s `rope_cos_sin`)."""
   angles = positions_BxT[..., None].astype(jnp.float32) * inv_freq_Hh
   return jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]
 
 
 def apply_rope(x_BxTxNxH, cos_sin):
-  """Rotary embedding in the 'rotate half' layout used by Hugging Face Llama/Qwen checkpoints."""
+  """Rotary embedding in the 'rotate half' layout used by Hugging Face Llama/Qwen checkpoints, on the first R
+  dimensions of each head (R = 2 x the tables' last axis); the others pass unrotated (partial RoPE)."""
   cos, sin = cos_sin
+  R = 2 * cos.shape[-1]
   x = x_BxTxNxH.astype(jnp.float32)
-  x1, x2 = jnp.split(x, 2, axis=-1)
-  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  x1, x2 = jnp.split(x[..., :R], 2, axis=-1)
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x[..., R:]], axis=-1)
   return out.astype(x_BxTxNxH.dtype)
 
 
@@ -198,6 +214,8 @@ class Attention(nnx.Module):
     self.k_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
     self.v_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
     self.o_NxHxD = _param(rngs, init, (N, H, D), ("q_heads", "head_dim", "embed"), pd)
+    if cfg.attention_output_gate:  # Qwen3.5: the other half of each head's q_proj rows
+      self.gate_DxNxH = _param(rngs, init, (D, N, H), ("embed", "q_heads", "head_dim"), pd)
     if cfg.attention_bias:
       self.q_bias_NxH = nnx.Param(jnp.zeros((N, H), pd), out_sharding=("q_heads", "head_dim"), eager_sharding=False)
       self.k_bias_KxH = nnx.Param(jnp.zeros((K, H), pd), out_sharding=("kv_heads", "head_dim"), eager_sharding=False)
@@ -207,8 +225,8 @@ class Attention(nnx.Module):
     if cfg.attention_sinks:
       self.sinks_N = nnx.Param(jnp.zeros((N,), pd), out_sharding=("q_heads",), eager_sharding=False)
     if cfg.qk_norm:
-      self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
-      self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
+      self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
+      self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
     self.adapters = nnx.data(None)  # LoRA: a lora.LayerAdapters attached by lora.add_adapters
 
   def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None, cache_index,
@@ -273,6 +291,9 @@ class Attention(nnx.Module):
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
     # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
     out = out.reshape(B, T, N * H)
+    if cfg.attention_output_gate:
+      gate = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.gate_DxNxH[...].astype(dt)).reshape(B, T, N * H)
+      out = out * jax.nn.sigmoid(gate)
     y = out @ self.o_NxHxD[...].reshape(N * H, -1).astype(dt)
     if self.adapters is not None:
       y = self.adapters.add("o_proj", out, y)
@@ -355,12 +376,13 @@ class DecoderLayer(nnx.Module):
   attn(norm(x))), then + post_mlp_norm(mlp(pre_mlp_norm(x))) (transformers' post_attention_layernorm is the
   pre-MLP norm of Llama but the attention output's norm of Gemma)."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False, moe: bool = False):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False, moe: bool = False,
+               linear: bool = False):
     pd = cfg.jnp_param_dtype
-    norm = lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
-    self.gemma, self.sliding = cfg.gemma, sliding
+    norm = lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
+    self.gemma, self.sliding, self.linear = cfg.gemma, sliding, linear
     self.input_norm = norm()
-    self.attn = Attention(cfg, rngs=rngs)
+    self.attn = GatedDeltaNet(cfg, rngs=rngs) if linear else Attention(cfg, rngs=rngs)
     self.post_attn_norm = norm()
     if cfg.gemma:
       self.pre_mlp_norm = norm()
@@ -369,9 +391,13 @@ class DecoderLayer(nnx.Module):
 
   def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index, experts_BxTxk=None):
     """-> (x, new_cache, routing): routing is the expert block's (router logits [B, T, E] float32, experts
-    [B, T, k]), None for a dense MLP; `experts_BxTxk` replays given experts (moe.MoE)."""
-    h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
-                             ring=self.sliding)
+    [B, T, k]), None for a dense MLP; `experts_BxTxk` replays given experts (moe.MoE). A linear-attention layer
+    takes which tokens are real [B, T] as its mask and no rotary tables."""
+    if self.linear:
+      h, new_cache = self.attn(self.input_norm(x_BxTxD), attn_mask_BxTxS, cache)
+    else:
+      h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
+                               ring=self.sliding)
     if self.gemma:
       x_BxTxD = x_BxTxD + self.post_attn_norm(h)
       return x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD))), new_cache, None
@@ -408,9 +434,9 @@ class Transformer(nnx.Module):
     pd = cfg.jnp_param_dtype
     self.embed_VxD = _param(rngs, _normal(0.02), (cfg.vocab_size, cfg.hidden_size),
                             ("vocab", "embed"), pd)
-    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, sliding=cfg.is_sliding(i), moe=cfg.is_moe(i))
-                            for i in range(cfg.num_layers)])
-    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.gemma)
+    self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, sliding=cfg.is_sliding(i), moe=cfg.is_moe(i),
+                                         linear=cfg.is_linear(i)) for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
     if not cfg.tie_word_embeddings:
       self.lm_head_DxV = _param(rngs, _normal(0.02), (cfg.hidden_size, cfg.vocab_size),
                                 ("embed", "vocab"), pd)
@@ -441,13 +467,17 @@ class Transformer(nnx.Module):
     masks = {FULL: attn_mask_BxTxS}
     if cfg.has_sliding:
       masks[SLIDING] = _sliding_mask(cfg, attn_mask_BxTxS, cache, cache_index)
+    if cfg.has_linear:  # a token is real when it may attend to itself (its key sits at slot cache_index + t)
+      B, T = tokens_BxT.shape
+      own_slot = jnp.broadcast_to((cache_index + jnp.arange(T))[None, :, None], (B, T, 1))
+      masks[LINEAR] = jnp.take_along_axis(attn_mask_BxTxS, own_slot, axis=2)[..., 0]
     new_cache = [] if cache is not None else None
     replay = iter(experts or ())
     routing = []
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
-      kind = SLIDING if cfg.is_sliding(i) else FULL
-      args = (x, rope_cos_sin[kind], masks[kind], layer_cache, cache_index,
+      kind = cfg.layer_types[i] if cfg.layer_types else FULL
+      args = (x, rope_cos_sin.get(kind), masks[kind], layer_cache, cache_index,
               next(replay) if experts is not None and cfg.is_moe(i) else None)
       x, c, r = _rematerialized(layer, *args) if remat else layer(*args)
       if cache is not None:

@@ -355,7 +355,8 @@ class Sampler:
     cache, dec = self._prefill(state, *inputs[:3], key, self._prompt_rope(state, inputs[1]), mesh=mesh,
                                repeats=repeats)
     cache, dec = self._decode(state, cache, dec, inputs[3], key, mesh=mesh)
-    self.last_cache_sharding = cache[0].v_BxKxSxH.sharding  # how the last call split the cache over devices
+    # how the last call split the cache over devices (the first leaf: a KV cache's keys or a linear layer's window)
+    self.last_cache_sharding = jax.tree.leaves(cache)[0].sharding
     del cache
     self.last_num_steps = int(dec.step)
     mask = np.asarray(dec.mask_BxC)[:b]
