@@ -8,8 +8,9 @@ the base model is the adapted model's state without its adapters, read by a grap
 (`base_graphdef`): the reference policy with adapters off costs no second copy of the weights.
 
 Targets use Hugging Face's projection names (those `peft`'s `target_modules` take): q_proj, k_proj, v_proj,
-o_proj, gate_proj, up_proj, down_proj; in a mixture-of-experts layer the last three adapt every expert (one
-low-rank update per expert, `ExpertAdapters`); the router is not adapted. Adapters are replicated over the mesh
+o_proj, gate_proj, up_proj, down_proj, and in Qwen3.5's linear-attention layers in_proj_qkv, in_proj_z, out_proj;
+in a mixture-of-experts layer the MLP's three adapt every expert (one low-rank update per expert,
+`ExpertAdapters`); the router, Qwen3.5's output gate and its small beta / decay projections are not adapted. Adapters are replicated over the mesh
 (they are small).
 """
 from __future__ import annotations
@@ -21,14 +22,17 @@ import jax.numpy as jnp
 from flax import nnx
 
 from grpo_jax.config_checks import Section
+from grpo_jax.model import linear_attention
 from grpo_jax.model.config import ModelConfig
 
 ATTENTION_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
 MLP_TARGETS = ("gate_proj", "up_proj", "down_proj")
-TARGETS = ATTENTION_TARGETS + MLP_TARGETS
+LINEAR_TARGETS = ("in_proj_qkv", "in_proj_z", "out_proj")  # linear_attention.GatedDeltaNet
+TARGETS = ATTENTION_TARGETS + MLP_TARGETS + LINEAR_TARGETS
 # Target -> the weight it adapts (transformer.py's names), whose shape the [D_in, D_out] update is reshaped to.
 WEIGHT_OF = {"q_proj": "q_DxNxH", "k_proj": "k_DxKxH", "v_proj": "v_DxKxH", "o_proj": "o_NxHxD",
-             "gate_proj": "gate_DxF", "up_proj": "up_DxF", "down_proj": "down_FxD"}
+             "gate_proj": "gate_DxF", "up_proj": "up_DxF", "down_proj": "down_FxD",
+             "in_proj_qkv": "qkv_DxC", "in_proj_z": "z_DxHvxDv", "out_proj": "out_HvxDvxD"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +100,10 @@ def projection_sizes(cfg: ModelConfig, experts: bool = False) -> dict[str, tuple
   """Projection name -> (D_in, D_out) of the matrix it applies (one expert's with `experts`)."""
   D, NH, KH = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
   F = cfg.moe_intermediate_size if experts else cfg.intermediate_size
+  values = cfg.linear_num_value_heads * cfg.linear_value_head_dim
   return {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D),
-          "gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D)}
+          "gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D),
+          "in_proj_qkv": (D, linear_attention.channels(cfg)), "in_proj_z": (D, values), "out_proj": (values, D)}
 
 
 class ExpertAdapters(nnx.Module):
@@ -165,9 +171,9 @@ class LayerAdapters(nnx.Module):
 
 
 def _blocks(model):
-  """(block, the targets it can hold) for the attention and MLP block of every layer."""
+  """(block, the targets it can hold) for the attention (or linear attention) and MLP block of every layer."""
   for layer in model.layers:
-    yield layer.attn, ATTENTION_TARGETS
+    yield layer.attn, LINEAR_TARGETS if isinstance(layer.attn, linear_attention.GatedDeltaNet) else ATTENTION_TARGETS
     yield layer.mlp, MLP_TARGETS
 
 
