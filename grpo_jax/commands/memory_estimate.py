@@ -9,6 +9,7 @@ training activations, for a model config on a ('data', 'fsdp', 'tensor'[, 'exper
   python -m grpo_jax.commands.memory_estimate --model qwen3-30b-a3b --param-dtype bfloat16 --plan --devices 8 \
       --device-memory-gib 79.6 --sampler-batch 256        # a GRPO step of a mixture of experts on 8 H100s
   python -m grpo_jax.commands.memory_estimate --table moe      # the docs/models.md table (Qwen3-30B-A3B, gpt-oss-20b)
+  python -m grpo_jax.commands.memory_estimate --table hybrid   # the docs/models.md table (Qwen3.5 0.8B, 27B)
 
 Parameters are counted exactly, shard by shard, with the trainer's own sharding rules (`LOGICAL_RULES` applied
 to the model's logical axis names; a dimension its mesh axes do not divide is replicated). Gradients are held
@@ -21,7 +22,9 @@ command also prints the active parameters: k / E of the expert weights, all of t
 Estimates (not measured; XLA's buffer reuse and fusion change them):
 - KV cache of the sampler: layers x 2 (k, v) x batch x (prompt + new tokens) x kv_heads x head_dim in the compute
   dtype, the batch split over data x fsdp x expert and the kv heads over tensor (when they divide). A sliding-window
-  layer (Gemma 3, gpt-oss) holds min(window, prompt + new tokens) slots instead.
+  layer (Gemma 3, gpt-oss) holds min(window, prompt + new tokens) slots instead, and a linear-attention layer
+  (Qwen3.5) a fixed-size cache per row: its convolution's last K - 1 inputs (C channels, compute dtype) and its
+  float32 state [Hv, Dk, Dv], whatever the length.
 - Activations kept for the backward pass of one micro-batch (rows split over data x fsdp x expert), per token and
   layer: 4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
   output) + 3 F (gate, up, their product) in the compute dtype, the head and MLP terms split over tensor, plus
@@ -31,7 +34,11 @@ Estimates (not measured; XLA's buffer reuse and fusion change them):
   attention scores are counted over all T keys in sliding-window layers too (the full-sequence forward masks
   the window; it does not skip the keys outside it). A mixture-of-experts layer keeps, instead of 3 F, the router
   logits (E, float32), the token's input and output once per chosen expert (2 k D: the rows sorted by expert)
-  and the experts' gate, up and product (3 k F_moe, split over tensor); attention sinks add nothing material.
+  and the experts' gate, up and product (3 k F_moe, split over tensor); attention sinks add nothing material. A
+  linear-attention layer keeps, instead of the attention terms, 4 D + 3 C (projection, convolution, SiLU) + 3 Hv Dv
+  (gate z, output, normed output) + 2 Hv in the compute dtype and, in float32, its chunked form's per-token share:
+  three 64 x 64 matrices per head (64 x 3 Hv), the solved values and keys (Hv (Dk + Dv)) and the state at each
+  chunk's start (Hv Dk Dv / 64); C, Hv split over tensor.
 - With a shared prompt forward (`prompt_repeats` s > 1, `model.share_prompt_forward`), a micro-batch of b rows
   runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
   instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
@@ -63,7 +70,8 @@ from grpo_jax.model import Transformer
 from grpo_jax.commands import exit_on_mistake
 from grpo_jax.model.config import (FULL, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling,
                                     from_hf_config)
-from grpo_jax.model.lora import MLP_TARGETS, parse_targets, projection_sizes
+from grpo_jax.model.linear_attention import channels as linear_channels
+from grpo_jax.model.lora import ATTENTION_TARGETS, LINEAR_TARGETS, MLP_TARGETS, parse_targets, projection_sizes
 from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
 from grpo_jax.model.transformer import cache_slots  # a sliding-window layer caches its window only
 
@@ -133,6 +141,26 @@ PRESETS.update({
     "qwen3-30b-a3b": _qwen3_moe(48, 128, 8, 768),
     "gpt-oss-20b": _gpt_oss(24, 32),
     "gpt-oss-120b": _gpt_oss(36, 128),
+})
+
+
+def _qwen3_5(hidden_size, intermediate_size, num_layers, num_heads, linear_value_heads, tie_word_embeddings) -> dict:
+  """A Qwen3.5 preset: every 4th layer full attention (2 or 4 KV heads of 256, gated output, RoPE on a quarter of
+  each head), the others Gated DeltaNet (16 query/key heads of 128, value heads of 128, 4 convolution taps)."""
+  from grpo_jax.model.config import LINEAR
+  return dict(vocab_size=248320, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
+              num_heads=num_heads, num_kv_heads=2 if hidden_size <= 1024 else 4, head_dim=256, rope_theta=1e7,
+              partial_rotary_factor=0.25, tie_word_embeddings=tie_word_embeddings, qk_norm=True,
+              attention_output_gate=True, family="qwen3_5_text", max_position_embeddings=262144,
+              layer_types=tuple(FULL if (i + 1) % 4 == 0 else LINEAR for i in range(num_layers)),
+              linear_num_key_heads=16, linear_num_value_heads=linear_value_heads, linear_key_head_dim=128,
+              linear_value_head_dim=128)
+
+
+# Qwen3.5's language models, from the text_config of Qwen/Qwen3.5-{0.8B,27B} (the vision tower is not counted).
+PRESETS.update({
+    "qwen3.5-0.8b": _qwen3_5(1024, 3584, 24, 8, 16, tie_word_embeddings=True),
+    "qwen3.5-27b": _qwen3_5(5120, 17408, 64, 24, 48, tie_word_embeddings=False),
 })
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024 ** 3
@@ -228,6 +256,8 @@ def lora_sizes(cfg, rank: int, targets: str, layer: int = 0) -> tuple[int, int]:
     return 0, 0
   params = kept = 0
   for t in parse_targets(targets):
+    if t in (ATTENTION_TARGETS if cfg.is_linear(layer) else LINEAR_TARGETS):
+      continue  # not a projection of this layer's mixer
     experts = cfg.is_moe(layer) and t in MLP_TARGETS
     d_in, d_out = projection_sizes(cfg, experts)[t]
     params += (cfg.num_experts if experts else 1) * rank * (d_in + d_out)
@@ -246,6 +276,21 @@ def ffn_kept(cfg, layer: int, tp: int, ab: int) -> int:
   return 4 * cfg.num_experts + (2 * k * cfg.hidden_size + 3 * k * _split(cfg.moe_intermediate_size, tp)) * ab
 
 
+def linear_cache_bytes(cfg, tp: int, ab: int) -> int:
+  """Bytes per row of a linear-attention layer's sampler cache: the convolution window in the compute dtype and the
+  float32 state, channels and value heads split over tensor."""
+  Hv = _split(cfg.linear_num_value_heads, tp)
+  return (cfg.linear_conv_kernel - 1) * _split(linear_channels(cfg), tp) * ab + Hv * cfg.linear_key_head_dim * \
+      cfg.linear_value_head_dim * 4
+
+
+def linear_kept(cfg, tp: int, ab: int) -> int:
+  """Bytes per token a linear-attention layer's mixer keeps for the backward pass (module docstring)."""
+  C, Hv = _split(linear_channels(cfg), tp), _split(cfg.linear_num_value_heads, tp)
+  Dk, Dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+  return (4 * cfg.hidden_size + 3 * C + 3 * Hv * Dv + 2 * Hv) * ab + Hv * (3 * 64 + Dk + Dv + Dk * Dv // 64) * 4
+
+
 def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
   """Bytes per device by category (see the module docstring for what each counts)."""
   pb, ab = DTYPE_BYTES[cfg.param_dtype], DTYPE_BYTES[cfg.dtype]
@@ -262,20 +307,24 @@ def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
     out = {"num_params": total, "trainable": total, "params": local * pb, "grads": local * pb,
            "optimizer": 2 * local * pb, "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
   kv_heads = _split(K, tp)
-  slots = sum(cache_slots(cfg, i, T) for i in range(L))
-  out["kv_cache"] = slots * 2 * _split(w.sampler_batch, mesh.batch_ways) * kv_heads * H * ab
+  slots = sum(cache_slots(cfg, i, T) for i in range(L) if not cfg.is_linear(i))
+  linear = sum(map(cfg.is_linear, range(L)))
+  out["kv_cache"] = _split(w.sampler_batch, mesh.batch_ways) * (
+      slots * 2 * kv_heads * H * ab + linear * linear_cache_bytes(cfg, tp, ab))
   rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
   heads, kv = _split(N, tp), kv_heads
   attention = (4 * D + 2 * (heads + 2 * kv) * H + heads * H) * ab + heads * T * (4 + ab)
   if w.prompt_repeats > 1:
     tokens = -(-rows // w.prompt_repeats) * w.prompt_len + rows * w.new_tokens
-    shared_kv = rows * T * 2 * kv * H * ab  # the prompt's keys/values copied to each row, per layer
+    # the prompt's cache copied to each row, per layer: keys/values, or a linear layer's window and state
+    shared = [rows * (linear_cache_bytes(cfg, tp, ab) if cfg.is_linear(i) else T * 2 * kv * H * ab) for i in range(L)]
   else:
-    tokens, shared_kv = rows * T, 0
-  layers = [tokens * (attention + ffn_kept(cfg, i, tp, ab) + lora[i][1] * ab) + shared_kv for i in range(L)]
+    tokens, shared = rows * T, [0] * L
+  layers = [tokens * ((linear_kept(cfg, tp, ab) if cfg.is_linear(i) else attention) + ffn_kept(cfg, i, tp, ab)
+                      + lora[i][1] * ab) + shared[i] for i in range(L)]
   logits = 2 * rows * min(w.logprob_chunk, T) * _split(V, tp) * 4
   out["activations"] = sum(layers) + logits
-  out["activations_remat"] = L * (tokens * D * ab + shared_kv) + max(layers) + logits
+  out["activations_remat"] = L * tokens * D * ab + sum(shared) + max(layers) + logits
   out["total"] = sum(out[k] for k in ("params", "grads", "optimizer", "ref_params", "kv_cache", "activations"))
   out["total_remat"] = out["total"] - out["activations"] + out["activations_remat"]
   return out
@@ -319,6 +368,7 @@ GEMMA3_TABLE = [(name, mesh, pdt, Workload(sampler_batch=64, micro_batch=mesh.ba
 # benchmarks/roofline.py's HBM_BYTES); a TPU v5p-8 slice is 4 chips (8 TensorCores, 2 per chip; JAX sees one device
 # per chip) of 95 GiB HBM each (cloud.google.com/tpu/docs/v5p-training).
 ACCELERATORS = {"8 x H100 80GB": (8, 81559 * 2 ** 20), "TPU v5p-8": (4, 95 * GIB)}
+H100 = {"1 x H100 80GB": (1, 81559 * 2 ** 20), "8 x H100 80GB": (8, 81559 * 2 ** 20)}
 # A plan fits where the estimate is at most FIT_FRACTION of the device's memory: JAX's pool is 0.95 of it
 # (XLA_PYTHON_CLIENT_MEM_FRACTION, as scripts/train.py sets it) and benchmarks/roofline.py's plans keep a margin
 # of 0.8 of that (this estimate was 6% under XLA's peak for the 0.5B update on an H200; the pool fragments).
@@ -368,14 +418,22 @@ def describe(p: Plan, device_bytes: int) -> str:
           f"{FIT_FRACTION * device_bytes / GIB:.1f} usable)")
 
 
-def moe_table() -> str:
-  """The docs/models.md table: Qwen3-30B-A3B and gpt-oss-20b on the ACCELERATORS, MOE_WORKLOAD, bf16 compute."""
+# The docs/models.md tables of plans: name -> (models, accelerators).
+PLAN_TABLES = {"moe": (("qwen3-30b-a3b", "gpt-oss-20b"), ACCELERATORS),
+               "hybrid": (("qwen3.5-0.8b", "qwen3.5-27b"), H100)}
+
+
+def plan_table(which: str) -> str:
+  """A docs/models.md table: the plans of PLAN_TABLES[which]'s models on its accelerators, MOE_WORKLOAD, bf16
+  compute, both parameter dtypes, with and without a reference copy."""
+  names, accelerators = PLAN_TABLES[which]
   lines = ["| model | accelerator | params | beta | fits | mesh (data,fsdp,tensor,expert) | micro-batch | remat | "
            "GiB per device (usable) |", "|" + "---|" * 9]
-  for name in ("qwen3-30b-a3b", "gpt-oss-20b"):
+  for name in names:
     cfg = model_config(name, "bfloat16", "bfloat16")
-    label = f"{name} ({param_elements(cfg, Mesh(1, 1, 1))[0] / 1e9:.2f}B, {active_params(cfg) / 1e9:.2f}B active)"
-    for accelerator, (devices, device_bytes) in ACCELERATORS.items():
+    active = f", {active_params(cfg) / 1e9:.2f}B active" if cfg.num_experts else ""
+    label = f"{name} ({param_elements(cfg, Mesh(1, 1, 1))[0] / 1e9:.2f}B{active})"
+    for accelerator, (devices, device_bytes) in accelerators.items():
       for pdt in ("bfloat16", "float32"):
         for beta, use_ref in (("0", False), ("0.04", True)):
           p = plan(model_config(name, pdt, "bfloat16"), devices, device_bytes, MOE_WORKLOAD._replace(use_ref=use_ref))
@@ -394,8 +452,8 @@ def run(argv=None):
   src = p.add_mutually_exclusive_group()
   src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
   src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")
-  src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3", "moe"),
-                   help="print the docs/scaling.md table (qwen) or a docs/models.md one (gemma3, moe)")
+  src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3", *PLAN_TABLES),
+                   help="print the docs/scaling.md table (qwen) or a docs/models.md one (gemma3, moe, hybrid)")
   p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor[,expert] (default 1,1,1)")
   p.add_argument("--plan", action="store_true", help="search meshes, micro-batch and remat for --devices devices "
                  "of --device-memory-gib each instead of --mesh and --micro-batch")
@@ -419,8 +477,8 @@ def run(argv=None):
                  "fine-tuning)")
   p.add_argument("--lora-targets", default="all", help="model.lora_targets (default all)")
   args = p.parse_args(argv)
-  if args.table == "moe":
-    print(moe_table())
+  if args.table in PLAN_TABLES:
+    print(plan_table(args.table))
     return
   if args.table:
     print(header())

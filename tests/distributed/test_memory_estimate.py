@@ -224,3 +224,45 @@ def test_plan_fits_the_largest_micro_batch_then_remat_off_or_says_it_does_not_fi
   me.main(["--model", "qwen3-30b-a3b", "--param-dtype", "float32", "--plan", "--devices", "8",
            "--device-memory-gib", "16", "--sampler-batch", "256"])
   assert "does not fit" in capsys.readouterr().out
+
+
+# A Qwen3.5-style hybrid: layers 0 and 2 Gated DeltaNet (Hk 2 of Dk 8, Hv 4 of Dv 4, 3 taps), layer 1 full attention.
+HYBRID = CFG.replace(num_layers=3, family="qwen3_5_text", qk_norm=True, attention_output_gate=True,
+                     partial_rotary_factor=0.5, layer_types=("linear_attention", "full_attention", "linear_attention"),
+                     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=4,
+                     linear_conv_kernel=3)
+
+
+@pytest.mark.parametrize("tensor", [1, 2])
+def test_hybrid_cache_is_the_samplers_and_its_adapters_the_models(tensor):
+  import jax
+  from flax import nnx
+
+  from grpo_jax.model import Transformer, init_cache, lora
+  est = me.estimate(HYBRID, me.Mesh(1, 1, tensor), WORK)
+  cache = jax.eval_shape(lambda: init_cache(HYBRID, WORK.sampler_batch, WORK.prompt_len + WORK.new_tokens))
+  assert est["kv_cache"] * tensor == sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+  # By hand, per row: the full layer's 2 x 8 slots x 2 kv heads x 8 (bf16); each linear layer's window of
+  # 2 x (2*2*8 + 4*4) channels (bf16) and state 4 x 8 x 4 (float32).
+  assert est["kv_cache"] * tensor == 8 * (2 * 8 * 2 * 8 * 2 + 2 * (2 * 48 * 2 + 4 * 8 * 4 * 4))
+  est = me.estimate(HYBRID, me.Mesh(1, 1, 1), WORK._replace(lora_rank=2))
+  model = nnx.eval_shape(lambda: lora.add_adapters(Transformer(HYBRID, rngs=nnx.Rngs(0)), lora.LoraConfig(2, 4.0),
+                                                   nnx.Rngs(1)))
+  assert est["trainable"] == sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+
+
+@pytest.mark.parametrize("name", ["qwen3.5-0.8b", "qwen3.5-27b"])
+def test_qwen3_5_presets_count_by_hand(name):
+  """Linear layer: in_proj_qkv D x (2 Hk Dk + Hv Dv), z D x Hv Dv, out Hv Dv x D, b and a D x Hv, conv 4 x C,
+  A_log / dt_bias Hv, norm Dv; full layer: q and its gate D x N H each, k / v D x K H, o N H x D, q/k norms H."""
+  cfg = me.model_config(name, "bfloat16", "bfloat16")
+  D, F, L, N, K, H = cfg.hidden_size, cfg.intermediate_size, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads, 256
+  Hv, Dk = cfg.linear_num_value_heads, 128
+  C = 2 * 16 * Dk + Hv * 128
+  linear = D * C + 2 * D * Hv * 128 + 2 * D * Hv + 4 * C + 2 * Hv + 128
+  full = 3 * D * N * H + 2 * D * K * H + 2 * H
+  layer = 3 * D * F + 2 * D
+  embeddings = 248320 * D * (1 if cfg.tie_word_embeddings else 2)
+  expected = embeddings + D + L // 4 * full + (L - L // 4) * linear + L * layer
+  assert me.param_elements(cfg, me.Mesh(1, 1, 1))[0] == expected
+  assert abs(expected / {"qwen3.5-0.8b": 0.75e9, "qwen3.5-27b": 26.9e9}[name] - 1) < 0.01

@@ -183,3 +183,26 @@ def test_unsupported_layer_kinds_and_siblings_are_named(hf, message):
               num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
   with pytest.raises(ValueError, match=message):
     from_hf_config({**base, **hf})
+
+
+def test_groups_and_decode_segments_sample_what_the_cache_free_forward_gives(checkpoints):
+  """Grouped prefill (each prompt's linear states copied to its G rows), decode segments (the KV caches grow, the
+  linear ones stay): the tokens of the G-times repeated prompts, with the log-probs a forward without any cache
+  gives (the chunked form over prompt + completion against the prefill and the recurrent steps)."""
+  from grpo_jax.sampling import Sampler, SamplingConfig
+  from tests.sampling.conftest import random_prompts, teacher_forced_logits
+  model = hf_io.from_pretrained(checkpoints("i3_v4x_k3")[0])
+  graphdef, state = nnx.split(model)
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=12, temperature=1.0, decode_segment=4))
+  prompts = random_prompts(np.random.default_rng(5), [3, 11, 6], VOCAB)
+  G = 3
+  grouped = sampler.generate(state, prompts, jax.random.key(3), repeats=G)
+  repeated = sampler.generate(state, [p for p in prompts for _ in range(G)], jax.random.key(3))
+  np.testing.assert_array_equal(grouped.completion_BxC, repeated.completion_BxC)
+  assert len({tuple(r) for r in grouped.completion_BxC[:G]}) > 1
+  logits = teacher_forced_logits(model, grouped)
+  logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) - logits.max(
+      -1, keepdims=True)
+  expected = np.take_along_axis(logp, grouped.completion_BxC[..., None], axis=-1)[..., 0]
+  real = grouped.completion_mask_BxC > 0
+  np.testing.assert_allclose(grouped.logp_BxC[real], expected[real], atol=1e-4, rtol=0)
