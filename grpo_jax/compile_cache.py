@@ -19,8 +19,6 @@ loads the programs its predecessors compiled instead of compiling from nothing.
 """
 from __future__ import annotations
 
-import os
-
 import jax
 
 from grpo_jax import storage
@@ -40,7 +38,7 @@ def enable(directory: str) -> str | None:
     if jax.default_backend() == "cpu":
       return None
     directory = DEFAULT_DIR
-  path = storage.absolute(directory if storage.is_url(directory) else os.path.expanduser(directory))
+  path = storage.absolute(directory)
   storage.makedirs(path)  # a gs:// or s3:// cache: JAX writes its entries through etils.epath, as we do
   jax.config.update("jax_compilation_cache_dir", path)
   return path

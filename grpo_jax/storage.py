@@ -9,14 +9,18 @@ Custom endpoints (emulators, S3-compatible stores) come from the standard variab
 s3fs) and `STORAGE_EMULATOR_HOST` (google-cloud-storage, gcsfs). TensorStore reads neither: `use_endpoints`
 passes them on (`TENSORSTORE_GCS_HTTP_URL`; the `endpoint` of its s3 kvstore spec, docs/cloud.md).
 
-An object store has no append and no rename of a directory: writers here replace whole objects (metrics rows are
-kept in memory and rewritten at each flush, grpo_jax/train/metrics.py), and `move_tree` copies then deletes.
+An object store has no append and no rename of a directory: writers here replace whole objects, and `move_tree`
+copies then deletes. What must be written as a local file first (an appended log, TensorBoard's event files, a
+Hugging Face directory) is written into a `LocalCopy` and copied to the store whole (`AppendFile`: a file to
+append to). This module is the one that tells a local path from a URL: the rest of the package calls it alike.
 """
 from __future__ import annotations
 
 import os
 import posixpath
 import shutil
+import tempfile
+import time
 
 from grpo_jax import orbax_s3
 
@@ -33,8 +37,8 @@ def join(base: str, *parts: str) -> str:
 
 
 def absolute(path: str) -> str:
-  """A local path made absolute; a URL as it is, less a trailing slash."""
-  return path.rstrip("/") if is_url(path) else os.path.abspath(path)
+  """A local path made absolute (`~` expanded); a URL as it is, less a trailing slash."""
+  return path.rstrip("/") if is_url(path) else os.path.abspath(os.path.expanduser(path))
 
 
 def basename(path: str) -> str:
@@ -93,12 +97,28 @@ def read_bytes(path: str) -> bytes:
 
 
 def write_bytes(path: str, data: bytes, atomic: bool = False) -> None:
-  """As `write_text`."""
+  """As `write_text`; a local file's directory is made first."""
+  if not is_url(path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   if atomic and not is_url(path):
     _epath(path + ".part").write_bytes(data)
     os.replace(path + ".part", path)
   else:
     _epath(path).write_bytes(data)
+
+
+def read_tail(path: str, size: int) -> str:
+  """The last `size` bytes of a file as text, the first line possibly cut (a store's object is read whole)."""
+  if is_url(path):
+    return read_text(path)
+  with open(path, "rb") as f:
+    f.seek(max(os.path.getsize(path) - size, 0))
+    return f.read().decode(errors="replace")
+
+
+def poll_s(path: str) -> float:
+  """How often to re-read files under `path` to follow a run: every read of a store is a request."""
+  return 10.0 if is_url(path) else 1.0
 
 
 def copy(src: str, dst: str) -> None:
@@ -120,6 +140,72 @@ def move_tree(src: str, dst: str) -> None:
   _, dst_key = _fs(dst)
   fs.copy(src_key, dst_key, recursive=True)
   fs.rm(src_key, recursive=True)
+
+
+class LocalCopy:
+  """A local directory for the files of the directory `path`: `path` itself when local; for a store a temporary
+  directory whose files `upload` copies there, each whole over its object (a store's objects never grow), as
+  leaving a `with` block does (unless by an error) before removing it. `upload=False`: nothing is copied (a
+  process other than the one that writes)."""
+
+  def __init__(self, path: str, upload: bool = True):
+    self.path, self.remote, self._upload = path, is_url(path), upload
+    self.local = tempfile.mkdtemp(prefix="grpo_jax_") if self.remote else path
+    os.makedirs(self.local, exist_ok=True)
+
+  def upload(self, names=None) -> None:
+    """Copies the local files `names` (default: all) to the store; nothing when `path` is local."""
+    if self.remote and self._upload:
+      for name in sorted(names or os.listdir(self.local)):
+        copy(os.path.join(self.local, name), join(self.path, name))
+
+  def close(self, upload: bool = True) -> None:
+    if upload:
+      self.upload()
+    if self.remote:
+      shutil.rmtree(self.local, ignore_errors=True)
+
+  def __enter__(self) -> "LocalCopy":
+    return self
+
+  def __exit__(self, error_type, *exc) -> None:
+    self.close(upload=error_type is None)
+
+
+class AppendFile:
+  """The text file `path` opened to append to, line-buffered: the file itself when local; on a store (which has no
+  append) a local copy holding the object's text, written whole over it by `flush` (at most every `every_s`
+  seconds) and `close`. `tell()` and `fileno()` are the local file's (another process may write to it)."""
+
+  def __init__(self, path: str):
+    directory, self.name = posixpath.split(path)
+    self._dir = LocalCopy(directory or ".")
+    local = os.path.join(self._dir.local, self.name)
+    if self._dir.remote and exists(path):
+      copy(path, local)
+    self._file = open(local, "a", buffering=1)
+    self._uploaded, self._at = os.path.getsize(local), 0.0  # the size the store holds, and when it was written
+
+  def __getattr__(self, name):  # write, writelines, tell, fileno
+    return getattr(self._file, name)
+
+  def flush(self, every_s: float = 0.0) -> None:
+    self._file.flush()
+    size = os.path.getsize(self._file.name)
+    if size != self._uploaded and time.time() - self._at >= every_s:
+      self._dir.upload([self.name])
+      self._uploaded, self._at = size, time.time()
+
+  def close(self) -> None:
+    self.flush()
+    self._file.close()
+    self._dir.close(upload=False)
+
+  def __enter__(self) -> "AppendFile":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
 
 
 MODEL_CACHE = "~/.cache/grpo_jax/models"  # GRPO_JAX_MODEL_CACHE overrides it
@@ -149,6 +235,18 @@ def _fs(url: str):
   """(fsspec filesystem, path without the scheme) of a URL."""
   import fsspec
   return fsspec.core.url_to_fs(url)
+
+
+def orbax_options(directory: str) -> dict:
+  """orbax CheckpointManagerOptions for `directory`: none locally; on a store, TensorStore pointed at the
+  endpoints of the standard variables (`use_endpoints`), and checkpoints committed by a commit_success.txt object
+  written last (what orbax does on gs:// already), not by renaming a temporary directory, which a store can only
+  copy object by object."""
+  if not is_url(directory):
+    return {}
+  import orbax.checkpoint as ocp
+  use_endpoints()
+  return {"atomicity_options": ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)}
 
 
 _TS_GCS_URL = "TENSORSTORE_GCS_HTTP_URL"

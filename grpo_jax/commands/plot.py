@@ -6,8 +6,8 @@ figure.
 """
 import argparse
 
-from grpo_jax import storage
 from grpo_jax.commands import exit_on_mistake
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.plotting import plot_runs
 
 
@@ -28,7 +28,7 @@ def run(argv=None) -> None:
                       "reward, held-out accuracy, KL, entropy, completion length, and messages per episode "
                       "when logged)")
   args = parser.parse_args(argv)
-  out = args.out or (storage.join(args.workdirs[0], "curves.png") if len(args.workdirs) == 1 else "curves.png")
+  out = args.out or (RunFiles(args.workdirs[0]).curves if len(args.workdirs) == 1 else "curves.png")
   if args.labels and len(args.labels) != len(args.workdirs):
     parser.error(f"--labels has {len(args.labels)} entries for {len(args.workdirs)} workdirs")
   metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] or None

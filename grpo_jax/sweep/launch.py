@@ -69,7 +69,7 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
         echo=echo, init_kwargs=ray_init_kwargs, resources=resources)
   started = time.time()
   live, shown = progress.LiveLine(echo), [0.0]
-  every_s = 10.0 if storage.is_url(sweep_dir) else 1.0  # it reads each member's files
+  every_s = storage.poll_s(sweep_dir)  # it reads each member's files
 
   def show_progress():
     if time.time() - shown[0] >= every_s:

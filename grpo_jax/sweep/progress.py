@@ -8,13 +8,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import sys
 import time
 from typing import Iterable, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import runner
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
 
 
@@ -36,14 +36,8 @@ class MemberProgress:
 
 
 def _last_step(workdir: str) -> int:
-  path = storage.join(workdir, "metrics.jsonl")
-  if storage.is_url(path):  # a store's object is read whole (rewritten at each of the trainer's flushes)
-    rows = read_jsonl(path)
-    return int(rows[-1]["step"]) if rows and "step" in rows[-1] else -1
   try:
-    with open(path, "rb") as f:
-      f.seek(max(os.path.getsize(path) - 4096, 0))
-      lines = f.read().decode(errors="replace").splitlines()
+    lines = storage.read_tail(RunFiles(workdir).metrics, 4096).splitlines()
   except OSError:
     return -1
   for line in reversed(lines):
@@ -64,7 +58,7 @@ def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: floa
   state = outcome or (disk if disk in ("done", "failed") else "running" if open_starts else "queued")
   if state == "running" and open_starts:
     wall_s += (now or time.time()) - open_starts[-1]
-  config = runner.read_json(storage.join(workdir, "config.json")) or {}
+  config = runner.read_json(RunFiles(workdir).config) or {}
   return MemberProgress(name, state, _last_step(workdir), int(config.get("num_steps", 0) or 0),
                         len(set(starts) | ended - {None}), wall_s,
                         sum(r.get("outcome") == "preempted" for r in rows))

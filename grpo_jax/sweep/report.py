@@ -30,9 +30,7 @@ import contextlib
 import csv
 import io
 import math
-import os
 import re
-import tempfile
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -43,7 +41,8 @@ from grpo_jax.stats import comparisons, intervals, power
 from grpo_jax.sweep import runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.data.reasoning_gym import CONSTANT_ANSWER_METRIC
-from grpo_jax.train.metrics import eval_row_steps, eval_rows_path, read_jsonl
+from grpo_jax.train.layout import RunFiles
+from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.plotting import draw_panels
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
@@ -120,7 +119,8 @@ class MemberRun:
     self.name, self.group, self.workdir, self.extra = name, group, workdir, tuple(extra)
     self.overrides = dict(overrides or {})
     self.status = runner.status(workdir)
-    self.rows = read_metrics(storage.join(workdir, "metrics.jsonl"))
+    self.files = RunFiles(workdir)
+    self.rows = read_metrics(self.files.metrics)
     marker = runner.read_json(storage.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
     # A marker written before runner.member_wall_s existed may have missed an attempt killed without a trace.
     walls = [w for w in ((marker or {}).get("wall_s"), runner.member_wall_s(workdir)) if w]
@@ -134,8 +134,8 @@ class MemberRun:
     """(prompts, greedy accuracy reward per prompt) of the member's last held-out evaluation's rows
     (WORKDIR/eval/step_<N>.jsonl, written by runs since eval rows existed), or None."""
     if self._eval_rows is None:
-      steps = eval_row_steps(self.workdir)
-      rows = read_jsonl(eval_rows_path(self.workdir, steps[-1])) if steps else []
+      steps = self.files.eval_row_steps()
+      rows = read_jsonl(self.files.eval_rows(steps[-1])) if steps else []
       self._eval_rows = ((tuple(r["prompt"] for r in rows), np.asarray([r["greedy"]["reward"] for r in rows],
                                                                         np.float64)) if rows else False)
     return self._eval_rows or None
@@ -156,7 +156,7 @@ def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = 
     if name in known or not storage.isdir(workdir):
       continue
     info = runner.read_json(storage.join(workdir, runner.MEMBER_JSON))
-    if info is None and not storage.exists(storage.join(workdir, "metrics.jsonl")):
+    if info is None and not storage.exists(RunFiles(workdir).metrics):
       continue
     entries.append((name, (info or {}).get("group"), (info or {}).get("overrides")))
   if not entries:
@@ -781,28 +781,19 @@ def write_report(sweep_dir: str, out_dir: str | None = None, group_fn=None, smoo
   the others are compared seed by seed (a second table); `primary`: its columns whose comparisons Holm adjusts."""
   runs = select_groups(load_sweep_dir(sweep_dir, group_fn, extra), groups)
   out_dir = out_dir or storage.join(sweep_dir, "report")
-  if storage.is_url(out_dir):  # written locally, then copied file by file to the store
-    with tempfile.TemporaryDirectory(prefix="grpo_report_") as local:
-      written = write_report(sweep_dir, local, group_fn, smooth, title or f"Sweep report: {sweep_dir}", groups,
-                             baseline, extra, curves, primary)
-      for name, path in written.items():
-        storage.copy(path, storage.join(out_dir, os.path.basename(path)))
-    return {name: storage.join(out_dir, os.path.basename(path)) for name, path in written.items()}
-  os.makedirs(out_dir, exist_ok=True)
-  paths = {name: os.path.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
+  paths = {name: storage.join(out_dir, name) for name in ("summary.md", "groups.csv", "members.csv", "curves.png")}
   texts = {"summary.md": markdown(runs, title or f"Sweep report: {sweep_dir}", baseline, primary),
            "groups.csv": groups_csv(runs), "members.csv": members_csv(runs)}
   if task_table(runs) is not None:
-    paths["tasks.csv"] = os.path.join(out_dir, "tasks.csv")
+    paths["tasks.csv"] = storage.join(out_dir, "tasks.csv")
     texts["tasks.csv"] = tasks_csv(runs)
   for name, text in texts.items():
-    with open(paths[name], "w") as f:
-      f.write(text)
+    storage.write_text(paths[name], text)
   plot(runs, paths["curves.png"], smooth=smooth)
   if baseline is not None:
-    paths["paired.png"] = os.path.join(out_dir, "paired.png")
+    paths["paired.png"] = storage.join(out_dir, "paired.png")
     plot_paired(runs, baseline, paths["paired.png"], smooth=smooth)
   if curves:
-    paths["metrics.png"] = os.path.join(out_dir, "metrics.png")
+    paths["metrics.png"] = storage.join(out_dir, "metrics.png")
     plot_metrics(runs, curves, paths["metrics.png"], smooth=smooth)
   return paths

@@ -22,8 +22,8 @@ The trainer's own completion marker, `summary.json` (written by grpo-train after
 counts as finished, so runs launched with the bare trainer commands (`--print_format=train`) are reported too.
 
 A sweep directory may be on an object store (gs://, s3://; grpo_jax/storage.py): its files are then written
-whole (a store has no append or rename), and an attempt's trainer output goes to a local temporary file that is
-copied onto train.log every LOG_UPLOAD_S seconds and when the attempt ends.
+whole (a store has no append or rename), and an attempt's trainer output goes to a local copy of train.log that
+is copied onto it every LOG_UPLOAD_S seconds and when the attempt ends (storage.AppendFile).
 """
 from __future__ import annotations
 
@@ -32,17 +32,17 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import spec as spec_lib
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.workdir_lock import wait_until_free
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.train.metrics import read_jsonl
 
-DONE, FAILED, TRAINER_SUMMARY = "DONE", "FAILED", "summary.json"
+DONE, FAILED = "DONE", "FAILED"
 MEMBER_JSON, LOG, ATTEMPTS, SWEEP_JSON = "member.json", "train.log", "attempts.jsonl", "sweep.json"
 ERROR_TAIL_LINES = 30
 # Preemptions retried per member in one sweep run: spot VMs may be reclaimed several times over a long member,
@@ -61,9 +61,10 @@ def status(workdir: str) -> str:
     return "done"
   if storage.exists(storage.join(workdir, FAILED)):
     return "failed"
-  if storage.exists(storage.join(workdir, TRAINER_SUMMARY)):
+  trainer = RunFiles(workdir)
+  if storage.exists(trainer.summary):
     return "done"
-  if any(storage.exists(storage.join(workdir, f)) for f in (LOG, ATTEMPTS, "metrics.jsonl")):
+  if any(storage.exists(p) for p in (storage.join(workdir, LOG), storage.join(workdir, ATTEMPTS), trainer.metrics)):
     return "unfinished"
   return "pending"
 
@@ -83,7 +84,6 @@ def _write_json(path: str, obj: Mapping[str, Any]) -> None:
 def write_plan(sweep_dir: str, config_spec: str, members: Sequence[spec_lib.Member],
                common: Mapping[str, Any]) -> None:
   """SWEEP_DIR/sweep.json: every member of the sweep, so the report can list those not started yet."""
-  storage.makedirs(sweep_dir)
   _write_json(storage.join(sweep_dir, SWEEP_JSON),
               {"config": config_spec, "common_overrides": dict(common),
                "members": [m.to_json() for m in members]})
@@ -108,21 +108,12 @@ def member_wall_s(workdir: str) -> float:
   summary.json still counts it up to the checkpoint the next attempt resumed from). 0.0 when neither exists."""
   trainer_s = 0.0
   with contextlib.suppress(TypeError, ValueError):
-    trainer_s = float((read_json(storage.join(workdir, TRAINER_SUMMARY)) or {}).get("wall_s") or 0.0)
+    trainer_s = float((read_json(RunFiles(workdir).summary) or {}).get("wall_s") or 0.0)
   return max(previous_wall_s(workdir), trainer_s)
 
 
-# Where grpo-train keeps a run's starting point (grpo_jax/train/loop.py): warmstart/ (the parameters after
-# the warm start, never rotated out) and, in older workdirs, only the step-0 checkpoint.
-TRAINER_STARTING_POINTS = ("warmstart/0", "checkpoints/0")
-TRAINER_CHECKPOINTS = "checkpoints"
 INIT_FROM_JSON = "init_from.json"
 INIT_KEY = "warmstart.init_checkpoint"
-
-
-def has_starting_point(donor_workdir: str) -> bool:
-  """Whether the donor has written the state it started GRPO from (what `warmstart.init_checkpoint` reads)."""
-  return any(storage.exists(storage.join(donor_workdir, p, "commit_success.txt")) for p in TRAINER_STARTING_POINTS)
 
 
 def attempt_running(workdir: str) -> bool:
@@ -141,7 +132,7 @@ def wait_for_donor(member: spec_lib.Member, sweep_dir: str, *, timeout_s: float 
     return
   donor = storage.join(sweep_dir, member.init_from)
   start = time.time()
-  while not has_starting_point(donor) and time.time() - start < timeout_s:
+  while RunFiles(donor).starting_point() is None and time.time() - start < timeout_s:
     if not (attempt_running(donor) or status(donor) == "pending" and time.time() - start < grace_s):
       return
     time.sleep(poll_s)
@@ -161,7 +152,7 @@ def init_overrides(member: spec_lib.Member, sweep_dir: str, workdir: str, before
   if record is not None:
     return {INIT_KEY: record["donor"]}
   donor = storage.absolute(storage.join(sweep_dir, member.init_from))
-  if before != "pending" or storage.isdir(storage.join(workdir, TRAINER_CHECKPOINTS)) or not has_starting_point(donor):
+  if before != "pending" or storage.isdir(RunFiles(workdir).checkpoints) or RunFiles(donor).starting_point() is None:
     return {}
   _write_json(storage.join(workdir, INIT_FROM_JSON), {"donor": donor, "step": 0})
   return {INIT_KEY: donor}
@@ -209,8 +200,7 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
   called every second too, shows progress."""
   storage.remove(storage.join(workdir, FAILED))
   wait_until_free(workdir)  # the trainer of an earlier attempt may still be saving and exiting
-  log_path = storage.join(workdir, log_name)
-  with _AttemptLog(log_path) as log:
+  with storage.AppendFile(storage.join(workdir, log_name)) as log:
     log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {spec_lib.shell_join(argv)}\n")
     log.flush()
     offset = log.tell()
@@ -224,10 +214,10 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
     try:
       while True:
         try:
-          rc = proc.wait(timeout=1.0 if abort or tick or log.remote else None)
+          rc = proc.wait(timeout=1.0)
           break
         except subprocess.TimeoutExpired:
-          log.upload_every(LOG_UPLOAD_S)
+          log.flush(every_s=LOG_UPLOAD_S)
           if tick:
             tick()
           if abort and abort():
@@ -260,46 +250,6 @@ def attempt_outcome(rc: int | None, stopped: bool = False, aborted: bool = False
   return "stopped" if stopped else "failed"
 
 
-class _AttemptLog:
-  """The file an attempt's trainer writes its output to: the log itself, appended to, when local; on a store,
-  a local temporary file holding the log's earlier text, copied whole onto the log object (`upload_every`, and
-  at the end). `tell()` is the offset in the log's text either way."""
-
-  def __init__(self, path: str):
-    self.path, self.remote = path, storage.is_url(path)
-    self._file = None
-    self._uploaded = 0.0
-
-  def __enter__(self):
-    if not self.remote:
-      self._file = open(self.path, "a")
-      return self
-    earlier = storage.read_text(self.path) if storage.exists(self.path) else ""
-    self._file = tempfile.NamedTemporaryFile("w+", prefix="grpo_sweep_log_", suffix=".log")
-    self._file.write(earlier)
-    return self
-
-  def __getattr__(self, name):  # write, flush, tell, fileno: the file's
-    return getattr(self._file, name)
-
-  def upload_every(self, seconds: float) -> None:
-    if self.remote and time.time() - self._uploaded >= seconds:
-      self.upload()
-
-  def upload(self) -> None:
-    self._file.flush()
-    with open(self._file.name) as f:
-      storage.write_text(self.path, f.read())
-    self._uploaded = time.time()
-
-  def __exit__(self, *exc):
-    try:
-      if self.remote:
-        self.upload()
-    finally:
-      self._file.close()
-
-
 # SIGTERM, then SIGKILL after this long. The trainer saves and exits within its own
 # checkpoint.preemption_deadline_s (25 s by default, up to AWS's 120 s notice), ending itself at that deadline,
 # so the kill is only for a trainer that ignores SIGTERM (an old version) and must not cut a save short.
@@ -316,11 +266,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def append_jsonl(path: str, row: Mapping[str, Any]) -> None:
-  if storage.is_url(path):  # no append on a store: the object rewritten with the row added
-    earlier = storage.read_text(path) if storage.exists(path) else ""
-    storage.write_text(path, earlier + json.dumps(row) + "\n")
-    return
-  with open(path, "a") as f:
+  with storage.AppendFile(path) as f:  # on a store: the object rewritten with the row added
     f.write(json.dumps(row) + "\n")
 
 
@@ -335,12 +281,7 @@ def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=pri
   if rc == EXIT_PREEMPTED:
     echo(f"[sweep] {member.name}: preempted (exit code {rc}): its trainer saved its last step")
     return "preempted"
-  if storage.is_url(workdir):
-    error = _tail(storage.read_text(storage.join(workdir, LOG))[offset:])
-  else:
-    with open(os.path.join(workdir, LOG)) as f:
-      f.seek(offset)
-      error = _tail(f.read())
+  error = _tail(storage.read_bytes(storage.join(workdir, LOG))[offset:].decode(errors="replace"))
   mark_failed(workdir, rc, error)
   echo(f"[sweep] {member.name}: FAILED with exit code {rc}; last lines:\n{_tail(error, 5)}")
   return "failed"

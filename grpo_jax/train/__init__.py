@@ -22,7 +22,8 @@
   preemption.py  SIGTERM / SIGINT / a cloud's notice: stop at the next safe point, a deadline
   lease.py       one run per workdir on an object store (a lease taken with a conditional write)
   workdir_lock.py one run per workdir: a file lock locally, the lease on a store
-  workdir.py     config.json, run id, resume checks, summary.json
+  layout.py      the files of a workdir, named once, and which checkpoints are committed (no JAX)
+  workdir.py     `Workdir`, the one writer of a run's workdir: config.json, run id, starting point, summary.json
   hooks.py       what happens after a step: evaluate, log, callbacks, checkpoint, stop on divergence
   loop.py        `train(config, workdir)`: init or restore, then rollout -> update -> the after-step hooks
 """

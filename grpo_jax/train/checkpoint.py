@@ -32,11 +32,9 @@ import orbax.checkpoint as ocp
 from grpo_jax import storage
 from grpo_jax.errors import CheckpointSaveError
 from grpo_jax.train.fingerprint import state_fingerprint
+from grpo_jax.train.layout import committed_steps, damaged_dir
 
 logger = logging.getLogger(__name__)
-
-CHECKPOINT_DIR = "checkpoints"  # WORKDIR/checkpoints/STEP
-WARMSTART_DIR = "warmstart"  # WORKDIR/warmstart/0: the parameters GRPO started from; never rotated out
 
 
 def abstract_like(tree):
@@ -67,7 +65,7 @@ class Checkpointer:
     self.verify = verify
     self.async_save = async_save
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
-                                           cleanup_tmp_directories=True, **_store_options(self.directory))
+                                           cleanup_tmp_directories=True, **storage.orbax_options(self.directory))
     self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta", "pending"))
 
   def all_steps(self) -> list[int]:
@@ -140,7 +138,7 @@ class Checkpointer:
 
   def _set_aside(self, step: int, error: Exception) -> None:
     src = storage.join(self.directory, str(step))
-    dst_dir = self.directory.rstrip("/") + "_damaged"
+    dst_dir = damaged_dir(self.directory)
     storage.makedirs(dst_dir)
     dst = storage.join(dst_dir, str(step))
     for copy in range(1, 1000):  # never delete an earlier damaged copy of the same step
@@ -163,23 +161,6 @@ class Checkpointer:
       self._manager.close()
 
 
-def _store_options(directory: str) -> dict:
-  """orbax options for a gs:// or s3:// directory: TensorStore pointed at the endpoints of the standard
-  variables, and checkpoints committed by a commit_success.txt object written last (what orbax does on gs://
-  already), not by renaming a temporary directory, which a store can only copy object by object."""
-  if not storage.is_url(directory):
-    return {}
-  storage.use_endpoints()
-  return {"atomicity_options": ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)}
-
-
-def _read_only_manager(directory: str, **kwargs) -> ocp.CheckpointManager:
-  """A manager of another run's `directory` that moves, cleans and rotates nothing there."""
-  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False,
-                                         **_store_options(directory))
-  return ocp.CheckpointManager(directory, options=options, **kwargs)
-
-
 def _os_failure_reason(error: Exception) -> str | None:
   """The operating system's words for a failed write ("No space left on device"): from an OSError, or from the
   `[os_error_code=...]` that tensorstore puts in orbax's message. None for any other error."""
@@ -197,7 +178,9 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
   checked when the checkpoint holds nothing but the parameters (a warm-start directory); a full checkpoint's
   covers state we do not read."""
   directory = storage.absolute(directory)
-  manager = _read_only_manager(directory, item_names=("state", "meta"))
+  options = ocp.CheckpointManagerOptions(read_only=True, create=False, cleanup_tmp_directories=False,
+                                         **storage.orbax_options(directory))
+  manager = ocp.CheckpointManager(directory, options=options, item_names=("state", "meta"))
   try:
     if step not in manager.all_steps():
       raise FileNotFoundError(f"{directory} has no complete checkpoint at step {step} (steps: "
@@ -217,7 +200,7 @@ def restore_params(directory: str, step: int, abstract_params, verify: bool = Tr
     raise ValueError(f"{directory} (step {step}) holds no {item}{missing[0]} ({len(missing)} of the arrays "
                      "asked for are missing)" + (
                          "; it is a LoRA run's checkpoint, which holds the adapters alone: the run's starting point "
-                         f"is its {WARMSTART_DIR}/ (after a warm start), else the base model its config builds"
+                         "is its saved one (after a warm start), else the base model its config builds"
                          if _holds_adapters(directory, step) else ""))
   if verify and meta.get("params_only"):
     try:
@@ -247,54 +230,21 @@ def save_initial_state(directory: str, params, meta: dict, verify: bool = True) 
     checkpointer.close()
 
 
-def initial_state_dir(source: str) -> tuple[str, int]:
-  """(orbax directory, step) of the starting point in `source`: a run's workdir (its warmstart/ directory,
-  else its step-0 checkpoint) or a warmstart/ or checkpoints/ directory itself."""
-  for directory in (storage.join(source, WARMSTART_DIR), storage.join(source, CHECKPOINT_DIR), source):
-    if 0 in committed_steps(directory):
-      return directory, 0
-  raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (expected "
-                          f"{WARMSTART_DIR}/0 or {CHECKPOINT_DIR}/0 of a run's workdir, written after its warm "
-                          "start; the step-0 checkpoint is rotated out once checkpoint.keep newer ones exist)")
-
-
-def committed_steps(directory: str) -> list[int]:
-  """The steps of the committed checkpoints in `directory` (none when it does not exist), as orbax itself
-  counts them (a renamed temporary directory locally, a commit_success.txt on a store: `_store_options`)."""
-  if not storage.isdir(directory):
-    return []
-  manager = _read_only_manager(directory)
-  try:
-    return sorted(manager.all_steps())
-  finally:
-    manager.close()
-
-
-def has_initial_state(directory: str) -> bool:
-  try:
-    initial_state_dir(directory)
-    return True
-  except FileNotFoundError:
-    return False
-
-
 def lora_base_fingerprint(base_params) -> str:
   """What a LoRA run's checkpoints store of their frozen base (`lora_base_fingerprint` in the meta)."""
   return state_fingerprint({"params": base_params})
 
 
-def restore_lora_base(workdir: str, initial_base, fingerprint: str | None):
-  """The frozen base model of the LoRA run in `workdir`, whose checkpoints hold the adapters alone: the run's
-  saved starting point (WORKDIR/warmstart, written after a warm start or from warmstart.init_checkpoint) when
-  it has one, else `initial_base` (the base its config builds: the Hugging Face checkpoint, or the seed's
+def restore_lora_base(start: str, initial_base, fingerprint: str | None):
+  """The frozen base model of a LoRA run, whose checkpoints hold the adapters alone: the run's saved starting
+  point (the orbax directory `start`, written after a warm start or from warmstart.init_checkpoint) when it has
+  one, else `initial_base` (the base its config builds: the Hugging Face checkpoint, or the seed's
   initialization). ValueError when it is not the base the checkpoints were trained on (`fingerprint`)."""
-  own_start = storage.join(workdir, WARMSTART_DIR)
   base, source = initial_base, "the model its config builds"
-  if has_initial_state(own_start):
-    base, _ = restore_params(own_start, 0, abstract_like(initial_base))
-    source = own_start
+  if 0 in committed_steps(start):
+    base, source = restore_params(start, 0, abstract_like(initial_base))[0], start
   if fingerprint is not None and lora_base_fingerprint(base) != fingerprint:
-    raise ValueError(f"{workdir}: its LoRA checkpoints hold the adapters alone, and the base model read from "
-                     f"{source} is not the one they were trained on (fingerprint mismatch: were model.hf_path's "
-                     f"files or {WARMSTART_DIR}/ changed?)")
+    raise ValueError(f"the LoRA run's checkpoints hold the adapters alone, and the base model read from {source} "
+                     "is not the one they were trained on (fingerprint mismatch: were model.hf_path's files or "
+                     f"{start} changed?)")
   return base

@@ -28,7 +28,6 @@ from grpo_jax.data import tasks
 from grpo_jax.rewards.registry import answer_key
 from grpo_jax.sampling.episodes import EpisodeResult
 from grpo_jax.stats import estimators, intervals
-from grpo_jax.train.metrics import EVAL_ROWS_DIR, eval_rows_path
 from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
 
 
@@ -182,7 +181,7 @@ class RunEvaluation:
     self.transfer_columns = {name: task.transfer_rows(name, settings.eval.size)
                              for name in getattr(task, "transfer_sets", ())}
     self.seconds: dict[int, float] = {}
-    self.workdir: str | None = None  # where each held-out evaluation's rows go (the run's main process sets it)
+    self.rows_path: Callable[[int], str] | None = None  # step -> where its held-out rows go (the main process's)
 
   def __call__(self, params, step: int) -> dict:
     t0 = time.perf_counter()
@@ -205,9 +204,8 @@ class RunEvaluation:
     metrics, details = evaluate(self.greedy_sampler, params, self.tokenizer, self.columns, self.scoring,
                                 samples=e.samples, pass_k=e.pass_k, maj_k=e.maj_k, sampler=self.sampler,
                                 return_details=True, **kwargs)
-    if self.workdir is not None:
-      storage.makedirs(storage.join(self.workdir, EVAL_ROWS_DIR))
-      write_rows(eval_rows_path(self.workdir, step), details["rows"])
+    if self.rows_path is not None:
+      write_rows(self.rows_path(step), details["rows"])
     if step == 0:
       metrics.update(self.baselines)
     if step in (0, num_steps):

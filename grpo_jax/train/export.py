@@ -22,16 +22,15 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.model import lora
-from grpo_jax.train.checkpoint import (CHECKPOINT_DIR, abstract_like, committed_steps, restore_lora_base,
-                                       restore_params)
+from grpo_jax.train.checkpoint import abstract_like, restore_lora_base, restore_params
+from grpo_jax.train.layout import RunFiles, committed_steps
 
-EXPORT_DIR = "hf_model"          # WORKDIR/hf_model with checkpoint.export_hf
 GENERATION_CONFIG = "generation_config.json"
 
 
 def load_run_config(workdir: str) -> ml_collections.ConfigDict:
   """The config a run saved in WORKDIR/config.json."""
-  path = storage.join(workdir, "config.json")
+  path = RunFiles(workdir).config
   if not storage.exists(path):
     raise FileNotFoundError(f"{path} does not exist (is {workdir} a training workdir?)")
   return config_lib.saved_with_defaults(json.loads(storage.read_text(path)))
@@ -41,7 +40,8 @@ def restore_run_params(workdir: str, params, step: int | None = None):
   """(parameters of checkpoint `step` of the run in `workdir`, or of its latest; that step). `params`: a tree of
   the same structure (the freshly built model's), whose shapes, dtypes and shardings the restore takes; with
   LoRA adapters in it, the adapters come from the checkpoint and the base from `restore_lora_base`."""
-  directory = storage.absolute(storage.join(workdir, CHECKPOINT_DIR))
+  files = RunFiles(workdir)
+  directory = storage.absolute(files.checkpoints)
   # The committed steps, read without a CheckpointManager: its clean-up thread would outlive a refusal below.
   steps = committed_steps(directory)
   if step is None:
@@ -56,7 +56,7 @@ def restore_run_params(workdir: str, params, step: int | None = None):
   # A LoRA run's checkpoints hold the adapters: the frozen base is its starting point (checked).
   adapters, base = lora.split_adapters(params)
   adapters, meta = restore_params(directory, step, abstract_like(adapters), item="adapters")
-  base = restore_lora_base(workdir, base, meta.get("lora_base_fingerprint"))
+  base = restore_lora_base(files.warmstart, base, meta.get("lora_base_fingerprint"))
   return lora.join(adapters, base), step
 
 
@@ -66,33 +66,25 @@ def write_hf_model(graphdef, params, hf_path: str, tokenizer, out: str, log=prin
 
   `hf_path`: the run's model.hf_path, whose files (tokenizer, generation config) are carried over ("": a fresh
   model). Call it on every process of a multi-host run (the parameters are gathered); process 0 writes. A gs:// or
-  s3:// `out` is written to a local temporary directory first, then copied file by file.
+  s3:// `out` is written locally first (storage.LocalCopy).
   """
-  if storage.is_url(out):
-    import tempfile
-    with tempfile.TemporaryDirectory(prefix="grpo_export_") as local:
-      _write_hf_model(graphdef, params, hf_path, tokenizer, local, log=lambda *_: None)
-      if jax.process_index() == 0:
-        for name in sorted(os.listdir(local)):
-          storage.copy(os.path.join(local, name), storage.join(out, name))
-        log(f"[export] wrote {out}")
-    return out
-  return _write_hf_model(graphdef, params, hf_path, tokenizer, out, log)
-
-
-def _write_hf_model(graphdef, params, hf_path, tokenizer, out: str, log=print) -> str:
-  source = storage.local_dir(hf_path) if hf_path else None
+  main = jax.process_index() == 0
   model = nnx.merge(graphdef, params)
   if lora.has_adapters(model):
     model = lora.merged(model)
     log("[export] LoRA adapters merged into the base weights")
-  hf_io.save_pretrained(model, out, source=source)
-  if jax.process_index() != 0:
-    return out
-  if isinstance(tokenizer, CharTokenizer):
-    log(f"[export] {out}: weights and config only; this run's character tokenizer has no Hugging Face form")
-    return out
-  path = os.path.join(out, GENERATION_CONFIG)
+  with storage.LocalCopy(out, upload=main) as directory:
+    hf_io.save_pretrained(model, directory.local, source=storage.local_dir(hf_path) if hf_path else None)
+    if main and isinstance(tokenizer, CharTokenizer):
+      log(f"[export] {out}: weights and config only; this run's character tokenizer has no Hugging Face form")
+    elif main:
+      _write_generation_config(os.path.join(directory.local, GENERATION_CONFIG), tokenizer)
+  if main:
+    log(f"[export] wrote {out}")
+  return out
+
+
+def _write_generation_config(path: str, tokenizer) -> None:
   generation = {}
   if os.path.exists(path):  # the starting checkpoint's, carried over by save_pretrained
     with open(path) as f:
@@ -104,5 +96,3 @@ def _write_hf_model(graphdef, params, hf_path, tokenizer, out: str, log=print) -
   with open(path, "w") as f:
     json.dump(generation, f, indent=2, sort_keys=True)
     f.write("\n")
-  log(f"[export] wrote {out}")
-  return out

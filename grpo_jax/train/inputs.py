@@ -26,7 +26,6 @@ from typing import Any, Callable, Sequence
 
 from grpo_jax import storage
 
-INPUTS_FILE = "inputs.json"
 StepCallback = Callable[[int, dict], Any]
 
 
@@ -71,9 +70,9 @@ def _rows_sha256(dataset) -> str | None:
   return digest.hexdigest()
 
 
-def check_or_record(workdir: str, inputs: RunInputs, resuming: bool, main: bool) -> None:
-  """Records the in-memory inputs of a new run; refuses a resume whose inputs differ from the recorded ones."""
-  path = storage.join(workdir, INPUTS_FILE)
+def check_or_record(path: str, inputs: RunInputs, resuming: bool, main: bool) -> None:
+  """Records the in-memory inputs of a new run at `path` (its inputs.json); refuses a resume whose inputs differ
+  from the recorded ones."""
   now = inputs.fingerprint()
   if resuming:
     saved = {"reward_funcs": [], "train_dataset": None, "eval_dataset": None}  # a run started without any
@@ -81,7 +80,7 @@ def check_or_record(workdir: str, inputs: RunInputs, resuming: bool, main: bool)
       saved = json.loads(storage.read_text(path))
     changed = [k for k in now if saved.get(k) != now[k]]
     if changed:
-      raise ValueError(f"workdir {workdir} holds a run started with other in-memory inputs ({', '.join(changed)}"
-                       f" differ from {path}); pass the same ones to resume it, or use a new workdir")
+      raise ValueError(f"the workdir holds a run started with other in-memory inputs ({', '.join(changed)} differ "
+                       f"from {path}); pass the same ones to resume it, or use a new workdir")
   elif main:
     storage.write_text(path, json.dumps(now, indent=2))

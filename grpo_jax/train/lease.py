@@ -26,8 +26,6 @@ from typing import Callable
 
 from grpo_jax import errors
 
-LEASE_FILE = ".lease"
-
 
 class Conflict(Exception):
   """The object changed since it was read (a conditional write's precondition failed)."""
@@ -220,15 +218,11 @@ class Lease:
   def __exit__(self, *exc):
     self.release()
 
-
-def lease_is_free(url: str, ttl_s: float) -> bool:
-  """Whether a launch could take the lease at `url` now: none, unreadable, stale or its holder gone (`ttl_s`:
-  the staleness of a lease that does not state its own)."""
-  probe = Lease(url, ttl_s=ttl_s)
-  current = probe._store.read()
-  if current is None:
-    return True
-  try:
-    return probe._takeable(json.loads(current[0])) is not None
-  except ValueError:
-    return True
+  def is_free(self) -> bool:
+    """Whether a launch could take the lease now: none, unreadable, stale or its holder gone (`ttl_s`: the
+    staleness of a lease that does not state its own)."""
+    current = self._store.read()
+    try:
+      return current is None or self._takeable(json.loads(current[0])) is not None
+    except ValueError:
+      return True

@@ -23,9 +23,10 @@ from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import workdir as workdir_lib
-from grpo_jax.train.checkpoint import WARMSTART_DIR, save_initial_state
-from grpo_jax.train.export import EXPORT_DIR, write_hf_model
+from grpo_jax.train.checkpoint import save_initial_state
+from grpo_jax.train.export import write_hf_model
 from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.layout import committed_steps
 from grpo_jax.train.preemption import Preemption
 from grpo_jax.train.run import Run, RunState
 from grpo_jax.train.timing import TimeSplit
@@ -73,12 +74,12 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
            inputs: RunInputs, preemption: Preemption) -> Summary:
   wd = workdir_lib.Workdir(settings, config_json, workdir, main, log_console, time_split)
   run = Run(settings, inputs, log_console, time_split)
-  if main:  # each held-out evaluation's per-prompt rows: WORKDIR/eval/step_<N>.jsonl (grpo-report reads them)
-    run.evaluate.workdir = workdir
+  if main:  # each held-out evaluation's per-prompt rows (grpo-report reads them)
+    run.evaluate.rows_path = wd.files.eval_rows
   hooks: list[hooks_lib.Hook] = []
   try:
     state = _restore(run, wd)
-    inputs_lib.check_or_record(workdir, inputs, resuming=state is not None, main=main)
+    inputs_lib.check_or_record(wd.files.inputs, inputs, resuming=state is not None, main=main)
     fresh = state is None
     if fresh:
       state = _start(run, wd)
@@ -123,8 +124,8 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
       time_split.steps_end()
       last_eval = next(h.last for h in hooks if isinstance(h, hooks_lib.Evaluate))
     if settings.checkpoint.export_hf:  # a signal here stops at once: the last step is saved
-      write_hf_model(run.policy.graphdef, state.params, settings.model.hf_path, run.tokenizer,
-                     storage.join(workdir, EXPORT_DIR), log=log_console)
+      write_hf_model(run.policy.graphdef, state.params, settings.model.hf_path, run.tokenizer, wd.files.hf_model,
+                     log=log_console)
   finally:  # also when interrupted: flush what was logged, release the helper's and orbax's threads.
     for hook in hooks:
       hook.close()
@@ -147,46 +148,45 @@ def _say_start(run: Run, state: RunState, last_eval: dict, log) -> None:
 def _restore(run: Run, wd: Workdir) -> RunState | None:
   """The run state of the latest readable checkpoint in the workdir, or None (refusing to start afresh over a
   run's history)."""
-  settings, workdir, main, log = run.settings, wd.path, wd.main, wd.log
+  settings, log = run.settings, wd.log
   restored = None
   if wd.checkpointer.all_steps():
     template = run.new_state(run.initial_params, 0, 0, {}, "")
     # The abstract target carries the shardings of this run's mesh: a checkpoint restores onto any mesh.
     restored = wd.checkpointer.restore_latest(checkpoint_lib.abstract_like(run.checkpoint_arrays(template)))
   if restored is None:
-    workdir_lib.refuse_to_overwrite_history(workdir)
+    wd.refuse_to_overwrite_history()
     return None
   meta = restored.meta
   if meta.get("seed") != settings.seed:
-    raise errors.ConfigError(f"workdir {workdir} holds a run with seed {meta.get('seed')}, not config.seed="
-                     f"{settings.seed}; use another workdir")
-  own = meta.get("run_id") == workdir_lib.read_run_id(workdir)
+    raise errors.ConfigError(f"workdir {wd.path} holds a run with seed {meta.get('seed')}, not config.seed="
+                             f"{settings.seed}; use another workdir")
+  run_id = wd.run_id(meta.get("run_id"))
+  own = run_id == meta.get("run_id")
   if not own:
     log(f"[resume] the checkpoint was written by another run (run id {meta.get('run_id')}): its time is not "
         "counted in wall_s_total")
-  params, ref_state = run.policy.from_checkpoint(restored.state, meta, workdir)
+  params, ref_state = run.policy.from_checkpoint(restored.state, meta, wd.files.warmstart)
   log(f"[resume] restored step {restored.step} from {wd.checkpointer.directory}")
   pending = run.restored_pending(restored.pending, meta.get("pending", []))
-  return RunState(params, restored.state["opt_state"], ref_state, restored.step,
-                  int(meta["data_position"]), meta["initial_eval"],
-                  meta.get("run_id") if own else workdir_lib.new_run_id(workdir, main),
-                  float(meta.get("elapsed_s", 0.0)) if own else 0.0, pending)
+  return RunState(params, restored.state["opt_state"], ref_state, restored.step, int(meta["data_position"]),
+                  meta["initial_eval"], run_id, float(meta.get("elapsed_s", 0.0)) if own else 0.0, pending)
 
 
 def _start(run: Run, wd: Workdir) -> RunState:
   """The starting point of a new run: another run's (warmstart.init_checkpoint), this run's own saved warm
   start (a kill after it was saved), a fresh warm start, or the initial model; with its held-out metrics."""
-  settings, workdir, main, log = run.settings, wd.path, wd.main, wd.log
-  run_id = workdir_lib.new_run_id(workdir, main)
+  settings, log = run.settings, wd.log
+  run_id = wd.run_id()
   # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
   policy = run.policy
   params, data_position = policy.base_part(run.initial_params), 0
-  own_start = storage.join(workdir, WARMSTART_DIR)
-  start_saved = checkpoint_lib.has_initial_state(own_start)  # a kill after the warm-start save, before checkpoint 0
+  own_start = wd.files.warmstart
+  start_saved = 0 in committed_steps(own_start)  # a kill after the warm-start save, before checkpoint 0
   source = settings.warmstart.init_checkpoint or (own_start if settings.warmstart.enabled and start_saved else "")
   if source:  # another run's starting point, or this run's saved warm start (bit for bit the same)
-    params, data_position, initial_eval = workdir_lib.load_starting_point(source, params, workdir, main, log)
+    params, data_position, initial_eval = wd.load_starting_point(source, params)
   elif settings.warmstart.enabled:
     s = settings.sampling
     params, info = run_warmstart(
@@ -194,9 +194,8 @@ def _start(run: Run, wd: Workdir) -> RunState:
         max_prompt_length=s.max_prompt_length, max_new_tokens=run.settings.completion_width,
         chunk_size=settings.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
-    if main:
-      storage.write_text(storage.join(workdir, metrics_lib.WARMSTART_FILE),
-                         "".join(json.dumps(rec) + "\n" for rec in info["history"]))
+    if wd.main:
+      storage.write_text(wd.files.warmstart_log, "".join(json.dumps(rec) + "\n" for rec in info["history"]))
     data_position, initial_eval = info["rows"], info["eval"]
   else:
     initial_eval = run.evaluate(policy.from_base(params), 0)

@@ -4,20 +4,16 @@
 On resume, records after the restored step are dropped from the JSONL files (the killed run may have
 logged steps it never checkpointed), and TensorBoard is told to purge them, so each step appears once.
 
-In a workdir on an object store (gs://, s3://), which cannot append, the JSONL rows are kept in memory and each
-file is rewritten whole at every `flush` (the loop flushes before each checkpoint save, so every row up to a
-saved step is stored before that checkpoint commits); TensorBoard writes to a local temporary directory whose
-event files are copied to WORKDIR/tensorboard/ at each flush.
+In a workdir on an object store (gs://, s3://), which cannot append, the files are written locally and copied
+there whole at every `flush` (storage.AppendFile, storage.LocalCopy): the loop flushes before each checkpoint
+save, so every row up to a saved step is stored before that checkpoint commits.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from typing import Any
@@ -25,24 +21,7 @@ from typing import Any
 import numpy as np
 
 from grpo_jax import storage
-
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_FILE = "samples.jsonl"
-WARMSTART_FILE = "warmstart.jsonl"
-EVAL_ROWS_DIR = "eval"  # WORKDIR/eval/step_<N>.jsonl: the per-prompt rows of the held-out evaluation at step N
-
-
-def eval_rows_path(workdir: str, step: int) -> str:
-  return storage.join(workdir, EVAL_ROWS_DIR, f"step_{step}.jsonl")
-
-
-def eval_row_steps(workdir: str) -> list[int]:
-  """The steps whose held-out evaluation rows the run wrote, ascending."""
-  directory = storage.join(workdir, EVAL_ROWS_DIR)
-  if not storage.isdir(directory):
-    return []
-  names = [n for n in storage.listdir(directory) if n.startswith("step_") and n.endswith(".jsonl")]
-  return sorted(int(n[5:-6]) for n in names if n[5:-6].isdigit())
+from grpo_jax.train.layout import RunFiles
 
 
 def _plain(value: Any):
@@ -102,33 +81,20 @@ class MetricsWriter:
 
   def __init__(self, workdir: str, *, tensorboard: bool = True, resume_step: int | None = None,
                wandb: dict | None = None):
-    self.workdir = workdir
-    storage.makedirs(workdir)
-    self.metrics_path = storage.join(workdir, METRICS_FILE)
-    self.samples_path = storage.join(workdir, SAMPLES_FILE)
-    for path in (self.metrics_path, self.samples_path):
+    files = RunFiles(workdir)
+    for path in (files.metrics, files.samples):
       if resume_step is None:
         storage.remove(path)
       else:
         _truncate_jsonl(path, resume_step)
-    # On a store: each JSONL file's lines, rewritten whole at each flush (no append), and the local directory
-    # whose TensorBoard event files are copied there.
-    self._lines: dict[str, list[str]] | None = None
-    self._dirty: set[str] = set()
-    self._tb_local = None
-    if storage.is_url(workdir):
-      self._lines = {path: [json.dumps(r) + "\n" for r in read_jsonl(path)]
-                     for path in (self.metrics_path, self.samples_path)}
-    self._tb = None
+    self._metrics, self._samples = storage.AppendFile(files.metrics), storage.AppendFile(files.samples)
+    self._tb = self._tb_dir = None
     if tensorboard:
       SummaryWriter = _summary_writer_class()
       purge = None if resume_step is None else resume_step + 1
-      tb_dir, suffix = storage.join(workdir, "tensorboard"), ""
-      if storage.is_url(workdir):
-        self._tb_local = tempfile.mkdtemp(prefix="grpo_tensorboard_")
-        # Event files are named by the second they were opened: a suffix keeps a resume's from replacing them.
-        tb_dir, suffix = self._tb_local, "." + uuid.uuid4().hex[:8]
-      self._tb = SummaryWriter(tb_dir, purge_step=purge, filename_suffix=suffix)
+      self._tb_dir = storage.LocalCopy(files.tensorboard)
+      # Event files are named by the second they were opened: a suffix keeps a resume's from replacing them.
+      self._tb = SummaryWriter(self._tb_dir.local, purge_step=purge, filename_suffix="." + uuid.uuid4().hex[:8])
     self._wandb = None
     if wandb is not None:
       try:
@@ -138,17 +104,9 @@ class MetricsWriter:
       # W&B keeps its files in a local directory: on a store, its default one.
       self._wandb = wandb_lib.init(dir=None if storage.is_url(workdir) else workdir, resume="allow", **wandb)
 
-  def _append(self, path: str, lines: list[str]) -> None:
-    if self._lines is not None:
-      self._lines[path].extend(lines)
-      self._dirty.add(path)
-      return
-    with open(path, "a") as f:
-      f.writelines(lines)
-
   def write(self, step: int, metrics: dict[str, Any]) -> dict:
     record = {"step": int(step), **{k: _plain(v) for k, v in sorted(metrics.items())}}
-    self._append(self.metrics_path, [json.dumps(record) + "\n"])
+    self._metrics.write(json.dumps(record) + "\n")
     if self._tb is not None:
       for k, v in record.items():
         if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
@@ -160,14 +118,12 @@ class MetricsWriter:
   def write_event(self, step: int, event: dict[str, Any]) -> None:
     """A row that is not a measurement ({"step", "event": "preempted", ...}): metrics.jsonl only. Readers of
     metrics skip it, as they skip any key they do not plot; a resume keeps it (its step is the saved one)."""
-    self._append(self.metrics_path, [json.dumps({"step": int(step), **{k: _plain(v) for k, v in event.items()}})
-                                     + "\n"])
-    if self._lines is not None:  # on a store: written now, the process is about to end
-      self.flush()
+    self._metrics.write(json.dumps({"step": int(step), **{k: _plain(v) for k, v in event.items()}}) + "\n")
+    self.flush()  # the process is about to end
 
   def write_samples(self, step: int, samples: list[dict]) -> None:
-    self._append(self.samples_path, [json.dumps({"step": int(step), **{k: _plain(v) for k, v in s.items()}}) + "\n"
-                                     for s in samples])
+    self._samples.writelines(json.dumps({"step": int(step), **{k: _plain(v) for k, v in s.items()}}) + "\n"
+                             for s in samples)
     if self._tb is not None and samples:
       text = "\n\n".join(f"`{s['prompt']}` → `{s['completion']}` (reward {s['reward']:.3g})" for s in samples)
       self._tb.add_text("samples", text, step)
@@ -179,30 +135,19 @@ class MetricsWriter:
       self._wandb.log({"samples": table}, step=int(step))
 
   def flush(self):
+    self._metrics.flush()
+    self._samples.flush()
     if self._tb is not None:
       self._tb.flush()
-    if self._lines is not None:
-      for path in sorted(self._dirty):
-        storage.write_text(path, "".join(self._lines[path]))
-      self._dirty.clear()
-    self._upload_tensorboard()
-
-  def _upload_tensorboard(self):
-    """The local event files, each copied whole over its object in WORKDIR/tensorboard/ (a store's objects
-    cannot grow)."""
-    if self._tb_local is None:
-      return
-    for name in sorted(os.listdir(self._tb_local)):
-      storage.copy(os.path.join(self._tb_local, name), storage.join(self.workdir, "tensorboard", name))
+      self._tb_dir.upload()
 
   def close(self):
     if self._tb is not None:
       self._tb.close()
+      self._tb_dir.close()
       self._tb = None
-    self.flush()
-    if self._tb_local is not None:
-      shutil.rmtree(self._tb_local, ignore_errors=True)
-      self._tb_local = None
+    self._metrics.close()
+    self._samples.close()
     if self._wandb is not None:
       self._wandb.finish()
       self._wandb = None
@@ -278,5 +223,5 @@ def wandb_init_kwargs(lg, workdir: str, run_id: str, cfg_json: str) -> dict | No
   if not lg.wandb:
     return None
   return dict(project=lg.wandb_project, entity=lg.wandb_entity or None, mode=lg.wandb_mode,
-              name=lg.wandb_name or os.path.basename(os.path.normpath(workdir)), id=run_id,
+              name=lg.wandb_name or storage.basename(workdir), id=run_id,
               config=json.loads(cfg_json))

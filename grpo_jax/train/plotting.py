@@ -20,7 +20,8 @@ from typing import Sequence
 import numpy as np
 
 from grpo_jax import storage
-from grpo_jax.train.metrics import METRICS_FILE, read_jsonl
+from grpo_jax.train.layout import RunFiles
+from grpo_jax.train.metrics import read_jsonl
 
 PANELS = (("reward", "reward"), ("eval/accuracy", "held-out accuracy"), ("kl", "KL to reference"),
           ("entropy", "entropy"), ("completions/mean_length", "completion length"))
@@ -76,8 +77,6 @@ def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) ->
       layout.update(left=p.left, right=p.right, bottom=p.bottom, top=p.top, wspace=p.wspace, hspace=p.hspace)
   buffer = io.BytesIO()
   fig.savefig(buffer, dpi=dpi, format=os.path.splitext(path)[1][1:] or "png")  # .png, .pdf, .svg ...
-  if not storage.is_url(path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   storage.write_bytes(path, buffer.getvalue(), atomic=True)  # a viewer (or a test) never reads half a figure
   plt.close(fig)
   return path
@@ -95,7 +94,7 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
   labels = list(labels) if labels else [storage.basename(w) or w for w in workdirs]
   runs = []
   for w in workdirs:
-    path = storage.join(w, METRICS_FILE)
+    path = RunFiles(w).metrics
     if not storage.exists(path):
       raise FileNotFoundError(f"{path} does not exist (is {w} a training workdir?)")
     runs.append(read_jsonl(path))

@@ -55,8 +55,9 @@ class FullPolicy:
   def checkpoint_meta(self, params) -> dict:
     return {}
 
-  def from_checkpoint(self, arrays: dict, meta: dict, workdir: str):
-    """(params, ref_state) of a restored checkpoint's arrays."""
+  def from_checkpoint(self, arrays: dict, meta: dict, start: str):
+    """(params, ref_state) of a restored checkpoint's arrays; `start`: the run's saved starting point (the orbax
+    directory of its warm start), where a LoRA run's frozen base is."""
     return arrays["params"], arrays.get("ref_params")
 
 
@@ -103,9 +104,9 @@ class LoraPolicy(FullPolicy):
       self._base_fingerprint = checkpoint_lib.lora_base_fingerprint(self.base_part(params))
     return {"lora_base_fingerprint": self._base_fingerprint}
 
-  def from_checkpoint(self, arrays: dict, meta: dict, workdir: str):
+  def from_checkpoint(self, arrays: dict, meta: dict, start: str):
     fingerprint = meta.get("lora_base_fingerprint")
-    base = checkpoint_lib.restore_lora_base(workdir, self.base_part(self.initial_params), fingerprint)
+    base = checkpoint_lib.restore_lora_base(start, self.base_part(self.initial_params), fingerprint)
     self._base_fingerprint = fingerprint
     return lora_lib.join(arrays["adapters"], base), None
 

@@ -8,7 +8,6 @@ starts GRPO from an imperfect but non-trivial policy.
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
@@ -18,6 +17,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from grpo_jax import storage
 from grpo_jax.config_checks import Section
 from grpo_jax.model.logprobs import completion_logprobs
 from grpo_jax.sampling.buckets import left_pad
@@ -26,10 +26,10 @@ from grpo_jax.train.state import init_opt_state
 
 
 def validate_config(warmstart) -> None:
-  """Checks that `warmstart.init_checkpoint` is a directory (its numbers: grpo_jax/settings.py's
+  """Checks that `warmstart.init_checkpoint` is a directory, local or on a store (its numbers: grpo_jax/settings.py's
   WarmstartSettings); raises ConfigError naming key and value."""
   s = Section(warmstart, "warmstart")
-  if s["init_checkpoint"] and not os.path.isdir(s["init_checkpoint"]):
+  if s["init_checkpoint"] and not storage.isdir(s["init_checkpoint"]):
     s.fail("init_checkpoint", "is not a directory (another run's workdir)")
 
 

@@ -1,8 +1,6 @@
-"""A run's workdir: its config.json, run id, the checks before a resume, summary.json at the end, and
-`Workdir`, the one object through which the loop writes there (checkpoints, metrics, samples, curves).
-
-WORKDIR holds config.json (the settings the run started with), run_id, .lock (held while the run lives),
-metrics.jsonl, checkpoints/, warmstart/ and, once the run has reached its last step, summary.json and curves.png.
+"""A run's workdir: the check before a resume, and `Workdir`, the one object through which the loop writes there
+(config.json, run id, starting point, checkpoints, metrics, samples, curves, summary.json at the end). The files'
+names: grpo_jax/train/layout.py.
 """
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import json
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,12 +20,9 @@ from grpo_jax import storage
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import preemption as preemption_lib
-from grpo_jax.train.checkpoint import CHECKPOINT_DIR
 from grpo_jax.train.distributed import NullWriter
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.plotting import CurvesRefresher, plot_runs
-
-PLOT_FILE = "curves.png"
-SUMMARY_FILE = "summary.json"
 
 
 @dataclasses.dataclass
@@ -60,11 +55,10 @@ def check_resumable(config, workdir: str, log) -> None:
   """A workdir with checkpoints resumes only under the settings it was started with (except those in
   `config.RESUMABLE_CHANGES`, which are printed): a changed setting is an error naming each field, raised before
   anything in the workdir is written."""
-  saved_path = storage.join(workdir, "config.json")
-  checkpoints = storage.join(workdir, CHECKPOINT_DIR)
-  if not (storage.exists(saved_path) and any(name.isdigit() for name in storage.listdir(checkpoints))):
+  files = RunFiles(workdir)
+  if not (storage.exists(files.config) and any(name.isdigit() for name in storage.listdir(files.checkpoints))):
     return
-  saved = json.loads(storage.read_text(saved_path))
+  saved = json.loads(storage.read_text(files.config))
   conflicts, accepted = config_lib.resume_differences(saved, config)
   if conflicts:
     raise errors.ConfigError(f"workdir {workdir} holds a run started with other settings, which a resume would mix into "
@@ -72,51 +66,6 @@ def check_resumable(config, workdir: str, log) -> None:
                      "experiment, or resume with the original values.")
   for line in accepted:
     log(f"[resume] changed on resume: {line}")
-
-
-def refuse_to_overwrite_history(workdir: str) -> None:
-  """No readable checkpoint: starting afresh would overwrite metrics.jsonl. Refuse when it holds GRPO steps."""
-  path = storage.join(workdir, metrics_lib.METRICS_FILE)
-  steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(path)]
-  if any(step > 0 for step in steps):
-    damaged = storage.join(workdir, CHECKPOINT_DIR + "_damaged")
-    raise errors.WorkdirError(f"workdir {workdir} has a history of {max(steps)} GRPO steps in {path} but no readable "
-                       f"checkpoint (see {damaged}); starting afresh would overwrite it. Move the workdir aside "
-                       "or use a new --workdir.")
-
-
-RUN_ID_FILE = "run_id"
-
-
-def read_run_id(workdir: str) -> str | None:
-  try:
-    return storage.read_text(storage.join(workdir, RUN_ID_FILE)).strip()
-  except (OSError, FileNotFoundError):
-    return None
-
-
-def new_run_id(workdir: str, main: bool) -> str:
-  """A fresh id for the run in `workdir`, stored there and in its checkpoints (process 0's is the one written)."""
-  run_id = uuid.uuid4().hex
-  if main:
-    storage.write_text(storage.join(workdir, RUN_ID_FILE), run_id + "\n")
-  return run_id
-
-
-def load_starting_point(source: str, params, workdir: str, main: bool, log) -> tuple[Any, int, dict]:
-  """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`),
-  or of this run's own warm start saved before a kill.
-
-  The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
-  exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
-  directory, step = checkpoint_lib.initial_state_dir(source)
-  params, meta = checkpoint_lib.restore_params(directory, step, checkpoint_lib.abstract_like(params))
-  warmstart_log = storage.join(source, metrics_lib.WARMSTART_FILE)
-  if main and storage.exists(warmstart_log):
-    storage.copy(warmstart_log, storage.join(workdir, metrics_lib.WARMSTART_FILE))
-  log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/{step}"
-      f" (seed {meta.get('seed')})")
-  return params, int(meta["data_position"]), dict(meta["initial_eval"])
 
 
 class Workdir:
@@ -133,16 +82,54 @@ class Workdir:
     """`settings`: the run's (grpo_jax/settings.py); `cfg_json`: its config as the user wrote it, in JSON (what
     config.json and each checkpoint's metadata keep)."""
     self.settings, self.path, self.main, self.log, self.time_split = settings, path, main, log, time_split
-    self.cfg_json = cfg_json
+    self.cfg_json, self.files = cfg_json, RunFiles(path)
     storage.makedirs(path)
     if main:  # config.json; and the run is unfinished: summary.json marks a finished run
-      storage.remove(storage.join(path, SUMMARY_FILE))
-      storage.write_text(storage.join(path, "config.json"), cfg_json)
+      storage.remove(self.files.summary)
+      storage.write_text(self.files.config, cfg_json)
     k = settings.checkpoint
-    self.checkpointer = checkpoint_lib.Checkpointer(storage.join(path, CHECKPOINT_DIR), k.keep, k.verify, k.async_save)
-    self.curves = CurvesRefresher(path, storage.join(path, PLOT_FILE), settings.log.plot and main, log=log)
+    self.checkpointer = checkpoint_lib.Checkpointer(self.files.checkpoints, k.keep, k.verify, k.async_save)
+    self.curves = CurvesRefresher(path, self.files.curves, settings.log.plot and main, log=log)
     self.writer = None
     self.saved_step: int | None = None  # the newest checkpoint this process started from or saved
+
+  def refuse_to_overwrite_history(self) -> None:
+    """No readable checkpoint: starting afresh would overwrite metrics.jsonl. Refuse when it holds GRPO steps."""
+    steps = [r.get("step", 0) for r in metrics_lib.read_jsonl(self.files.metrics)]
+    if any(step > 0 for step in steps):
+      raise errors.WorkdirError(f"workdir {self.path} has a history of {max(steps)} GRPO steps in {self.files.metrics} "
+                                f"but no readable checkpoint (see {self.files.damaged}); starting afresh would "
+                                "overwrite it. Move the workdir aside or use a new --workdir.")
+
+  def run_id(self, restored: str | None = None) -> str:
+    """The run id of a checkpoint this run (its run_id file) wrote, `restored`; else a fresh one, stored there
+    (process 0's is the one written) and in its checkpoints."""
+    with contextlib.suppress(OSError, FileNotFoundError):
+      if restored is not None and restored == storage.read_text(self.files.run_id).strip():
+        return restored
+    run_id = uuid.uuid4().hex
+    if self.main:
+      storage.write_text(self.files.run_id, run_id + "\n")
+    return run_id
+
+  def load_starting_point(self, source: str, params) -> tuple[Any, int, dict]:
+    """(params, data position, step-0 evaluation) of another run's starting point (`warmstart.init_checkpoint`,
+    local or on a store), or of this run's own warm start saved before a kill.
+
+    The step-0 state is a function of the parameters (fresh optimizer state, reference = policy), so this is
+    exactly the state that run started GRPO from. Its warm-start log is copied; its time is not counted here."""
+    donor = RunFiles(source)
+    directory = donor.starting_point()
+    if directory is None:
+      raise FileNotFoundError(f"config.warmstart.init_checkpoint: {source!r} holds no starting point (a run's "
+                              "workdir writes it after its warm start; the step-0 checkpoint of a run without one "
+                              "is rotated out once checkpoint.keep newer ones exist)")
+    params, meta = checkpoint_lib.restore_params(directory, 0, checkpoint_lib.abstract_like(params))
+    if self.main and storage.exists(donor.warmstart_log):
+      storage.copy(donor.warmstart_log, self.files.warmstart_log)
+    self.log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/0"
+             f" (seed {meta.get('seed')})")
+    return params, int(meta["data_position"]), dict(meta["initial_eval"])
 
   def open_history(self, state, fresh: bool) -> None:
     """The metrics writer of a run starting at `state` (a resume drops the rows logged after its step)."""
@@ -170,7 +157,7 @@ class Workdir:
     if state.step == 0:
       return dict(state.initial_eval)
     last = state.initial_eval
-    for rec in metrics_lib.read_jsonl(storage.join(self.path, metrics_lib.METRICS_FILE)):
+    for rec in metrics_lib.read_jsonl(self.files.metrics):
       if "eval/accuracy" in rec and rec.get("step", 0) <= state.step:
         last = {k: v for k, v in rec.items() if k.startswith("eval/")}
     return last
@@ -251,8 +238,7 @@ class Workdir:
 
   def finish(self, state, last_eval: dict) -> Summary:
     """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
-    plot_path = (plot_runs([self.path], storage.join(self.path, PLOT_FILE)) if self.settings.log.plot and self.main
-                 else None)
+    plot_path = plot_runs([self.path], self.files.curves) if self.settings.log.plot and self.main else None
     this_process = time.time() - self.time_split.t_start
     summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                       steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,
@@ -260,7 +246,7 @@ class Workdir:
                       wall_s_total=state.wall_before + this_process, time_split_s=self.time_split.as_dict(),
                       launch_to_first_step_s=self.time_split.launch_to_first_step_s)
     if self.main:
-      storage.write_text(storage.join(self.path, SUMMARY_FILE), json.dumps(dataclasses.asdict(summary), indent=2))
+      storage.write_text(self.files.summary, json.dumps(dataclasses.asdict(summary), indent=2))
     self.log(summary.line())
     self.log("[time] " + ", ".join(f"{name} {s:.1f}s" for name, s in summary.time_split_s.items()))
     return summary

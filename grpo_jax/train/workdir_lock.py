@@ -17,9 +17,9 @@ import time
 
 from grpo_jax import errors, storage
 from grpo_jax.settings import CheckpointSettings
-from grpo_jax.train.lease import LEASE_FILE, Lease, lease_is_free
+from grpo_jax.train.layout import RunFiles
+from grpo_jax.train.lease import Lease
 
-LOCK_FILE = ".lock"
 DEFAULT_TTL_S = CheckpointSettings.lease_ttl_s  # the default of config.checkpoint.lease_ttl_s
 
 
@@ -68,8 +68,8 @@ class WorkdirLock:
   """The workdir's lock (module docstring) for a `with` block; a taken-over lease is logged."""
 
   def __init__(self, workdir: str, ttl_s: float = DEFAULT_TTL_S, log=print):
-    self._lock = (Lease(storage.join(workdir, LEASE_FILE), ttl_s) if storage.is_url(workdir) else
-                  FileLock(os.path.join(workdir, LOCK_FILE)))
+    files = RunFiles(workdir)
+    self._lock = Lease(files.lease, ttl_s) if storage.is_url(workdir) else FileLock(files.lock)
     self._log = log
 
   def __enter__(self):
@@ -85,10 +85,7 @@ class WorkdirLock:
 def wait_until_free(workdir: str, timeout_s: float = 120.0, poll_s: float = 0.5) -> None:
   """Waits, at most `timeout_s`, while a live holder keeps the workdir's lock; the trainer reports a workdir
   still busy after that itself."""
-  if storage.is_url(workdir):
-    free = lambda: lease_is_free(storage.join(workdir, LEASE_FILE), DEFAULT_TTL_S)  # noqa: E731
-  else:
-    free = FileLock(os.path.join(workdir, LOCK_FILE)).is_free
+  lock = WorkdirLock(workdir)._lock
   deadline = time.time() + timeout_s
-  while not free() and time.time() < deadline:
+  while not lock.is_free() and time.time() < deadline:
     time.sleep(poll_s)

@@ -58,6 +58,7 @@ def main():
 
   from grpo_jax.errors import EXIT_PREEMPTED, Preempted
   from grpo_jax.train import checkpoint, loop, run
+  from grpo_jax.train.layout import RunFiles
   run.make_optimizer = _momentum_sgd
   config.num_steps = 2 if resume else 3
   try:
@@ -72,7 +73,7 @@ def main():
 
   # Restore the last checkpoint (collectively) and dump this process's view of the parameters.
   # No target: plain arrays (whose key paths differ from the saved State's, so no checksum check here).
-  ckpt = checkpoint.Checkpointer(os.path.join(workdir, checkpoint.CHECKPOINT_DIR), keep=2, verify=False)
+  ckpt = checkpoint.Checkpointer(RunFiles(workdir).checkpoints, keep=2, verify=False)
   restored = ckpt.restore_latest(None)
   ckpt.close()
   assert restored is not None and restored.step == config.num_steps, restored and restored.step

@@ -13,6 +13,7 @@ import pytest
 
 from grpo_jax import errors
 from grpo_jax.train import lease as lease_lib
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.workdir_lock import WorkdirLock
 
 
@@ -25,13 +26,13 @@ def test_a_second_launch_is_refused_in_one_line_and_the_lease_is_released_at_the
     message = str(refused.value)
     assert "\n" not in message and f"workdir {workdir} is in use by process {os.getpid()}" in message
     assert "--workdir" in message
-  assert lease_lib.store_for(workdir + "/" + lease_lib.LEASE_FILE).read() is None  # released
+  assert lease_lib.store_for(RunFiles(workdir).lease).read() is None  # released
   with WorkdirLock(workdir, ttl_s=30):  # and free again
     pass
 
 
 def test_a_stale_lease_is_taken_over_and_its_old_holder_learns_it_lost(store):
-  url = store.url() + "/" + lease_lib.LEASE_FILE
+  url = RunFiles(store.url()).lease
   now = [1000.0]
   lost = threading.Event()
   old = lease_lib.Lease(url, ttl_s=10, clock=lambda: now[0], on_lost=lost.set)
@@ -48,7 +49,7 @@ def test_a_stale_lease_is_taken_over_and_its_old_holder_learns_it_lost(store):
 
 
 def test_renewal_keeps_a_short_lease_held(store):
-  url = store.url() + "/" + lease_lib.LEASE_FILE
+  url = RunFiles(store.url()).lease
   with lease_lib.Lease(url, ttl_s=0.6):
     time.sleep(1.5)  # more than two ttls: only the renewals every 0.2 s keep it fresh
     with pytest.raises(errors.WorkdirError):
@@ -56,7 +57,7 @@ def test_renewal_keeps_a_short_lease_held(store):
 
 
 def test_a_killed_runs_command_started_again_takes_its_lease_back_at_once(store):
-  url = store.url() + "/" + lease_lib.LEASE_FILE
+  url = RunFiles(store.url()).lease
   dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
   killed = lease_lib.Lease(url, ttl_s=3600)
   killed.pid = int(dead.stdout)  # the lease a SIGKILLed run left, renewed a moment ago, ttl an hour
@@ -70,7 +71,7 @@ def test_a_killed_runs_command_started_again_takes_its_lease_back_at_once(store)
 
 
 def test_of_racing_launches_exactly_one_takes_the_lease(store):
-  url = store.url() + "/" + lease_lib.LEASE_FILE
+  url = RunFiles(store.url()).lease
   outcomes = []
   barrier = threading.Barrier(4)
 
@@ -93,6 +94,6 @@ def test_of_racing_launches_exactly_one_takes_the_lease(store):
 def test_the_launcher_refuses_a_second_run_on_a_store_workdir_in_one_line(store, tmp_path):
   from tests.test_launcher_errors import _one_line, _train
   workdir = store.url()
-  with lease_lib.Lease(workdir + "/" + lease_lib.LEASE_FILE, ttl_s=60):  # a live run holds it
+  with lease_lib.Lease(RunFiles(workdir).lease, ttl_s=60):  # a live run holds it
     proc = _train(workdir, env=dict(os.environ, **store.env))
   _one_line(proc, f"workdir {workdir} is in use by process {os.getpid()}", "use another --workdir")

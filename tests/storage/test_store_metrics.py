@@ -3,7 +3,8 @@ before each checkpoint save), so a kill loses none up to the saved step; a resum
 from __future__ import annotations
 
 from grpo_jax import storage
-from grpo_jax.train.metrics import METRICS_FILE, SAMPLES_FILE, MetricsWriter, read_jsonl
+from grpo_jax.train.layout import RunFiles
+from grpo_jax.train.metrics import MetricsWriter, read_jsonl
 
 
 def test_rows_up_to_the_last_flush_survive_a_kill_and_a_resume_drops_the_rest(store):
@@ -15,17 +16,17 @@ def test_rows_up_to_the_last_flush_survive_a_kill_and_a_resume_drops_the_rest(st
     if step == 2:
       writer.flush()  # checkpoint 2 is saved after this
   # Killed here: never closed. The store holds exactly the rows up to the flush.
-  assert [r["step"] for r in read_jsonl(storage.join(workdir, METRICS_FILE))] == [0, 1, 2]
-  assert [r["step"] for r in read_jsonl(storage.join(workdir, SAMPLES_FILE))] == [0, 1, 2]
+  assert [r["step"] for r in read_jsonl(RunFiles(workdir).metrics)] == [0, 1, 2]
+  assert [r["step"] for r in read_jsonl(RunFiles(workdir).samples)] == [0, 1, 2]
   events = storage.listdir(storage.join(workdir, "tensorboard"))
   assert len(events) == 1 and events[0].startswith("events.out.tfevents")
 
   resumed = MetricsWriter(workdir, tensorboard=True, resume_step=1)  # checkpoint 1 was the last committed
-  assert [r["step"] for r in read_jsonl(storage.join(workdir, METRICS_FILE))] == [0, 1]
+  assert [r["step"] for r in read_jsonl(RunFiles(workdir).metrics)] == [0, 1]
   for step in (2, 3):
     resumed.write(step, {"reward": -step})
   resumed.close()
-  rows = read_jsonl(storage.join(workdir, METRICS_FILE))
+  rows = read_jsonl(RunFiles(workdir).metrics)
   assert [(r["step"], r["reward"]) for r in rows] == [(0, 0.0), (1, 0.1), (2, -2), (3, -3)]
   assert len(storage.listdir(storage.join(workdir, "tensorboard"))) == 2  # one event file per process, as locally
   writer.close()  # the "killed" writer's local TensorBoard directory

@@ -1,5 +1,6 @@
 """A sweep directory on a store: member.json, attempts.jsonl, train.log (with each attempt's output), DONE /
-FAILED and sweep.json are written there, a crashed member resumes, and the progress reader sees it all."""
+FAILED and sweep.json are written there, a crashed member resumes, a member starts from its donor's warm start
+there, and the progress reader sees it all."""
 from __future__ import annotations
 
 import json
@@ -21,19 +22,26 @@ def test_a_sweep_on_a_store_records_its_members_and_resumes_a_crashed_one(scheme
   store = request.getfixturevalue({"s3": "s3", "gs": "gcs"}[scheme])
   sweep_dir = store.url("sweep")
   members = spec.validate([{"name": "ok_seed0", "overrides": {"num_steps": 2}},
-                           {"name": "crash_seed0", "overrides": {"num_steps": 3, "crash_at": 2}}])
+                           {"name": "crash_seed0", "overrides": {"num_steps": 3, "crash_at": 2}},
+                           {"name": "shared_seed0", "overrides": {"num_steps": 1}, "init_from": "ok_seed0"}])
   runner.write_plan(sweep_dir, "exp.py", members, {})
   kwargs = dict(config_spec="exp.py", sweep_dir=sweep_dir, echo=lambda *_: None,
                 train_cmd=[sys.executable, os.path.join(HERE, "store_fake_train.py")],
                 env=dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(HERE)),
                                                                   os.environ.get("PYTHONPATH", "")])))
-  assert runner.run_members(members, **kwargs) == {"ok_seed0": "done", "crash_seed0": "failed"}
+  assert runner.run_members(members, **kwargs) == {"ok_seed0": "done", "crash_seed0": "failed",
+                                                   "shared_seed0": "done"}
+  shared, donor = storage.join(sweep_dir, "shared_seed0"), storage.join(sweep_dir, "ok_seed0")
+  assert f"--config.warmstart.init_checkpoint={donor}" in runner.read_json(storage.join(shared, runner.MEMBER_JSON))[
+      "command"]
+  assert f"starting from {donor}'s warm start" in storage.read_text(storage.join(shared, runner.LOG))
   crashed = storage.join(sweep_dir, "crash_seed0")
   assert "RuntimeError: simulated crash" in runner.read_json(storage.join(crashed, runner.FAILED))["error"]
-  assert runner.run_members(members, **kwargs) == {"ok_seed0": "skipped-done", "crash_seed0": "done"}
+  assert runner.run_members(members, **kwargs) == {"ok_seed0": "skipped-done", "crash_seed0": "done",
+                                                   "shared_seed0": "skipped-done"}
 
   assert [m["name"] for m in json.loads(storage.read_text(storage.join(sweep_dir, runner.SWEEP_JSON)))["members"]] \
-      == ["ok_seed0", "crash_seed0"]
+      == ["ok_seed0", "crash_seed0", "shared_seed0"]
   assert not storage.exists(storage.join(crashed, runner.FAILED))
   assert runner.read_json(storage.join(crashed, runner.DONE))["rc"] == 0
   assert [r.get("rc") for r in read_jsonl(storage.join(crashed, runner.ATTEMPTS))] == [None, 1, None, 0]

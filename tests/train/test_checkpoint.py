@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.train import checkpoint, fingerprint
+from grpo_jax.train import checkpoint, fingerprint, layout
 from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state
 from grpo_jax.train.fingerprint import state_fingerprint
 from tests.virtual_devices import run_worker
@@ -42,8 +42,8 @@ def test_unfinished_save_is_ignored(tmp_path):
   ck.close()
   # A save interrupted mid-way leaves only orbax's temporary directory behind.
   os.makedirs(tmp_path / "ck" / "2.orbax-checkpoint-tmp" / "state")
-  assert checkpoint.committed_steps(str(tmp_path / "ck")) == [1]  # read without a writer's manager
-  assert checkpoint.committed_steps(str(tmp_path / "absent")) == []
+  assert layout.committed_steps(str(tmp_path / "ck")) == [1]  # read without a writer's manager
+  assert layout.committed_steps(str(tmp_path / "absent")) == []
   ck = Checkpointer(str(tmp_path / "ck"), keep=3)
   assert ck.all_steps() == [1]
   assert ck.restore_latest(_abstract()).step == 1
@@ -52,9 +52,9 @@ def test_unfinished_save_is_ignored(tmp_path):
 
 def test_a_starting_point_is_a_committed_step_0(tmp_path):
   os.makedirs(tmp_path / "run" / "warmstart" / "0.orbax-checkpoint-tmp" / "state")  # a warm start cut short
-  assert not checkpoint.has_initial_state(str(tmp_path / "run"))
+  assert layout.RunFiles(str(tmp_path / "run")).starting_point() is None
   save_initial_state(str(tmp_path / "run" / "checkpoints"), {"w": jnp.ones((2,))}, {})
-  assert checkpoint.initial_state_dir(str(tmp_path / "run")) == (str(tmp_path / "run" / "checkpoints"), 0)
+  assert layout.RunFiles(str(tmp_path / "run")).starting_point() == str(tmp_path / "run" / "checkpoints")
 
 
 @pytest.mark.parametrize("damage", ["meta_json", "altered_bytes"])

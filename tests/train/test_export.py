@@ -17,7 +17,7 @@ from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train import loop
-from grpo_jax.train.export import EXPORT_DIR
+from grpo_jax.train.layout import RunFiles
 from tests.model.helpers import jax_logits, torch_logits
 from tests.train.conftest import ROOT
 
@@ -46,7 +46,7 @@ def exported_run(tmp_path_factory):
 
 def test_the_export_holds_weights_tokenizer_chat_template_and_stop_tokens(exported_run):
   workdir, config = exported_run
-  out = os.path.join(workdir, EXPORT_DIR)
+  out = RunFiles(workdir).hf_model
   from transformers import AutoTokenizer
   tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
   assert tokenizer.chat_template == hf_io.load_tokenizer(config.model.hf_path).chat_template
@@ -65,7 +65,7 @@ def test_the_export_holds_weights_tokenizer_chat_template_and_stop_tokens(export
 
 def test_transformers_greedy_completions_equal_grpo_jax_on_the_export(exported_run):
   workdir, _ = exported_run
-  out = os.path.join(workdir, EXPORT_DIR)
+  out = RunFiles(workdir).hf_model
   from transformers import AutoModelForCausalLM, AutoTokenizer
   tokenizer = AutoTokenizer.from_pretrained(out, local_files_only=True)
   hf = AutoModelForCausalLM.from_pretrained(out, local_files_only=True, dtype=torch.float32).eval()
@@ -108,7 +108,7 @@ def test_sigterm_during_the_final_export_exits_preempted_and_the_rerun_exports(t
   monkeypatch.setattr(loop, "write_hf_model", signalled)
   with pytest.raises(errors.Preempted, match="SIGTERM"):
     loop.train(config, str(tmp_path))
-  assert not (tmp_path / EXPORT_DIR).exists() and not (tmp_path / "summary.json").exists()
+  assert not os.path.exists(RunFiles(str(tmp_path)).hf_model) and not (tmp_path / "summary.json").exists()
   summary = loop.train(config, str(tmp_path))
   assert summary.steps == 1 and len(calls) == 2
-  assert (tmp_path / EXPORT_DIR / "config.json").exists()
+  assert os.path.exists(os.path.join(RunFiles(str(tmp_path)).hf_model, "config.json"))

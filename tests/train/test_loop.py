@@ -12,14 +12,20 @@ import shutil
 import pytest
 
 from grpo_jax import config as config_lib
+from grpo_jax import storage
 from grpo_jax.commands import evaluate as evaluate_command
 from grpo_jax.commands import plot as plot_command
 from grpo_jax.rewards import register_reward
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, checks, loop
+from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import run as run_lib
+from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.workdir_lock import WorkdirLock
+from tests.storage.conftest import gcs, gcs_server  # noqa: F401  (fixtures: a donor workdir on gs://)
 from tests.train.conftest import load_experiment
 
 TIMING = {"step_time", "tokens_per_s"}  # and every timing/* key
@@ -214,13 +220,27 @@ def test_killed_and_resumed_gemma3_run_ends_identical(gemma3_checkpoint, compile
   _kill_at_step_5_then_resume(config, ref_dir, str(tmp_path / "killed"))
 
 
-def test_run_started_from_another_runs_warm_start_equals_it(reference_run, tmp_path):
+def _donor_on_a_store(ref_dir: str, store) -> str:
+  """A workdir on `store` holding the starting point of the run in `ref_dir`, as a run there writes it: the
+  parameters saved through orbax (committed the store's way), and the warm start's log."""
+  donor, config = store.url("donor"), _config()
+  run = run_lib.Run(checks.validate(config), RunInputs(), lambda *_: None, TimeSplit())
+  template = checkpoint_lib.abstract_like(run.policy.base_part(run.initial_params))
+  params, meta = checkpoint_lib.restore_params(RunFiles(ref_dir).warmstart, 0, template)
+  checkpoint_lib.save_initial_state(RunFiles(donor).warmstart, params, meta)
+  storage.copy(RunFiles(ref_dir).warmstart_log, RunFiles(donor).warmstart_log)
+  return donor
+
+
+def test_run_started_from_another_runs_warm_start_on_a_store_equals_it(reference_run, tmp_path, gcs):
+  """A gs:// warmstart.init_checkpoint (a local one: tests/train/default_fingerprint.py's LoRA run)."""
   ref_dir = reference_run[0]
   # The donor's step-0 checkpoint was rotated out (keep=2); its warmstart/ directory stays.
   assert not os.path.exists(os.path.join(ref_dir, "checkpoints", "0"))
+  donor = _donor_on_a_store(ref_dir, gcs)
   workdir = str(tmp_path / "from_donor")
   config = _config()
-  config.warmstart.init_checkpoint = ref_dir
+  config.warmstart.init_checkpoint = donor
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(loop, "run_warmstart", lambda *a, **k: pytest.fail("the warm start ran again"))
     loop.train(config, workdir)

@@ -22,7 +22,7 @@ from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import export as export_lib
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, loop
-from grpo_jax.train.export import EXPORT_DIR
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
 from grpo_jax.train import checks
@@ -145,8 +145,7 @@ def test_lora_run_reference_is_the_base_checkpoints_resume_and_export(tmp_path, 
   adapters_final, base_final = lora.split_adapters(final)
   # The starting point (after the warm start) is saved as a base model, in a full fine-tuning run's layout.
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), base_final)
-  base_start, _ = checkpoint_lib.restore_params(os.path.join(straight, checkpoint_lib.WARMSTART_DIR), 0,
-                                                abstract)
+  base_start, _ = checkpoint_lib.restore_params(RunFiles(straight).warmstart, 0, abstract)
   for x, y in zip(jax.tree.leaves(base_final), jax.tree.leaves(base_start)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   assert max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(adapters_final),
@@ -158,7 +157,7 @@ def test_lora_run_reference_is_the_base_checkpoints_resume_and_export(tmp_path, 
   assert {path[0] for path in saved} == {"adapters", "opt_state"}
   assert all(path[-2] in ("lora_a", "lora_b") for path in saved if path[0] == "adapters"), saved
   with pytest.raises(ValueError, match="not the one they were trained on"):
-    checkpoint_lib.restore_lora_base(straight, base_final, "0" * 64)
+    checkpoint_lib.restore_lora_base(RunFiles(straight).warmstart, base_final, "0" * 64)
 
   # Stopped after step 2 and resumed: the same final state, bit for bit.
   resumed = str(tmp_path / "resumed")
@@ -169,7 +168,7 @@ def test_lora_run_reference_is_the_base_checkpoints_resume_and_export(tmp_path, 
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
   # The export is the merged model: a plain checkpoint computing what the adapted policy computes.
-  exported = hf_io.from_pretrained(os.path.join(straight, EXPORT_DIR))
+  exported = hf_io.from_pretrained(RunFiles(straight).hf_model)
   assert not lora.has_adapters(exported)
   policy = nnx.merge(graphdef, final)
   tokens = jnp.asarray(np.arange(12).reshape(2, 6) % 10 + 3, jnp.int32)

@@ -10,7 +10,7 @@ import pytest
 
 from grpo_jax import testing
 from grpo_jax.train import loop
-from grpo_jax.train.inputs import INPUTS_FILE
+from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
 from tests.train.conftest import ROOT
 
@@ -48,7 +48,7 @@ def test_reward_callables_datasets_in_memory_and_a_callback_that_stops(tmp_path)
   assert [r["step"] for r in records] == [0, 1, 2]
   assert [r["rewards/short_answers/mean"] for r in records[1:]] == [mean for _, mean in seen]
   assert "2" in os.listdir(os.path.join(workdir, "checkpoints"))  # the stop left a checkpoint to resume from
-  with open(os.path.join(workdir, INPUTS_FILE)) as f:
+  with open(RunFiles(workdir).inputs) as f:
     assert json.load(f)["reward_funcs"] == ["short_answers"]
 
   # Other in-memory data cannot resume this run; the same inputs resume it to the end.
