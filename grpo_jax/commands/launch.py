@@ -3,10 +3,9 @@ before it imports its command, so the re-execution that pins it costs one interp
 as well. `python -m grpo_jax.commands.train` pins it too, after its imports. (grpo-sweep imports no JAX.)"""
 import importlib
 import os
-import signal
 import sys
 
-from grpo_jax import hash_seed
+from grpo_jax import hash_seed, signals
 from grpo_jax.errors import EXIT_PREEMPTED
 
 
@@ -21,8 +20,7 @@ def _preempted_while_starting(signum, frame):
 
 
 def catch_signals_while_starting() -> None:
-  for signum in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(signum, _preempted_while_starting)
+  signals.install(_preempted_while_starting)
 
 
 def _pinned(command: str) -> None:

@@ -37,7 +37,7 @@ import shlex
 import signal
 import sys
 
-from grpo_jax import hash_seed
+from grpo_jax import hash_seed, signals
 from grpo_jax.errors import EXIT_USER_ERROR, UserError
 from grpo_jax.sweep import load_members, run_sweep, runner, spec
 
@@ -117,7 +117,7 @@ def run(argv=None) -> int:
       print(spec.shell_join(line))
     return 0
   # SIGTERM (e.g. a cluster's time limit) unwinds like Ctrl-C: the trainer is stopped, the member stays unfinished.
-  signal.signal(signal.SIGTERM, _interrupt)
+  signals.install(_interrupt, (signal.SIGTERM,))
   outcomes = run_sweep(args.config, args.sweep_dir, backend=args.backend, members=members, only=args.only,
                        common=common, train_cmd=shlex.split(args.train_cmd) if args.train_cmd else None,
                        skip_failed=args.skip_failed, max_attempts=args.max_attempts,

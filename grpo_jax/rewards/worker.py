@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import signal
 
-for _signal in (signal.SIGTERM, signal.SIGINT):  # first, before the imports below take their time
-  signal.signal(_signal, signal.SIG_IGN)
+from grpo_jax import signals
+
+signals.install(signal.SIG_IGN)  # first, before the imports below take their time
 
 import importlib  # noqa: E402
 import os  # noqa: E402

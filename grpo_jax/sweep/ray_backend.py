@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any, Mapping, Sequence
 
-from grpo_jax import storage
+from grpo_jax import signals, storage
 from grpo_jax.sweep import progress, runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.errors import EXIT_PREEMPTED, UserError
@@ -289,14 +289,11 @@ def check_shared_dir(ray, sweep_dir: str, timeout_s: float = 120.0) -> None:
   back. Members on several nodes write their workdirs there, so it must be storage every node mounts."""
   from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
   probe_dir = storage.join(sweep_dir, PROBE_DIR)
-  storage.makedirs(probe_dir)
   token = uuid.uuid4().hex
   nodes = [n for n in ray.nodes() if n.get("Alive")]
 
   def write(path: str, text: str) -> str:  # a gs:// or s3:// sweep directory: through the node's credentials
     # (Ray pickles `storage` by name: the node imports its own grpo_jax.storage, with the node's clients.)
-    if not storage.is_url(path):
-      os.makedirs(os.path.dirname(path), exist_ok=True)
     storage.write_text(path, text)
     return socket.gethostname()
 
@@ -461,11 +458,5 @@ def _sigint_flag():
   Python drops exceptions raised inside finalizers, which Ray's object references run on the main thread);
   a flag the loop reads after each `ray.wait` cannot be lost. Off the main thread: no handler."""
   flag = threading.Event()
-  if threading.current_thread() is not threading.main_thread():
+  with signals.handled(lambda signum, frame: flag.set(), (signal.SIGINT,)):
     yield flag
-    return
-  previous = signal.signal(signal.SIGINT, lambda signum, frame: flag.set())
-  try:
-    yield flag
-  finally:
-    signal.signal(signal.SIGINT, previous)

@@ -45,10 +45,9 @@ import urllib.error
 import urllib.request
 from typing import Callable
 
-from grpo_jax import errors
+from grpo_jax import errors, signals
 from grpo_jax.train import distributed
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
 NOTICES = ("", "gce", "aws")
 NOTICE_POLL_S = 5.0
 
@@ -94,8 +93,7 @@ class Preemption:
     notifier) in place of Python's, so the trainer calls this again after it."""
     if threading.current_thread() is not threading.main_thread():
       return
-    for sig in SIGNALS:
-      previous = signal.signal(sig, self._on_signal)
+    for sig, previous in signals.install(self._on_signal).items():
       self._previous.setdefault(sig, previous)
     if self._wakeup is None:
       read, write = os.pipe()
@@ -107,8 +105,7 @@ class Preemption:
 
   def __exit__(self, *exc) -> None:
     self._closed.set()
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
+    signals.restore(self._previous)
     self._previous.clear()
     if self._wakeup is not None:
       read, write, previous = self._wakeup
@@ -187,7 +184,7 @@ class Preemption:
         if not data:  # __exit__ closed the write end
           return
         for signum in data:
-          if signum in [int(sig) for sig in SIGNALS] and not self._closed.is_set():
+          if signum in [int(sig) for sig in signals.STOP] and not self._closed.is_set():
             self.request(signal.Signals(signum).name)
     finally:
       os.close(read)
