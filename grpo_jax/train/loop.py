@@ -7,13 +7,12 @@ the initial model, and evaluates it), then runs GRPO steps up to `config.num_ste
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Callable, Sequence
 
 import jax
 
-from grpo_jax import compile_cache, errors, precision, storage
+from grpo_jax import compile_cache, errors, precision
 from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.settings import Settings
 from grpo_jax.train import checkpoint as checkpoint_lib
@@ -23,7 +22,6 @@ from grpo_jax.train import distributed
 from grpo_jax.train import inputs as inputs_lib
 from grpo_jax.train import metrics as metrics_lib
 from grpo_jax.train import workdir as workdir_lib
-from grpo_jax.train.checkpoint import save_initial_state
 from grpo_jax.train.export import write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.layout import committed_steps
@@ -181,7 +179,7 @@ def _start(run: Run, wd: Workdir) -> RunState:
   # The starting point is a base model (with LoRA, the adapters are added after it: a warm start trains all
   # the base's weights, and the reference is the base it produced), saved like a full fine-tuning run's.
   policy = run.policy
-  params, data_position = policy.base_part(run.initial_params), 0
+  params, data_position, history = policy.base_part(run.initial_params), 0, None
   own_start = wd.files.warmstart
   start_saved = 0 in committed_steps(own_start)  # a kill after the warm-start save, before checkpoint 0
   source = settings.warmstart.init_checkpoint or (own_start if settings.warmstart.enabled and start_saved else "")
@@ -194,16 +192,11 @@ def _start(run: Run, wd: Workdir) -> RunState:
         max_prompt_length=s.max_prompt_length, max_new_tokens=run.settings.completion_width,
         chunk_size=settings.model.logprob_chunk_size, evaluate=lambda p: run.evaluate(policy.from_base(p), 0),
         log=log, mesh=run.mesh)
-    if wd.main:
-      storage.write_text(wd.files.warmstart_log, "".join(json.dumps(rec) + "\n" for rec in info["history"]))
-    data_position, initial_eval = info["rows"], info["eval"]
+    data_position, initial_eval, history = info["rows"], info["eval"], info["history"]
   else:
     initial_eval = run.evaluate(policy.from_base(params), 0)
   if (settings.warmstart.enabled or settings.warmstart.init_checkpoint) and not start_saved:
-    # The starting point on its own, never rotated out like checkpoints/0: other runs can start from it.
-    save_initial_state(own_start, params, {"data_position": int(data_position), "initial_eval": initial_eval,
-                                           "seed": int(settings.seed), "config": json.loads(wd.cfg_json)},
-                       settings.checkpoint.verify)
+    wd.save_starting_point(params, data_position, initial_eval, history)
   return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
 
 

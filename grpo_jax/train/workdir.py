@@ -69,8 +69,9 @@ def check_resumable(config, workdir: str, log) -> None:
 
 
 class Workdir:
-  """The workdir side of one run, made once and passed once: config.json, the checkpoints, metrics.jsonl and the
-  samples (process 0 writes files; every process takes part in a checkpoint), the curves, and the run's clock.
+  """The workdir side of one run, made once and passed once: config.json, run id, the starting point, checkpoints,
+  metrics.jsonl and samples (process 0 writes files; every process takes part in a checkpoint), the curves, the
+  run's clock and summary.json. The loop writes the workdir through it alone.
 
     wd = Workdir(settings, cfg_json, path, main, log, time_split)  # config.json written, no history opened yet
     wd.open_history(state, fresh)                      # metrics.jsonl (TensorBoard, W&B) from the state's step on
@@ -130,6 +131,15 @@ class Workdir:
     self.log(f"[init] parameters, data position {meta['data_position']} and step-0 evaluation from {directory}/0"
              f" (seed {meta.get('seed')})")
     return params, int(meta["data_position"]), dict(meta["initial_eval"])
+
+  def save_starting_point(self, params, data_position: int, initial_eval: dict, warmstart_log=None) -> None:
+    """The parameters GRPO starts from on their own, never rotated out like checkpoints/0 (other runs can start
+    from them), after the log of the warm start that made them (its records, or None: none ran)."""
+    if self.main and warmstart_log is not None:
+      storage.write_text(self.files.warmstart_log, "".join(json.dumps(rec) + "\n" for rec in warmstart_log))
+    meta = {"data_position": int(data_position), "initial_eval": initial_eval, "seed": int(self.settings.seed),
+            "config": json.loads(self.cfg_json)}
+    checkpoint_lib.save_initial_state(self.files.warmstart, params, meta, self.settings.checkpoint.verify)
 
   def open_history(self, state, fresh: bool) -> None:
     """The metrics writer of a run starting at `state` (a resume drops the rows logged after its step)."""

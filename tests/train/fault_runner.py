@@ -97,11 +97,11 @@ def _kill_in_warmstart_step(nth):
 def arm(point: str, nth: int) -> None:
   import orbax.checkpoint as ocp
 
-  from grpo_jax.train import checkpoint, loop, run
+  from grpo_jax.train import checkpoint, run
   if point == "warmstart_step":
     _kill_in_warmstart_step(nth)
   elif point == "after_warmstart_save":           # the warm start is saved, checkpoint 0 is not
-    _kill_on_call(loop, "save_initial_state", nth, after=True)
+    _kill_on_call(checkpoint, "save_initial_state", nth, after=True)
   elif point == "mid_checkpoint_save":            # the state item written, its metadata not, nothing committed
     _kill_on_call(ocp.JsonCheckpointHandler, "async_save", nth)
   elif point == "after_checkpoint_save":          # a checkpoint committed, the next step's metrics not written
