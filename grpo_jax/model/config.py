@@ -1,4 +1,4 @@
-"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 decoder families, the Qwen3-MoE / gpt-oss
+"""Model configuration for the Llama / Qwen2 / Qwen3 / Gemma 3 / Gemma 4 decoder families, the Qwen3-MoE / gpt-oss
 mixtures of experts and Qwen3.5's hybrid of linear and full attention.
 
 `ModelConfig` is a frozen dataclass (hashable, so it can be a static jit argument). It is built either by
@@ -64,6 +64,15 @@ class YarnRopeScaling:
   attention_factor: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ProportionalRope:
+  """Gemma 4's `rope_type: proportional`: of a head's H/2 rotary frequencies theta^(-2j/H), the first
+  int(partial_rotary_factor * H // 2) are kept and the others set to 0 (those dimension pairs pass unrotated: the
+  rotated ones are [0, a) and [H/2, H/2 + a), not a prefix), all divided by `factor`."""
+  partial_rotary_factor: float
+  factor: float = 1.0
+
+
 # Layer types, as transformers names them. LINEAR: Qwen3.5's Gated DeltaNet (grpo_jax/model/linear_attention.py).
 FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
 
@@ -79,7 +88,8 @@ class ModelConfig:
   head_dim: int
   max_position_embeddings: int = 2048
   rope_theta: float = 10000.0
-  rope_scaling: RopeScaling | LinearRopeScaling | YarnRopeScaling | None = None  # of the global (full-attention) layers
+  # of the global (full-attention) layers
+  rope_scaling: RopeScaling | LinearRopeScaling | YarnRopeScaling | ProportionalRope | None = None
   rms_norm_eps: float = 1e-6
   tie_word_embeddings: bool = False
   attention_bias: bool = False   # Qwen2: bias on q/k/v projections.
@@ -89,7 +99,7 @@ class ModelConfig:
   remat: bool = False            # jax.checkpoint each decoder layer.
   attention: str = "einsum"      # one of ATTENTION
   decode_attention: str = "einsum"  # one of DECODE_ATTENTION
-  family: str = "llama"          # HF model_type written by save_pretrained: llama, qwen2, qwen3, gemma3_text.
+  family: str = "llama"          # HF model_type written by save_pretrained (FAMILIES).
   # Sliding-window attention (Gemma 3). layer_types: one of FULL / SLIDING per layer (None: all FULL). A
   # SLIDING layer's query at index t sees keys at indices t - sliding_window < s <= t (transformers' window:
   # itself and the sliding_window - 1 before it), with RoPE base local_rope_theta and no scaling; its KV cache
@@ -129,6 +139,21 @@ class ModelConfig:
   swiglu_alpha: float = 1.702
   o_bias: bool = False
   attention_sinks: bool = False
+  # Gemma 4 (family gemma4_text; what else differs from Gemma 3: ModelConfig.gemma4). Full-attention layers have
+  # their own head dim and kv-head count (None: head_dim, num_kv_heads); with attention_k_eq_v they have no value
+  # projection (the values are the raw keys). The last num_kv_shared_layers layers project no keys or values: each
+  # attends to those of the last earlier layer of its type (`kv_source`), and with double_wide_mlp has an MLP of
+  # 2 x intermediate_size. per_layer_input_size P > 0: per-layer input embeddings (a table of
+  # per_layer_input_vocab_size rows of num_layers x P, plus a projection of the token's embedding), gated into
+  # the residual stream after each layer's MLP. final_logit_softcapping c: logits c * tanh(logits / c).
+  global_head_dim: int | None = None
+  global_num_kv_heads: int | None = None
+  attention_k_eq_v: bool = False
+  num_kv_shared_layers: int = 0
+  double_wide_mlp: bool = False
+  per_layer_input_size: int = 0
+  per_layer_input_vocab_size: int = 0
+  final_logit_softcapping: float | None = None
 
   def __post_init__(self):
     for name in ("param_dtype", "dtype"):
@@ -183,6 +208,30 @@ class ModelConfig:
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"ModelConfig: num_heads={self.num_heads} is not a multiple of "
                        f"num_kv_heads={self.num_kv_heads}")
+    self._check_gemma4()
+
+  def _check_gemma4(self):
+    gemma4_only = dict(global_head_dim=None, global_num_kv_heads=None, attention_k_eq_v=False, num_kv_shared_layers=0,
+                       double_wide_mlp=False, per_layer_input_size=0, per_layer_input_vocab_size=0,
+                       final_logit_softcapping=None)
+    if not self.gemma4:
+      changed = sorted(k for k, v in gemma4_only.items() if getattr(self, k) != v)
+      if changed or isinstance(self.rope_scaling, ProportionalRope):
+        raise ValueError(f"ModelConfig(family={self.family!r}): {changed or 'rope_scaling'} exist only in "
+                         f"family='gemma4_text'")
+      return
+    if not (self.qk_norm and self.query_pre_attn_scalar == 1.0) or self.attention_bias or self.has_linear:
+      raise ValueError("ModelConfig(family='gemma4_text') needs qk_norm=True, query_pre_attn_scalar=1.0 (unscaled "
+                       "scores), no attention_bias and no linear_attention layers (as every Gemma 4 checkpoint)")
+    if self.global_num_kv_heads and self.num_heads % self.global_num_kv_heads:
+      raise ValueError(f"ModelConfig: num_heads={self.num_heads} is not a multiple of "
+                       f"global_num_kv_heads={self.global_num_kv_heads}")
+    if self.per_layer_input_size and self.per_layer_input_vocab_size < 1:
+      raise ValueError("ModelConfig: per_layer_input_size > 0 needs per_layer_input_vocab_size >= 1")
+    first = self.num_layers - self.num_kv_shared_layers
+    if not 0 <= self.num_kv_shared_layers < self.num_layers or not set(self.types[first:]) <= set(self.types[:first]):
+      raise ValueError(f"ModelConfig: num_kv_shared_layers={self.num_kv_shared_layers} needs a layer of each type "
+                       f"among the shared ones before them (layer_types {self.types})")
 
   @property
   def jnp_param_dtype(self):
@@ -194,9 +243,49 @@ class ModelConfig:
 
   @property
   def gemma(self) -> bool:
-    """Gemma 3's layer: RMSNorm scaled by (1 + weight) (q/k norms too), embeddings times sqrt(hidden_size),
-    norms after attention and around the MLP (four per layer), GeGLU with tanh-approximated GELU."""
-    return self.family == "gemma3_text"
+    """Gemma 3's and Gemma 4's layer: embeddings times sqrt(hidden_size), norms after attention and around the MLP
+    (four per layer), GeGLU with tanh-approximated GELU, sliding layers with their own RoPE base (local_rope_theta).
+    Gemma 3's RMSNorm scales by (1 + weight) (`norm_offset`)."""
+    return self.family in ("gemma3_text", "gemma4_text")
+
+  @property
+  def gemma4(self) -> bool:
+    """Gemma 4's layer besides `gemma`'s: RMSNorm weights used as they are (init 1), values RMS-normalized (no
+    weight), attention scores unscaled (query_pre_attn_scalar 1: q and k are unit-RMS after their norms), the
+    residual stream times a learned scalar at the end of each layer (`layer_scalar`), and the Gemma 4 fields
+    (per-layer head geometry, shared keys/values, per-layer inputs, final logit soft-capping)."""
+    return self.family == "gemma4_text"
+
+  @property
+  def types(self) -> tuple[str, ...]:
+    """Each layer's type (FULL for all when layer_types is None)."""
+    return self.layer_types or (FULL,) * self.num_layers
+
+  def head_dim_of(self, layer_type: str) -> int:
+    return self.global_head_dim if layer_type == FULL and self.global_head_dim else self.head_dim
+
+  def layer_head_dim(self, layer: int) -> int:
+    return self.head_dim_of(self.types[layer])
+
+  def layer_kv_heads(self, layer: int) -> int:
+    full = self.types[layer] == FULL
+    return self.global_num_kv_heads if full and self.global_num_kv_heads else self.num_kv_heads
+
+  def values_from_keys(self, layer: int) -> bool:
+    """Gemma 4's attention_k_eq_v: a full-attention layer's values are its raw keys (no value projection)."""
+    return self.attention_k_eq_v and self.types[layer] == FULL
+
+  def kv_source(self, layer: int) -> int | None:
+    """The layer whose keys and values layer `layer` attends to (it projects none and has no cache), or None:
+    for Gemma 4's last num_kv_shared_layers layers, the last layer of the same type before them."""
+    first = self.num_layers - self.num_kv_shared_layers
+    if layer < first:
+      return None
+    return max(i for i in range(first) if self.types[i] == self.types[layer])
+
+  def layer_intermediate_size(self, layer: int) -> int:
+    wide = self.double_wide_mlp and self.kv_source(layer) is not None
+    return 2 * self.intermediate_size if wide else self.intermediate_size
 
   @property
   def norm_offset(self) -> bool:
@@ -205,7 +294,8 @@ class ModelConfig:
 
   @property
   def rotary_dim(self) -> int:
-    return int(self.head_dim * self.partial_rotary_factor)
+    """Rotated dimensions of a head (of the global layers' heads where those have their own head_dim)."""
+    return int(self.head_dim_of(FULL) * self.partial_rotary_factor)
 
   @property
   def has_linear(self) -> bool:
@@ -250,11 +340,12 @@ class ModelConfig:
 # HF model_type -> architecture class name.
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
             "gemma3_text": "Gemma3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM",
-            "qwen3_5_text": "Qwen3_5ForCausalLM"}
+            "qwen3_5_text": "Qwen3_5ForCausalLM", "gemma4_text": "Gemma4ForCausalLM"}
 # Multimodal checkpoints whose language model is read alone: model_type -> (architecture, the text model_type of
-# its `text_config`). The Gemma 3 4B/12B/27B and every published Qwen3.5.
+# its `text_config`). The Gemma 3 4B/12B/27B, every published Qwen3.5 and Gemma 4.
 MULTIMODAL = {"gemma3": ("Gemma3ForConditionalGeneration", "gemma3_text"),
-              "qwen3_5": ("Qwen3_5ForConditionalGeneration", "qwen3_5_text")}
+              "qwen3_5": ("Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
+              "gemma4": ("Gemma4ForConditionalGeneration", "gemma4_text")}
 # Families users ask for, with what their layers do that the decoder here does not.
 NOT_YET_SUPPORTED = {
     "gemma2": "Gemma 2 has logit soft-capping in attention and at the output (and no q/k norms)",
@@ -334,7 +425,7 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
         _unsupported(f"architecture {arch!r} is not supported for model_type={model_type!r}")
     text = dict(hf.get("text_config") or {})
     text["model_type"] = text_type
-    text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", model_type == "gemma3"))
+    text.setdefault("tie_word_embeddings", hf.get("tie_word_embeddings", model_type in ("gemma3", "gemma4")))
     text["architectures"] = [FAMILIES[text_type]]
     return from_hf_config(text, **overrides)
   if model_type in NOT_YET_SUPPORTED:
@@ -358,6 +449,8 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     return _from_gpt_oss_config(hf, overrides)
   if model_type == "qwen3_5_text":
     return _from_qwen3_5_config(hf, overrides)
+  if model_type == "gemma4_text":
+    return _from_gemma4_config(hf, overrides)
   if hf.get("hidden_act", "silu") != "silu":
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported (only 'silu')")
   num_heads = hf["num_attention_heads"]
@@ -594,6 +687,150 @@ def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
   }
 
 
+# transformers' Gemma4TextConfig defaults (transformers/models/gemma4/configuration_gemma4.py).
+GEMMA4_TEXT_DEFAULTS = dict(
+    vocab_size=262_144, hidden_size=2304, intermediate_size=9216, num_hidden_layers=30, num_attention_heads=8,
+    num_key_value_heads=4, head_dim=256, hidden_activation="gelu_pytorch_tanh", max_position_embeddings=131_072,
+    rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False, sliding_window=512,
+    vocab_size_per_layer_input=262_144, hidden_size_per_layer_input=256, attention_k_eq_v=False,
+    num_kv_shared_layers=0, enable_moe_block=False, use_double_wide_mlp=False)
+GEMMA4_ROPE_DEFAULTS = {SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
+                        FULL: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0}}
+
+
+def _gemma4_global_geometry(hf: Mapping[str, Any], layer_types: tuple[str, ...]) -> tuple[int, int]:
+  """(head_dim, num_key_value_heads) of Gemma 4's full-attention layers. config.json gives them as transformers
+  saves them, `per_layer_config` (layer index -> overrides, which win when present), or as the hub's
+  `global_head_dim` (default 512) and `num_global_key_value_heads` (used only with attention_k_eq_v)."""
+  H, K = hf["head_dim"], hf["num_key_value_heads"]
+  if "per_layer_config" not in hf:
+    global_head_dim = hf.get("global_head_dim", 512)
+    if not isinstance(global_head_dim, int):
+      _unsupported(f"global_head_dim={global_head_dim!r} is not supported (an int)")
+    kv = hf.get("num_global_key_value_heads") if hf["attention_k_eq_v"] else None
+    return global_head_dim, kv or K
+  found = set()
+  overrides = {int(i): dict(o or {}) for i, o in (hf["per_layer_config"] or {}).items()}
+  for i, layer_type in enumerate(layer_types):
+    o = overrides.pop(i, {})
+    if set(o) - {"head_dim", "num_key_value_heads"}:
+      _unsupported(f"per_layer_config[{i}] overrides {sorted(set(o) - {'head_dim', 'num_key_value_heads'})}: only "
+                   f"head_dim and num_key_value_heads of full_attention layers are supported")
+    geometry = (o.get("head_dim", H), o.get("num_key_value_heads", K))
+    if layer_type == FULL:
+      found.add(geometry)
+    elif geometry != (H, K):
+      _unsupported(f"per_layer_config[{i}] overrides a {layer_type} layer: only full_attention layers may have "
+                   f"their own head_dim / num_key_value_heads")
+  if overrides:
+    _unsupported(f"per_layer_config names layers {sorted(overrides)} beyond num_hidden_layers={len(layer_types)}")
+  if len(found) > 1:
+    _unsupported(f"per_layer_config gives full_attention layers different geometries {sorted(found)} (supported: "
+                 f"one head_dim / num_key_value_heads for all of them)")
+  return found.pop() if found else (H, K)
+
+
+def _gemma4_rope(rp: Mapping[str, Any], layer_type: str):
+  """(theta, rope scaling) of one layer type's `rope_parameters` entry."""
+  rtype = rp.get("rope_type", "default")
+  prf, factor = rp.get("partial_rotary_factor", 1.0), rp.get("factor", 1.0)
+  if rtype == "proportional":
+    scaling = ProportionalRope(float(prf), float(factor))
+  elif rtype == "linear" and prf == 1.0:
+    scaling = LinearRopeScaling(float(factor))
+  elif rtype == "default" and prf == 1.0 and factor == 1.0:
+    scaling = None
+  else:
+    scaling = rp
+  if scaling is rp or (layer_type == SLIDING and scaling is not None):
+    _unsupported(f"rope_parameters[{layer_type!r}]={dict(rp)} is not supported for Gemma 4 (full_attention: "
+                 f"'default', 'proportional' or 'linear'; sliding_attention: 'default'; partial_rotary_factor only "
+                 f"with 'proportional')")
+  return float(rp.get("rope_theta", GEMMA4_ROPE_DEFAULTS[layer_type]["rope_theta"])), scaling
+
+
+def _from_gemma4_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+  """A gemma4_text config.json: transformers' Gemma4TextConfig defaults, then the checks that anything the
+  decoder here would not reproduce exactly is refused by name."""
+  hf = {**GEMMA4_TEXT_DEFAULTS, **{k: v for k, v in hf.items() if v is not None or k in (
+      "final_logit_softcapping", "per_layer_config")}}
+  act = hf.get("hidden_activation") or hf.get("hidden_act")
+  if act != "gelu_pytorch_tanh":
+    _unsupported(f"hidden_activation={act!r} is not supported for Gemma 4 (only 'gelu_pytorch_tanh')")
+  if hf.get("attn_logit_softcapping") is not None:
+    _unsupported(f"attn_logit_softcapping={hf['attn_logit_softcapping']} is not supported (Gemma 4 has none)")
+  if hf.get("use_bidirectional_attention") not in (None, "vision"):
+    _unsupported(f"use_bidirectional_attention={hf['use_bidirectional_attention']!r} is not supported (a causal "
+                 f"language model is trained here; 'vision' concerns image tokens only)")
+  if hf["attention_bias"]:
+    _unsupported("attention_bias=True is not supported for Gemma 4")
+  if hf["enable_moe_block"]:
+    _unsupported("enable_moe_block=True (Gemma 4's mixture of experts, e.g. 26B-A4B) is not supported yet; the "
+                 "dense Gemma 4 models are")
+  n = hf["num_hidden_layers"]
+  layer_types = list(hf.get("layer_types") or [SLIDING if (i + 1) % 6 else FULL for i in range(n)])
+  unknown = sorted(set(layer_types) - {FULL, SLIDING})
+  if unknown or len(layer_types) != n:
+    _unsupported(f"layer_types {unknown or layer_types} are not supported for Gemma 4 (num_hidden_layers={n} "
+                 f"entries of {FULL!r} and {SLIDING!r})")
+  layer_types[-1] = FULL  # as Gemma4TextConfig forces it (with a warning)
+  layer_types = tuple(layer_types)
+  rp = hf.get("rope_parameters") or GEMMA4_ROPE_DEFAULTS
+  if set(rp) - {FULL, SLIDING} or not set(layer_types) <= set(rp):
+    _unsupported(f"rope_parameters keys {sorted(rp)}: expected an entry per layer type of {sorted(set(layer_types))}")
+  theta, scaling = _gemma4_rope(rp[FULL], FULL)
+  local_theta, _ = _gemma4_rope(rp.get(SLIDING, GEMMA4_ROPE_DEFAULTS[SLIDING]), SLIDING)
+  global_head_dim, global_kv = _gemma4_global_geometry(hf, layer_types)
+  H, K = hf["head_dim"], hf["num_key_value_heads"]
+  P = hf["hidden_size_per_layer_input"] or 0
+  shared = hf["num_kv_shared_layers"] or 0
+  first = n - shared
+  if shared and not (0 < first and set(layer_types[first:]) <= set(layer_types[:first])):
+    _unsupported(f"num_kv_shared_layers={shared}: every layer type among the shared layers needs a layer before them")
+  cap = hf.get("final_logit_softcapping")
+  kw = dict(
+      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
+      num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=K, head_dim=H,
+      max_position_embeddings=hf["max_position_embeddings"], rope_theta=theta, rope_scaling=scaling,
+      rms_norm_eps=hf["rms_norm_eps"], tie_word_embeddings=bool(hf["tie_word_embeddings"]), attention_bias=False,
+      qk_norm=True, family="gemma4_text", layer_types=layer_types, sliding_window=int(hf["sliding_window"]),
+      local_rope_theta=local_theta, query_pre_attn_scalar=1.0,
+      global_head_dim=None if global_head_dim == H else global_head_dim,
+      global_num_kv_heads=None if global_kv == K else global_kv,
+      attention_k_eq_v=bool(hf["attention_k_eq_v"]), num_kv_shared_layers=shared,
+      double_wide_mlp=bool(hf["use_double_wide_mlp"]) and shared > 0, per_layer_input_size=P,
+      per_layer_input_vocab_size=hf["vocab_size_per_layer_input"] if P else 0,
+      final_logit_softcapping=None if cap is None else float(cap))
+  kw.update(overrides)
+  return ModelConfig(**kw)
+
+
+def _to_gemma4_config(cfg: ModelConfig) -> dict[str, Any]:
+  rs = cfg.rope_scaling
+  full = ({"rope_type": "proportional", "partial_rotary_factor": rs.partial_rotary_factor}
+          if isinstance(rs, ProportionalRope) else _rope_dict(rs) or {"rope_type": "default"})
+  if isinstance(rs, ProportionalRope) and rs.factor != 1.0:
+    full["factor"] = rs.factor
+  geometry = {k: v for k, v in (("head_dim", cfg.global_head_dim), ("num_key_value_heads", cfg.global_num_kv_heads))
+              if v is not None}
+  digits = len(str(cfg.num_layers - 1))
+  return {
+      **_shape_fields(cfg), "hidden_activation": "gelu_pytorch_tanh",
+      "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
+      "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False, "attention_dropout": 0.0,
+      "sliding_window": cfg.sliding_window, "layer_types": list(cfg.types),
+      "rope_parameters": {FULL: {**full, "rope_theta": cfg.rope_theta},
+                          SLIDING: {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
+      # Written out as transformers saves it (an explicit per_layer_config, even empty, so that the default
+      # global_head_dim of 512 does not apply on reading).
+      "per_layer_config": {str(i).zfill(digits): geometry for i, t in enumerate(cfg.types) if t == FULL and geometry},
+      "final_logit_softcapping": cfg.final_logit_softcapping, "use_bidirectional_attention": None,
+      "hidden_size_per_layer_input": cfg.per_layer_input_size,
+      "vocab_size_per_layer_input": cfg.per_layer_input_vocab_size or cfg.vocab_size,
+      "attention_k_eq_v": cfg.attention_k_eq_v, "num_kv_shared_layers": cfg.num_kv_shared_layers,
+      "use_double_wide_mlp": cfg.double_wide_mlp, "enable_moe_block": False, "dtype": cfg.param_dtype}
+
+
 def _to_gpt_oss_config(cfg: ModelConfig) -> dict[str, Any]:
   return {
       **_shape_fields(cfg), "intermediate_size": cfg.moe_intermediate_size, "hidden_act": "silu",
@@ -617,6 +854,8 @@ def _moe_fields(cfg: ModelConfig) -> dict[str, Any]:
 
 def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   """The config.json dict of `cfg` for transformers' `cfg.family` architecture (inverse of from_hf_config)."""
+  if cfg.gemma4:
+    return _to_gemma4_config(cfg)
   if cfg.gemma:
     return _to_gemma3_config(cfg)
   if cfg.family == "gpt_oss":

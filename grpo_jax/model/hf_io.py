@@ -1,7 +1,8 @@
 """Hugging Face checkpoints in and out: config.json + safetensors <-> `Transformer`.
 
 Families: llama, qwen2, qwen3, gemma3_text (and the multimodal gemma3's language model), qwen3_moe, gpt_oss,
-qwen3_5_text (and the multimodal qwen3_5's language model).
+qwen3_5_text (and the multimodal qwen3_5's language model), gemma4_text (and the multimodal gemma4's language
+model).
 
 Tensor layout. HF `nn.Linear` weights are stored [out, in]; ours are [in, out] with heads split out:
   q_proj.weight [N*H, D]  <->  q_DxNxH        o_proj.weight [D, N*H]   <->  o_NxHxD
@@ -14,7 +15,9 @@ post_attention_layernorm normalizes the attention output. A multimodal Gemma 3 c
 (Gemma3ForConditionalGeneration: 4B, 12B, 27B) loads its language model only (tensors under
 `language_model.model.` or `model.language_model.`); the vision tower and projector are skipped, and saving
 writes a text-only Gemma3ForCausalLM. The same holds for Qwen3.5 (every published one is multimodal); its
-multi-token-prediction head (`mtp.*`), which transformers does not load either, is skipped.
+multi-token-prediction head (`mtp.*`), which transformers does not load either, is skipped. Gemma 4 adds its
+per-layer input tensors and each layer's `layer_scalar`; a layer that shares another's keys and values has no
+k_proj / v_proj / k_norm, and those tensors, if a checkpoint carries them, are ignored as transformers ignores them.
 
 `from_pretrained` builds the model abstractly (`nnx.eval_shape`, no memory), then reads one tensor at a time
 and places it directly on its target sharding: each device receives only its own slice.
@@ -58,6 +61,10 @@ _TOP = {
     ("embed_VxD",): ("model.embed_tokens.weight", "copy"),
     ("final_norm", "scale"): ("model.norm.weight", "copy"),
     ("lm_head_DxV",): ("lm_head.weight", "in"),
+    # Gemma 4's per-layer inputs
+    ("ple_embed_VxLP",): ("model.embed_tokens_per_layer.weight", "copy"),
+    ("ple_model_proj_DxLP",): ("model.per_layer_model_projection.weight", "in"),
+    ("ple_proj_norm", "scale"): ("model.per_layer_projection_norm.weight", "copy"),
 }
 _LAYER = {
     ("input_norm", "scale"): ("input_layernorm.weight", "copy"),
@@ -118,6 +125,12 @@ _FAMILY_LAYER = {
         ("attn", "dt_bias_Hv"): ("linear_attn.dt_bias", "copy"),
         ("attn", "norm_Dv"): ("linear_attn.norm.weight", "copy"),
         ("attn", "out_HvxDvxD"): ("linear_attn.out_proj.weight", "out"),
+    },
+    "gemma4_text": {
+        ("ple_gate_DxP",): ("per_layer_input_gate.weight", "in"),
+        ("ple_proj_PxD",): ("per_layer_projection.weight", "out"),
+        ("ple_norm", "scale"): ("post_per_layer_input_norm.weight", "copy"),
+        ("layer_scalar",): ("layer_scalar", "copy"),
     },
 }
 _HEAD_HALVES = ("head_q", "head_gate")
@@ -258,6 +271,14 @@ def _check_names(expected: set[str], present: set[str], path: Path):
     raise ValueError(f"{path}: checkpoint does not match its config.json: " + "; ".join(problems))
 
 
+def _ignored_tensors(cfg: ModelConfig) -> set[str]:
+  """Tensors a checkpoint may hold that the model does not use: those transformers' Gemma4 ignores on loading
+  (`_keys_to_ignore_on_load_unexpected`), the key / value projections and norms of layers that share another
+  layer's keys and values."""
+  return {f"model.layers.{i}.self_attn.{t}.weight" for i in range(cfg.num_layers) if cfg.kv_source(i) is not None
+          for t in ("k_proj", "v_proj", "k_norm", "v_norm")}
+
+
 def _place(x: np.ndarray, sharding) -> jax.Array:
   if sharding is None:
     return jax.device_put(x)
@@ -297,7 +318,7 @@ def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None =
   if hf.get("model_type") in MULTIMODAL:
     ckpt.language_model_only(path)
   expected = {one for p, v in flat for one in _hf_names(*hf_name(p, cfg.family), v.get_value().shape)}
-  present = ckpt.names()
+  present = ckpt.names() - _ignored_tensors(cfg)
   tied_head = cfg.tie_word_embeddings and "lm_head.weight" in present
   _check_names(expected, present - ({"lm_head.weight"} if tied_head else set()), path)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from grpo_jax.model.transformer import Transformer, extend_cache, init_cache
+from grpo_jax.model.transformer import Transformer, extend_cache, init_cache, softcap
 
 
 def causal_attention_mask(mask_BxT: jax.Array) -> jax.Array:
@@ -57,8 +57,9 @@ _low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bw
 
 
 def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0, chunk_size: int = 128,
-                   with_entropy: bool = False):
-  """log softmax(h·W / temperature)[target] per position, float32. Returns (logp_BxT, entropy_BxT or None)."""
+                   with_entropy: bool = False, logit_softcap: float | None = None):
+  """log softmax(h·W / temperature)[target] per position, float32 (h·W soft-capped first with `logit_softcap`:
+  Gemma 4's final_logit_softcapping, as `Transformer.logits`). Returns (logp_BxT, entropy_BxT or None)."""
   B, T, D = hidden_BxTxD.shape
   C = min(chunk_size, T)
   n = -(-T // C)
@@ -71,7 +72,7 @@ def token_logprobs(hidden_BxTxD, out_DxV, targets_BxT, temperature: float = 1.0,
   @jax.checkpoint
   def chunk(args):
     h_BxCxD, y_BxC = args
-    logits = head_logits(h_BxCxD, out_DxV.astype(h_BxCxD.dtype)) / temperature
+    logits = softcap(head_logits(h_BxCxD, out_DxV.astype(h_BxCxD.dtype)), logit_softcap) / temperature
     lse = jax.nn.logsumexp(logits, axis=-1)
     logp = jnp.take_along_axis(logits, y_BxC[..., None], axis=-1)[..., 0] - lse
     if with_entropy:
@@ -109,7 +110,8 @@ def completion_logprobs(model: Transformer, prompt_BxP, prompt_mask_BxP, complet
   else:
     h, routing = _per_row_hidden(model, prompt_BxP, prompt_mask_BxP, completion_BxC, completion_mask_BxC,
                                  experts_BxTxLxk)
-  out = token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy)
+  out = token_logprobs(h, model.output_matrix_DxV(), completion_BxC, temperature, chunk_size, with_entropy,
+                       model.cfg.final_logit_softcapping)
   return (*out, routing) if with_routing else out
 
 

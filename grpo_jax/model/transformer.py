@@ -1,4 +1,5 @@
-"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3, Qwen3-MoE / gpt-oss, Qwen3.5 families) in Flax NNX.
+"""Decoder-only transformer (Llama / Qwen2 / Qwen3 / Gemma 3 / Gemma 4, Qwen3-MoE / gpt-oss, Qwen3.5 families) in
+Flax NNX.
 
 Shape suffixes: B batch, T query length, S key length (cache length when decoding), D hidden size,
 N query heads, K kv heads, H head dim, F MLP hidden size, V vocabulary.
@@ -17,6 +18,12 @@ Gemma 3 (`cfg.gemma`, details in config.ModelConfig.gemma): checked against tran
 Gemma3ForCausalLM (tests/model/test_gemma3.py). Its sliding layers keep a ring buffer of
 W = min(sliding_window, cache length) slots as their KV cache: the key at index i sits in slot i mod W.
 
+Gemma 4 (`cfg.gemma4`): checked against transformers' Gemma4ForCausalLM (tests/model/test_gemma4.py). Its
+full-attention layers may have their own head_dim and kv-head count (each layer's cache has its layer's), and its
+last `num_kv_shared_layers` layers attend to the keys and values of the last earlier layer of their type, exactly
+the ones that layer attended to (`Attention.__call__`'s `shared_kv`): they hold no cache (None in `init_cache`'s
+list) and project no keys or values.
+
 KV cache layout: keys [B, K, H, S], values [B, K, S, H]. The kv-head axis comes before the slot axis so the
 attention dots read the cache in place (with [B, S, K, H], XLA on CPU copied every layer's whole cache into
 a transposed layout at every decode step). Keys are stored transposed, slots last, so that both decode dots,
@@ -34,7 +41,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from grpo_jax.model.config import FULL, LINEAR, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling
+from grpo_jax.model.config import (FULL, LINEAR, SLIDING, LinearRopeScaling, ModelConfig, ProportionalRope,
+                                   YarnRopeScaling)
 from grpo_jax.model.decode_attention import decode_attention
 from grpo_jax.model.initializers import normal as _normal, param as _param
 from grpo_jax.model.linear_attention import GatedDeltaNet, LinearCache, init_linear_cache
@@ -52,13 +60,15 @@ def cache_slots(cfg: ModelConfig, layer: int, length: int) -> int:
   return min(cfg.sliding_window, length) if cfg.is_sliding(layer) else length
 
 
-def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache | LinearCache]:
+def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache | LinearCache | None]:
   """One zero `LayerCache` per attention layer in the model dtype: keys [batch, num_kv_heads, head_dim, slots],
-  values [batch, num_kv_heads, slots, head_dim], slots = `cache_slots(cfg, layer, length)`; a `LinearCache` per
-  linear-attention layer (its size independent of `length`)."""
-  B, K, H = batch, cfg.num_kv_heads, cfg.head_dim
-  kv = lambda S: LayerCache(jnp.zeros((B, K, H, S), cfg.jnp_dtype), jnp.zeros((B, K, S, H), cfg.jnp_dtype))
-  return [init_linear_cache(cfg, B) if cfg.is_linear(i) else kv(cache_slots(cfg, i, length))
+  values [batch, num_kv_heads, slots, head_dim] (the layer's own kv heads and head_dim), slots =
+  `cache_slots(cfg, layer, length)`; a `LinearCache` per linear-attention layer (its size independent of
+  `length`); None for a layer that reads another layer's keys and values (`cfg.kv_source`)."""
+  def kv(i):
+    B, K, H, S = batch, cfg.layer_kv_heads(i), cfg.layer_head_dim(i), cache_slots(cfg, i, length)
+    return LayerCache(jnp.zeros((B, K, H, S), cfg.jnp_dtype), jnp.zeros((B, K, S, H), cfg.jnp_dtype))
+  return [init_linear_cache(cfg, batch) if cfg.is_linear(i) else None if cfg.kv_source(i) is not None else kv(i)
           for i in range(cfg.num_layers)]
 
 
@@ -73,7 +83,7 @@ def extend_cache(cfg: ModelConfig, cache: list[LayerCache], extra: int) -> list[
   way, up to sliding_window slots."""
   out = []
   for i, c in enumerate(cache):
-    if isinstance(c, LinearCache):  # fixed size
+    if c is None or isinstance(c, LinearCache):  # no cache (shared keys and values), or a fixed-size one
       out.append(c)
       continue
     S = c.v_BxKxSxH.shape[2]
@@ -113,6 +123,13 @@ class RMSNorm(nnx.Module):
     return (y * (1.0 + scale if self.offset else scale)).astype(x.dtype)
 
 
+def rms_normalize(x, eps: float):
+  """x / rms(x) over the last axis in float32, cast back to x's dtype: an RMSNorm without a weight (Gemma 4's
+  value norm)."""
+  x32 = x.astype(jnp.float32)
+  return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
+
+
 def _yarn_inv_freq(inv, rs: YarnRopeScaling, theta: float, dim: int):
   """YaRN's blend (transformers' _compute_yarn_parameters): dimensions that turn fewer than beta_slow times over
   the original context are interpolated (inv / factor), those that turn more than beta_fast times kept, a linear
@@ -136,17 +153,19 @@ def rope_attention_factor(cfg: ModelConfig) -> float:
 
 
 def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
-  """[R/2] inverse frequencies (R = cfg.rotary_dim) of global layers (rope_theta, with rope_scaling when
-  configured) or of Gemma 3's sliding layers (local_rope_theta, unscaled); gpt-oss's sliding layers use the
-  global ones."""
+  """[R/2] inverse frequencies (R = the rotated dimensions of that layer type's heads: cfg.rotary_dim for global
+  layers) of global layers (rope_theta, with rope_scaling when configured) or of Gemma's sliding layers
+  (local_rope_theta, unscaled); gpt-oss's sliding layers use the global ones."""
   theta = cfg.local_rope_theta if sliding else cfg.rope_theta
-  dim = cfg.rotary_dim
+  dim = int(cfg.head_dim_of(SLIDING if sliding else FULL) * cfg.partial_rotary_factor)
   inv = 1.0 / (theta ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
   rs = None if sliding else cfg.rope_scaling
   if rs is None:
     return inv
   if isinstance(rs, LinearRopeScaling):
     return inv / rs.factor
+  if isinstance(rs, ProportionalRope):  # zero frequencies: cos 1, sin 0, those dimensions pass exactly unrotated
+    return jnp.where(jnp.arange(dim // 2) < int(rs.partial_rotary_factor * dim // 2), inv, 0.0) / rs.factor
   if isinstance(rs, YarnRopeScaling):
     return _yarn_inv_freq(inv, rs, theta, dim)
   low_wavelen = rs.original_max_position_embeddings / rs.low_freq_factor
@@ -158,6 +177,11 @@ def rope_inv_freq(cfg: ModelConfig, sliding: bool = False) -> jax.Array:
   smoothed = (1 - smooth) * scaled / rs.factor + smooth * scaled
   medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
   return jnp.where(medium, smoothed, scaled)
+
+
+def softcap(logits, cap: float | None):
+  """cap * tanh(logits / cap) (Gemma 4's final_logit_softcapping), or the logits unchanged for None."""
+  return logits if cap is None else cap * jnp.tanh(logits / cap)
 
 
 def rope_tables(positions_BxT, inv_freq_Hh):
@@ -205,14 +229,24 @@ def _library_attention(q_BxTxKxQxH, k_BxSxKxH, v_BxSxKxH, attn_mask_BxTxS, atten
 
 
 class Attention(nnx.Module):
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  """Grouped-query attention of layer `layer` (its head_dim and kv heads: `cfg.layer_head_dim`,
+  `cfg.layer_kv_heads`). A Gemma 4 layer that reads another's keys and values (`cfg.kv_source`) has no key or value
+  projection; one whose values are its raw keys (`cfg.values_from_keys`) has no value projection."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, layer: int = 0):
     self.cfg = cfg
-    D, N, K, H = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    D, N, K, H = cfg.hidden_size, cfg.num_heads, cfg.layer_kv_heads(layer), cfg.layer_head_dim(layer)
+    self.num_kv_heads = K
+    self.scale = (cfg.query_pre_attn_scalar or H) ** -0.5
+    self.shares_kv = cfg.kv_source(layer) is not None
+    self.values_from_keys = cfg.values_from_keys(layer)
     pd = cfg.jnp_param_dtype
     init = _normal(0.02)
     self.q_DxNxH = _param(rngs, init, (D, N, H), ("embed", "q_heads", "head_dim"), pd)
-    self.k_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
-    self.v_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
+    if not self.shares_kv:
+      self.k_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
+      if not self.values_from_keys:
+        self.v_DxKxH = _param(rngs, init, (D, K, H), ("embed", "kv_heads", "head_dim"), pd)
     self.o_NxHxD = _param(rngs, init, (N, H, D), ("q_heads", "head_dim", "embed"), pd)
     if cfg.attention_output_gate:  # Qwen3.5: the other half of each head's q_proj rows
       self.gate_DxNxH = _param(rngs, init, (D, N, H), ("embed", "q_heads", "head_dim"), pd)
@@ -226,68 +260,70 @@ class Attention(nnx.Module):
       self.sinks_N = nnx.Param(jnp.zeros((N,), pd), out_sharding=("q_heads",), eager_sharding=False)
     if cfg.qk_norm:
       self.q_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
-      self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
+      if not self.shares_kv:
+        self.k_norm = RMSNorm(H, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
     self.adapters = nnx.data(None)  # LoRA: a lora.LayerAdapters attached by lora.add_adapters
 
   def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None, cache_index,
-               ring: bool = False):
-    """`ring`: `cache` is a sliding-window layer's ring buffer and `attn_mask_BxTxS` the mask `_sliding_mask`
-    made for it (over the ring's slots when T = 1, else over the ring's slots then the T new keys)."""
+               ring: bool = False, shared_kv=None, cached: bool = False):
+    """-> (y, new_cache, (keys, values) attended). `ring`: `cache` is a sliding-window layer's ring buffer and
+    `attn_mask_BxTxS` the mask `_sliding_mask` made for it (over the ring's slots when T = 1, else over the ring's
+    slots then the T new keys).
+
+    `shared_kv` (a layer with `cfg.kv_source`): the (keys, values) that layer returned, which this one attends to
+    with its own queries and the same mask; `cached` says whether they are a cache's (keys [B, K, H, S], values
+    [B, K, S, H]; for a ring and T > 1 its slots then the T new ones) or a training forward's ([B, T, K, H])."""
     cfg = self.cfg
     dt = cfg.jnp_dtype
-    scale = cfg.attention_scale
     q = jnp.einsum("btd,dnh->btnh", x_BxTxD, self.q_DxNxH[...].astype(dt))
-    k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
-    v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
+    k = v = None
+    if not self.shares_kv:
+      k = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.k_DxKxH[...].astype(dt))
+      if not self.values_from_keys:
+        v = jnp.einsum("btd,dkh->btkh", x_BxTxD, self.v_DxKxH[...].astype(dt))
     if self.adapters is not None:
       q = self.adapters.add("q_proj", x_BxTxD, q)
-      k = self.adapters.add("k_proj", x_BxTxD, k)
-      v = self.adapters.add("v_proj", x_BxTxD, v)
+      if k is not None:
+        k = self.adapters.add("k_proj", x_BxTxD, k)
+      if v is not None:
+        v = self.adapters.add("v_proj", x_BxTxD, v)
+    if self.values_from_keys:  # Gemma 4's attention_k_eq_v: the raw keys, before their norm and RoPE
+      v = k
     if cfg.attention_bias:
       q = q + self.q_bias_NxH[...].astype(dt)
       k = k + self.k_bias_KxH[...].astype(dt)
       v = v + self.v_bias_KxH[...].astype(dt)
     if cfg.qk_norm:
-      q, k = self.q_norm(q), self.k_norm(k)
+      q = self.q_norm(q)
+      k = None if k is None else self.k_norm(k)
+    if cfg.gemma4 and v is not None:
+      v = rms_normalize(v, cfg.rms_norm_eps)
     q = apply_rope(q, rope_cos_sin)
-    k = apply_rope(k, rope_cos_sin)
+    k = None if k is None else apply_rope(k, rope_cos_sin)
 
     B, T, N, H = q.shape
-    K = cfg.num_kv_heads
+    K = self.num_kv_heads
     q = q.reshape(B, T, K, N // K, H)
-    sinks = self.sinks_N[...].reshape(K, N // K) if cfg.attention_sinks else None
     new_cache = None
-    if cache is None and cfg.attention != "einsum":
-      out = _library_attention(q, k, v, attn_mask_BxTxS, cfg.attention, scale)
+    if shared_kv is not None:
+      out, kv = self._attend_to(q, *shared_kv, attn_mask_BxTxS, cached, ring, cache_index), None
     elif cache is None:  # training: keys/values as projected, [B, S=T, K, H]
-      out = _attend(q, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt, scale, sinks)
+      out, kv = self._attend_to(q, k, v, attn_mask_BxTxS, False, ring, cache_index), (k, v)
     elif ring and T > 1:
-      out, new_cache = self._ring_block(q, k, v, attn_mask_BxTxS, cache, cache_index)
+      out, new_cache, kv = self._ring_block(q, k, v, attn_mask_BxTxS, cache, cache_index)
     else:
       if ring:  # one new key: written over the oldest, which is out of the window, then attended to in place
         cache_index = cache_index % cache.v_BxKxSxH.shape[2]
       # The T new keys/values are small; moving their axes (not the cache's) keeps the cache layout fixed
-      # across decode steps. The query is put in [B, K, Q, T, H] too, so that both dots are batched over
-      # (B, K) with every operand and result in place; with q as [B, T, K, Q, H] XLA on CPU swapped the dot
-      # operands for T = 1 and decoding ran slower (benchmarks/README.md, "Figures behind code choices").
+      # across decode steps.
       cache_dt = cache.v_BxKxSxH.dtype
       k_new_BxKxHxT = jnp.transpose(k, (0, 2, 3, 1)).astype(cache_dt)
       k_all = jax.lax.dynamic_update_slice_in_dim(cache.k_BxKxHxS, k_new_BxKxHxT,
                                                   cache_index, axis=3)
       v_all = jax.lax.dynamic_update_slice_in_dim(cache.v_BxKxSxH, jnp.swapaxes(v, 1, 2).astype(cache_dt),
                                                   cache_index, axis=2)
-      new_cache = LayerCache(k_all, v_all)
-      if T > 1 and cfg.attention != "einsum":  # a prefill, or a training forward over a shared prompt's cache
-        out = _library_attention(q, jnp.transpose(k_all, (0, 3, 1, 2)).astype(dt),
-                                 jnp.swapaxes(v_all, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention, scale)
-      elif T == 1 and cfg.decode_attention == "pallas":
-        # A ring's slots are all filled once it wraps (the mask says which are); the others up to cache_index.
-        filled = v_all.shape[2] if ring else cache_index + 1
-        out = decode_attention(q[:, 0], k_all, v_all, attn_mask_BxTxS[:, 0], filled, scale)[:, None]
-      else:
-        out = _attend(jnp.moveaxis(q, 1, 3), k_all.astype(dt), v_all.astype(dt), attn_mask_BxTxS,
-                      "bkgth,bkhs,bksh", dt, scale, sinks)
-        out = jnp.moveaxis(out, 3, 1)
+      new_cache = kv = LayerCache(k_all, v_all)
+      out = self._attend_to(q, k_all, v_all, attn_mask_BxTxS, True, ring, cache_index)
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
     # einsum XLA chose (h, n) order and transposed the weight matrix at every decode step.
     out = out.reshape(B, T, N * H)
@@ -299,31 +335,54 @@ class Attention(nnx.Module):
       y = self.adapters.add("o_proj", out, y)
     if cfg.o_bias:
       y = y + self.o_bias_D[...].astype(dt)
-    return y, new_cache
+    return y, new_cache, kv
+
+  def _attend_to(self, q_BxTxKxQxH, k, v, attn_mask_BxTxS, cached: bool, ring: bool, cache_index):
+    """[B, T, K, Q, H]: q attends to keys/values `k`, `v` as `__call__`'s `shared_kv` lays them out (`cached`);
+    a ring's cache_index already taken mod its slots for T = 1."""
+    cfg = self.cfg
+    dt, scale = cfg.jnp_dtype, self.scale
+    T = q_BxTxKxQxH.shape[1]
+    sinks = self.sinks_N[...].reshape(self.num_kv_heads, -1) if cfg.attention_sinks else None
+    if not cached:
+      if cfg.attention != "einsum":
+        return _library_attention(q_BxTxKxQxH, k, v, attn_mask_BxTxS, cfg.attention, scale)
+      return _attend(q_BxTxKxQxH, k, v, attn_mask_BxTxS, "btkgh,bskh,bskh", dt, scale, sinks)
+    if ring and T > 1:  # the ring's W slots then the T new keys, already in the compute dtype
+      if cfg.attention != "einsum":
+        return _library_attention(q_BxTxKxQxH, jnp.transpose(k, (0, 3, 1, 2)), jnp.swapaxes(v, 1, 2), attn_mask_BxTxS,
+                                  cfg.attention, scale)
+      return _attend(q_BxTxKxQxH, k, v, attn_mask_BxTxS, "btkgh,bkhs,bksh", dt, scale, sinks)
+    if T > 1 and cfg.attention != "einsum":  # a prefill, or a training forward over a shared prompt's cache
+      return _library_attention(q_BxTxKxQxH, jnp.transpose(k, (0, 3, 1, 2)).astype(dt),
+                                jnp.swapaxes(v, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention, scale)
+    if T == 1 and cfg.decode_attention == "pallas":
+      # A ring's slots are all filled once it wraps (the mask says which are); the others up to cache_index.
+      filled = v.shape[2] if ring else cache_index + 1
+      return decode_attention(q_BxTxKxQxH[:, 0], k, v, attn_mask_BxTxS[:, 0], filled, scale)[:, None]
+    # The query is put in [B, K, Q, T, H] too, so that both dots are batched over (B, K) with every operand and
+    # result in place; with q as [B, T, K, Q, H] XLA on CPU swapped the dot operands for T = 1 and decoding ran
+    # slower (benchmarks/README.md, "Figures behind code choices").
+    out = _attend(jnp.moveaxis(q_BxTxKxQxH, 1, 3), k.astype(dt), v.astype(dt), attn_mask_BxTxS,
+                  "bkgth,bkhs,bksh", dt, scale, sinks)
+    return jnp.moveaxis(out, 3, 1)
 
   def _ring_block(self, q_BxTxKxQxH, k_BxTxKxH, v_BxTxKxH, attn_mask_BxTxW2, cache: LayerCache, cache_index):
     """T > 1 new tokens on a ring buffer of W slots: they attend to the ring's keys and to each other (a
-    W + T key axis, the mask's), then the last min(T, W) of them are written at slots (index mod W)."""
-    cfg = self.cfg
-    dt = cfg.jnp_dtype
+    W + T key axis, the mask's), then the last min(T, W) of them are written at slots (index mod W). Returns
+    (out, new ring, the W + T keys and values attended)."""
+    dt = self.cfg.jnp_dtype
     T, W = q_BxTxKxQxH.shape[1], cache.v_BxKxSxH.shape[2]
     k_all_BxKxHxS = jnp.concatenate([cache.k_BxKxHxS.astype(dt), jnp.transpose(k_BxTxKxH, (0, 2, 3, 1))], axis=3)
     v_all_BxKxSxH = jnp.concatenate([cache.v_BxKxSxH.astype(dt), jnp.swapaxes(v_BxTxKxH, 1, 2)], axis=2)
-    if cfg.attention != "einsum":
-      out = _library_attention(q_BxTxKxQxH, jnp.transpose(k_all_BxKxHxS, (0, 3, 1, 2)),
-                               jnp.swapaxes(v_all_BxKxSxH, 1, 2), attn_mask_BxTxW2, cfg.attention,
-                               cfg.attention_scale)
-    else:
-      sinks = self.sinks_N[...].reshape(cfg.num_kv_heads, -1) if cfg.attention_sinks else None
-      out = _attend(q_BxTxKxQxH, k_all_BxKxHxS, v_all_BxKxSxH, attn_mask_BxTxW2, "btkgh,bkhs,bksh", dt,
-                    cfg.attention_scale, sinks)
+    out = self._attend_to(q_BxTxKxQxH, k_all_BxKxHxS, v_all_BxKxSxH, attn_mask_BxTxW2, True, True, cache_index)
     n = min(T, W)
     slots_n = (cache_index + T - n + jnp.arange(n)) % W
     cache_dt = cache.v_BxKxSxH.dtype
     k_new = jnp.transpose(k_BxTxKxH[:, T - n:], (0, 2, 3, 1)).astype(cache_dt)
     v_new = jnp.swapaxes(v_BxTxKxH[:, T - n:], 1, 2).astype(cache_dt)
     return out, LayerCache(cache.k_BxKxHxS.at[:, :, :, slots_n].set(k_new),
-                           cache.v_BxKxSxH.at[:, :, slots_n, :].set(v_new))
+                           cache.v_BxKxSxH.at[:, :, slots_n, :].set(v_new)), (k_all_BxKxHxS, v_all_BxKxSxH)
 
 
 def _sliding_mask(cfg: ModelConfig, attn_mask_BxTxS, cache: list[LayerCache] | None, cache_index):
@@ -338,7 +397,7 @@ def _sliding_mask(cfg: ModelConfig, attn_mask_BxTxS, cache: list[LayerCache] | N
   if cache is None:
     k_S = jnp.arange(S)
     return attn_mask_BxTxS & (q_T[:, None] - k_S[None, :] < cfg.sliding_window)[None]
-  W = next(c.v_BxKxSxH.shape[2] for i, c in enumerate(cache) if cfg.is_sliding(i))
+  W = next(c.v_BxKxSxH.shape[2] for i, c in enumerate(cache) if cfg.is_sliding(i) and c is not None)
   last = cache_index if T == 1 else cache_index - 1  # latest index the ring holds
   ring_W = last - jnp.mod(last - jnp.arange(W), W)
   k_abs = ring_W if T == 1 else jnp.concatenate([ring_W, cache_index + jnp.arange(T)])
@@ -348,9 +407,9 @@ def _sliding_mask(cfg: ModelConfig, attn_mask_BxTxS, cache: list[LayerCache] | N
 
 
 class MLP(nnx.Module):
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, intermediate_size: int | None = None):
     self.cfg = cfg
-    D, F, pd = cfg.hidden_size, cfg.intermediate_size, cfg.jnp_param_dtype
+    D, F, pd = cfg.hidden_size, intermediate_size or cfg.intermediate_size, cfg.jnp_param_dtype
     init = _normal(0.02)
     # Gemma's GeGLU uses transformers' gelu_pytorch_tanh: the tanh approximation.
     self.act = (lambda x: jax.nn.gelu(x, approximate=True)) if cfg.gemma else jax.nn.silu
@@ -374,43 +433,63 @@ class MLP(nnx.Module):
 class DecoderLayer(nnx.Module):
   """Llama / Qwen: x + attn(norm(x)), then + mlp(post_attn_norm(x)). Gemma 3: four norms, x + post_attn_norm(
   attn(norm(x))), then + post_mlp_norm(mlp(pre_mlp_norm(x))) (transformers' post_attention_layernorm is the
-  pre-MLP norm of Llama but the attention output's norm of Gemma)."""
+  pre-MLP norm of Llama but the attention output's norm of Gemma). Gemma 4 then adds its per-layer input
+  (`per_layer_input_size` > 0), x + ple_norm(gelu(x W_gate) * input_BxTxP) W_proj, and multiplies the whole
+  residual stream by `layer_scalar`."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False, moe: bool = False,
-               linear: bool = False):
+               linear: bool = False, layer: int = 0):
     pd = cfg.jnp_param_dtype
     norm = lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
-    self.gemma, self.sliding, self.linear = cfg.gemma, sliding, linear
+    self.gemma, self.gemma4, self.sliding, self.linear = cfg.gemma, cfg.gemma4, sliding, linear
     self.input_norm = norm()
-    self.attn = GatedDeltaNet(cfg, rngs=rngs) if linear else Attention(cfg, rngs=rngs)
+    self.attn = GatedDeltaNet(cfg, rngs=rngs) if linear else Attention(cfg, rngs=rngs, layer=layer)
     self.post_attn_norm = norm()
     if cfg.gemma:
       self.pre_mlp_norm = norm()
       self.post_mlp_norm = norm()
-    self.mlp = MoE(cfg, rngs=rngs) if moe else MLP(cfg, rngs=rngs)
+    self.mlp = MoE(cfg, rngs=rngs) if moe else MLP(cfg, rngs=rngs, intermediate_size=cfg.layer_intermediate_size(layer))
+    if cfg.per_layer_input_size:
+      D, P = cfg.hidden_size, cfg.per_layer_input_size
+      self.ple_gate_DxP = _param(rngs, _normal(0.02), (D, P), ("embed", None), pd)
+      self.ple_proj_PxD = _param(rngs, _normal(0.02), (P, D), (None, "embed"), pd)
+      self.ple_norm = norm()
+    if cfg.gemma4:  # a persistent buffer in transformers, loaded from the checkpoint; a parameter here
+      self.layer_scalar = nnx.Param(jnp.ones((1,), pd), out_sharding=(None,), eager_sharding=False)
 
-  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index, experts_BxTxk=None):
-    """-> (x, new_cache, routing): routing is the expert block's (router logits [B, T, E] float32, experts
-    [B, T, k]), None for a dense MLP; `experts_BxTxk` replays given experts (moe.MoE). A linear-attention layer
-    takes which tokens are real [B, T] as its mask and no rotary tables."""
+  def __call__(self, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, cache_index, experts_BxTxk=None,
+               per_layer_input_BxTxP=None, shared_kv=None, cached: bool = False):
+    """-> (x, new_cache, routing, (keys, values) attended or None): routing is the expert block's (router logits
+    [B, T, E] float32, experts [B, T, k]), None for a dense MLP; `experts_BxTxk` replays given experts (moe.MoE).
+    A linear-attention layer takes which tokens are real [B, T] as its mask and no rotary tables.
+    `per_layer_input_BxTxP`: Gemma 4's per-layer input of this layer; `shared_kv`, `cached`: Attention's."""
+    kv = None
     if self.linear:
       h, new_cache = self.attn(self.input_norm(x_BxTxD), attn_mask_BxTxS, cache)
     else:
-      h, new_cache = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
-                               ring=self.sliding)
+      h, new_cache, kv = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
+                                   ring=self.sliding, shared_kv=shared_kv, cached=cached)
     if self.gemma:
       x_BxTxD = x_BxTxD + self.post_attn_norm(h)
-      return x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD))), new_cache, None
+      x_BxTxD = x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD)))
+      if per_layer_input_BxTxP is not None:
+        dt = x_BxTxD.dtype
+        gate = jax.nn.gelu(x_BxTxD @ self.ple_gate_DxP[...].astype(dt), approximate=True) * per_layer_input_BxTxP
+        x_BxTxD = x_BxTxD + self.ple_norm(gate @ self.ple_proj_PxD[...].astype(dt))
+      if self.gemma4:
+        x_BxTxD = x_BxTxD * self.layer_scalar[...].astype(x_BxTxD.dtype)
+      return x_BxTxD, new_cache, None, kv
     x_BxTxD = x_BxTxD + h
     if isinstance(self.mlp, MoE):
       y, routing = self.mlp(self.post_attn_norm(x_BxTxD), experts_BxTxk, with_routing=True)
-      return x_BxTxD + y, new_cache, routing
-    return x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD)), new_cache, None
+      return x_BxTxD + y, new_cache, routing, kv
+    return x_BxTxD + self.mlp(self.post_attn_norm(x_BxTxD)), new_cache, None, kv
 
 
 def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache: LayerCache | None,
-                    cache_index, experts_BxTxk=None):
-  """`layer(x, ...)` -> (x, new_cache, routing), its activations recomputed in the backward pass instead of stored.
+                    cache_index, experts_BxTxk=None, per_layer_input_BxTxP=None, shared_kv=None, cached: bool = False):
+  """`layer(x, ...)` -> (x, new_cache, routing, kv), its activations recomputed in the backward pass instead of
+  stored.
 
   `jax.checkpoint` of a pure function of the layer's split state: `nnx.remat` on the module itself raised
   "Cannot mutate Param from a different trace level" under `jax.value_and_grad` of merged parameters (the
@@ -420,10 +499,12 @@ def _rematerialized(layer: DecoderLayer, x_BxTxD, rope_cos_sin, attn_mask_BxTxS,
   """
   graphdef, state = nnx.split(layer)
 
-  def forward(state, x, cos_sin, mask, cache, experts):
-    return nnx.merge(graphdef, state)(x, cos_sin, mask, cache, cache_index, experts)
+  def forward(state, x, cos_sin, mask, cache, experts, per_layer_input, shared_kv):
+    return nnx.merge(graphdef, state)(x, cos_sin, mask, cache, cache_index, experts, per_layer_input, shared_kv,
+                                      cached)
 
-  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, experts_BxTxk)
+  return jax.checkpoint(forward)(state, x_BxTxD, rope_cos_sin, attn_mask_BxTxS, cache, experts_BxTxk,
+                                 per_layer_input_BxTxP, shared_kv)
 
 
 class Transformer(nnx.Module):
@@ -435,11 +516,16 @@ class Transformer(nnx.Module):
     self.embed_VxD = _param(rngs, _normal(0.02), (cfg.vocab_size, cfg.hidden_size),
                             ("vocab", "embed"), pd)
     self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs, sliding=cfg.is_sliding(i), moe=cfg.is_moe(i),
-                                         linear=cfg.is_linear(i)) for i in range(cfg.num_layers)])
+                                         linear=cfg.is_linear(i), layer=i) for i in range(cfg.num_layers)])
     self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, pd, rngs=rngs, offset=cfg.norm_offset)
     if not cfg.tie_word_embeddings:
       self.lm_head_DxV = _param(rngs, _normal(0.02), (cfg.hidden_size, cfg.vocab_size),
                                 ("embed", "vocab"), pd)
+    if cfg.per_layer_input_size:  # Gemma 4's per-layer inputs: a token table and a projection of the embedding
+      LP = cfg.num_layers * cfg.per_layer_input_size
+      self.ple_embed_VxLP = _param(rngs, _normal(0.02), (cfg.per_layer_input_vocab_size, LP), ("vocab", None), pd)
+      self.ple_model_proj_DxLP = _param(rngs, _normal(0.02), (cfg.hidden_size, LP), ("embed", None), pd)
+      self.ple_proj_norm = RMSNorm(cfg.per_layer_input_size, cfg.rms_norm_eps, pd, rngs=rngs)
 
   def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
                cache_index=0, rope_cos_sin=None, remat: bool | None = None, experts=None, with_routing=False):
@@ -464,6 +550,7 @@ class Transformer(nnx.Module):
       rope_cos_sin = self.rope_tables(positions_BxT)
     if remat is None:
       remat = cfg.remat and cache is None
+    per_layer_inputs = self._per_layer_inputs(tokens_BxT, x) if cfg.per_layer_input_size else None
     masks = {FULL: attn_mask_BxTxS}
     if cfg.has_sliding:
       masks[SLIDING] = _sliding_mask(cfg, attn_mask_BxTxS, cache, cache_index)
@@ -474,12 +561,18 @@ class Transformer(nnx.Module):
     new_cache = [] if cache is not None else None
     replay = iter(experts or ())
     routing = []
+    attended = {}  # layer type -> the keys and values its latest layer attended to (Gemma 4's shared ones)
     for i, layer in enumerate(self.layers):
       layer_cache = cache[i] if cache is not None else None
       kind = cfg.layer_types[i] if cfg.layer_types else FULL
       args = (x, rope_cos_sin.get(kind), masks[kind], layer_cache, cache_index,
-              next(replay) if experts is not None and cfg.is_moe(i) else None)
-      x, c, r = _rematerialized(layer, *args) if remat else layer(*args)
+              next(replay) if experts is not None and cfg.is_moe(i) else None,
+              None if per_layer_inputs is None else per_layer_inputs[:, :, i],
+              attended[kind] if cfg.kv_source(i) is not None else None)
+      x, c, r, kv = (_rematerialized(layer, *args, cached=cache is not None) if remat
+                     else layer(*args, cached=cache is not None))
+      if kv is not None and cfg.num_kv_shared_layers:
+        attended[kind] = kv
       if cache is not None:
         new_cache.append(c)
       if r is not None:
@@ -487,6 +580,18 @@ class Transformer(nnx.Module):
     if with_routing:
       return self.final_norm(x), new_cache, tuple(routing)
     return self.final_norm(x), new_cache
+
+  def _per_layer_inputs(self, tokens_BxT, x_BxTxD):
+    """[B, T, L, P]: Gemma 4's per-layer inputs, (norm(x W / sqrt(D)) + table[token] sqrt(P)) / sqrt(2), from the
+    tokens and their scaled embeddings x (transformers' get_per_layer_inputs and project_per_layer_inputs)."""
+    cfg = self.cfg
+    dt = cfg.jnp_dtype
+    B, T = tokens_BxT.shape
+    L, P = cfg.num_layers, cfg.per_layer_input_size
+    table = jnp.take(self.ple_embed_VxLP[...], tokens_BxT, axis=0).astype(dt) * jnp.asarray(math.sqrt(P), dt)
+    projected = (x_BxTxD @ self.ple_model_proj_DxLP[...].astype(dt)) * cfg.hidden_size ** -0.5
+    projected = self.ple_proj_norm(projected.reshape(B, T, L, P))
+    return (projected + table.reshape(B, T, L, P)) * 2 ** -0.5
 
   def rope_tables(self, positions_BxT) -> dict[str, tuple[jax.Array, jax.Array]]:
     """Layer type (config.FULL, and config.SLIDING when the model has such layers) -> (cos, sin), each
@@ -505,6 +610,8 @@ class Transformer(nnx.Module):
     return self.lm_head_DxV[...]
 
   def logits(self, hidden_BxTxD) -> jax.Array:
-    """float32 logits [B,T,V]. For log-probs over a large vocabulary use `logprobs.token_logprobs`."""
-    return jnp.einsum("btd,dv->btv", hidden_BxTxD, self.output_matrix_DxV().astype(hidden_BxTxD.dtype),
-                      preferred_element_type=jnp.float32)
+    """float32 logits [B,T,V] (soft-capped with cfg.final_logit_softcapping). For log-probs over a large vocabulary
+    use `logprobs.token_logprobs`."""
+    logits = jnp.einsum("btd,dv->btv", hidden_BxTxD, self.output_matrix_DxV().astype(hidden_BxTxD.dtype),
+                        preferred_element_type=jnp.float32)
+    return softcap(logits, self.cfg.final_logit_softcapping)
