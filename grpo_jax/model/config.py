@@ -145,7 +145,8 @@ class ModelConfig:
   # attends to those of the last earlier layer of its type (`kv_source`), and with double_wide_mlp has an MLP of
   # 2 x intermediate_size. per_layer_input_size P > 0: per-layer input embeddings (a table of
   # per_layer_input_vocab_size rows of num_layers x P, plus a projection of the token's embedding), gated into
-  # the residual stream after each layer's MLP. final_logit_softcapping c: logits c * tanh(logits / c).
+  # the residual stream after each layer's MLP. final_logit_softcapping c: logits c * tanh(logits / c). Its expert
+  # block (num_experts > 0, every layer) runs beside the MLP (transformer.DecoderLayer, moe.MoE).
   global_head_dim: int | None = None
   global_num_kv_heads: int | None = None
   attention_k_eq_v: bool = False
@@ -226,6 +227,10 @@ class ModelConfig:
     if self.global_num_kv_heads and self.num_heads % self.global_num_kv_heads:
       raise ValueError(f"ModelConfig: num_heads={self.num_heads} is not a multiple of "
                        f"global_num_kv_heads={self.global_num_kv_heads}")
+    if self.num_experts and (self.moe_layers is not None or self.router != "softmax_topk" or not self.norm_topk_prob
+                             or self.expert_bias or self.swiglu_limit is not None):
+      raise ValueError("ModelConfig(family='gemma4_text'): experts need moe_layers=None (every layer), "
+                       "router='softmax_topk', norm_topk_prob=True, no expert biases and no swiglu_limit")
     if self.per_layer_input_size and self.per_layer_input_vocab_size < 1:
       raise ValueError("ModelConfig: per_layer_input_size > 0 needs per_layer_input_vocab_size >= 1")
     first = self.num_layers - self.num_kv_shared_layers
@@ -764,9 +769,13 @@ def _from_gemma4_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
                  f"language model is trained here; 'vision' concerns image tokens only)")
   if hf["attention_bias"]:
     _unsupported("attention_bias=True is not supported for Gemma 4")
-  if hf["enable_moe_block"]:
-    _unsupported("enable_moe_block=True (Gemma 4's mixture of experts, e.g. 26B-A4B) is not supported yet; the "
-                 "dense Gemma 4 models are")
+  experts = {}
+  if hf["enable_moe_block"]:  # on every layer, beside the MLP
+    experts = dict(num_experts=hf.get("num_experts"), num_experts_per_tok=hf.get("top_k_experts"),
+                   moe_intermediate_size=hf.get("moe_intermediate_size"), router="softmax_topk", norm_topk_prob=True)
+    missing = [k for k in ("num_experts", "top_k_experts", "moe_intermediate_size") if not hf.get(k)]
+    if missing:
+      _unsupported(f"enable_moe_block=True needs {missing}")
   n = hf["num_hidden_layers"]
   layer_types = list(hf.get("layer_types") or [SLIDING if (i + 1) % 6 else FULL for i in range(n)])
   unknown = sorted(set(layer_types) - {FULL, SLIDING})
@@ -800,7 +809,7 @@ def _from_gemma4_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
       attention_k_eq_v=bool(hf["attention_k_eq_v"]), num_kv_shared_layers=shared,
       double_wide_mlp=bool(hf["use_double_wide_mlp"]) and shared > 0, per_layer_input_size=P,
       per_layer_input_vocab_size=hf["vocab_size_per_layer_input"] if P else 0,
-      final_logit_softcapping=None if cap is None else float(cap))
+      final_logit_softcapping=None if cap is None else float(cap), **experts)
   kw.update(overrides)
   return ModelConfig(**kw)
 
@@ -828,7 +837,9 @@ def _to_gemma4_config(cfg: ModelConfig) -> dict[str, Any]:
       "hidden_size_per_layer_input": cfg.per_layer_input_size,
       "vocab_size_per_layer_input": cfg.per_layer_input_vocab_size or cfg.vocab_size,
       "attention_k_eq_v": cfg.attention_k_eq_v, "num_kv_shared_layers": cfg.num_kv_shared_layers,
-      "use_double_wide_mlp": cfg.double_wide_mlp, "enable_moe_block": False, "dtype": cfg.param_dtype}
+      "use_double_wide_mlp": cfg.double_wide_mlp, "enable_moe_block": cfg.num_experts > 0,
+      "num_experts": cfg.num_experts or None, "top_k_experts": cfg.num_experts_per_tok or None,
+      "moe_intermediate_size": cfg.moe_intermediate_size or None, "dtype": cfg.param_dtype}
 
 
 def _to_gpt_oss_config(cfg: ModelConfig) -> dict[str, Any]:

@@ -16,7 +16,8 @@ post_attention_layernorm normalizes the attention output. A multimodal Gemma 3 c
 `language_model.model.` or `model.language_model.`); the vision tower and projector are skipped, and saving
 writes a text-only Gemma3ForCausalLM. The same holds for Qwen3.5 (every published one is multimodal); its
 multi-token-prediction head (`mtp.*`), which transformers does not load either, is skipped. Gemma 4 adds its
-per-layer input tensors and each layer's `layer_scalar`; a layer that shares another's keys and values has no
+per-layer input tensors, each layer's `layer_scalar` and, with its expert block, `router.*`, `experts.*` and three
+norms directly under the layer; a layer that shares another's keys and values has no
 k_proj / v_proj / k_norm, and those tensors, if a checkpoint carries them, are ignored as transformers ignores them.
 
 `from_pretrained` builds the model abstractly (`nnx.eval_shape`, no memory), then reads one tensor at a time
@@ -94,6 +95,9 @@ _LAYER = {
 #   head_q / head_gate: ours [D, N, H] are the first / second H rows of each head's 2H in one HF [N*2H, D]
 #     (Qwen3.5's q_proj gives each head's query, then its output gate).
 #   conv: ours [K, C], HF [C, 1, K] (a depthwise Conv1d's weight).
+#   rows_first / rows_second: ours [E, D, F] are the first / second F rows of each expert's [2F, D] in one HF
+#     [E, 2F, D], transposed (Gemma 4's experts.gate_up_proj: gate rows, then up rows).
+#   swap: ours [E, F, D], HF [E, D, F] (Gemma 4's experts.down_proj, each expert's [out, in]).
 _FAMILY_LAYER = {
     "qwen3_moe": {
         ("mlp", "router_DxE"): ("mlp.gate.weight", "in"),
@@ -131,9 +135,19 @@ _FAMILY_LAYER = {
         ("ple_proj_PxD",): ("per_layer_projection.weight", "out"),
         ("ple_norm", "scale"): ("post_per_layer_input_norm.weight", "copy"),
         ("layer_scalar",): ("layer_scalar", "copy"),
+        ("experts", "router_DxE"): ("router.proj.weight", "in"),
+        ("experts", "router_scale_D"): ("router.scale", "copy"),
+        ("experts", "expert_scale_E"): ("router.per_expert_scale", "copy"),
+        ("experts", "gate_ExDxF"): ("experts.gate_up_proj", "rows_first"),
+        ("experts", "up_ExDxF"): ("experts.gate_up_proj", "rows_second"),
+        ("experts", "down_ExFxD"): ("experts.down_proj", "swap"),
+        ("post_mlp_norm_1", "scale"): ("post_feedforward_layernorm_1.weight", "copy"),
+        ("pre_experts_norm", "scale"): ("pre_feedforward_layernorm_2.weight", "copy"),
+        ("post_experts_norm", "scale"): ("post_feedforward_layernorm_2.weight", "copy"),
     },
 }
 _HEAD_HALVES = ("head_q", "head_gate")
+_ROW_HALVES = ("rows_first", "rows_second")
 _PER_EXPERT = {"experts_in": "in", "experts_out": "out"}
 
 
@@ -157,6 +171,10 @@ def _hf_shape(shape: tuple[int, ...], kind: str) -> tuple[int, ...]:
     return (*shape[:-1], 2 * shape[-1])
   if kind in _HEAD_HALVES:
     return (2 * math.prod(shape[1:]), shape[0])
+  if kind in _ROW_HALVES:
+    return (shape[0], 2 * shape[2], shape[1])
+  if kind == "swap":
+    return (*shape[:-2], shape[-1], shape[-2])
   if kind == "conv":
     return (shape[1], 1, shape[0])
   if kind == "in":
@@ -196,6 +214,11 @@ def _read_ours(ckpt, name: str, kind: str, shape: tuple[int, ...]) -> np.ndarray
     return np.moveaxis(ckpt.read(name).reshape(shape[1], 2, shape[2], shape[0])[:, _HEAD_HALVES.index(kind)], -1, 0)
   if kind == "conv":
     return ckpt.read(name)[:, 0, :].T
+  if kind in _ROW_HALVES:  # [E, 2F, D] -> this half [E, F, D] -> [E, D, F]
+    F = shape[2]
+    return np.swapaxes(ckpt.read(name)[:, _ROW_HALVES.index(kind) * F:][:, :F], 1, 2)
+  if kind == "swap":
+    return np.swapaxes(ckpt.read(name), -1, -2)
   return _to_ours(ckpt.read(name), shape, kind)
 
 
@@ -215,6 +238,11 @@ def _hf_tensors(name: str, members: list[tuple[str, np.ndarray]]) -> dict[str, n
     return {name: np.ascontiguousarray(both_Nx2xHxD.reshape(-1, y.shape[0]))}
   if kind == "conv":
     return {name: np.ascontiguousarray(y.T[:, None, :])}
+  if kind in _ROW_HALVES:
+    halves = dict(members)
+    return {name: np.ascontiguousarray(np.concatenate([np.swapaxes(halves[k], 1, 2) for k in _ROW_HALVES], 1))}
+  if kind == "swap":
+    return {name: np.ascontiguousarray(np.swapaxes(y, -1, -2))}
   return {name: _to_hf(y, kind)}
 
 

@@ -1,4 +1,4 @@
-"""Mixture-of-experts feed-forward (Qwen3-MoE, gpt-oss): a router picks k of E gated-MLP experts per token.
+"""Mixture-of-experts feed-forward (Qwen3-MoE, gpt-oss, Gemma 4): a router picks k of E gated-MLP experts per token.
 
 Shape suffixes (as transformer.py): D hidden size, F one expert's hidden size, E experts, k = num_experts_per_tok,
 T tokens (batch and length flattened), R = T * k routed rows.
@@ -69,6 +69,8 @@ def router_z_loss(logits_NxE, valid_N):
 
 
 def _activation(cfg: ModelConfig, gate, up):
+  if cfg.gemma4:  # GeGLU with the tanh GELU, as its MLP
+    return jax.nn.gelu(gate, approximate=True) * up
   if cfg.swiglu_limit is None:
     return jax.nn.silu(gate) * up
   # gpt-oss's clamped gate (transformers' GptOssExperts._apply_gate).
@@ -78,6 +80,10 @@ def _activation(cfg: ModelConfig, gate, up):
 
 
 class MoE(nnx.Module):
+  """Gemma 4's block (`cfg.gemma4`) routes from its own input (`__call__`'s `router_input_BxTxD`): RMS-normalized
+  without a weight, times `router_scale_D` and D^-1/2; each chosen expert's weight is then multiplied by its
+  `expert_scale_E`."""
+
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
     D, F, E, pd = cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts, cfg.jnp_param_dtype
@@ -91,27 +97,36 @@ class MoE(nnx.Module):
       self.gate_bias_ExF = param(rngs, zeros, (E, F), ("expert", "mlp"), pd)
       self.up_bias_ExF = param(rngs, zeros, (E, F), ("expert", "mlp"), pd)
       self.down_bias_ExD = param(rngs, zeros, (E, D), ("expert", "embed"), pd)
+    if cfg.gemma4:
+      self.router_scale_D = nnx.Param(jnp.ones((D,), pd), out_sharding=("norm",), eager_sharding=False)
+      self.expert_scale_E = nnx.Param(jnp.ones((E,), pd), out_sharding=(None,), eager_sharding=False)
     self.adapters = nnx.data(None)  # LoRA: a lora.ExpertAdapters attached by lora.add_adapters
 
   def router_logits(self, x_TxD):
+    if self.cfg.gemma4:
+      x_TxD = rms_normalize(x_TxD, self.cfg.rms_norm_eps) * self.router_scale_D[...].astype(x_TxD.dtype) * (
+          self.cfg.hidden_size ** -0.5)
     logits = x_TxD @ self.router_DxE[...].astype(x_TxD.dtype)
     if self.cfg.expert_bias:
       logits = logits + self.router_bias_E[...].astype(x_TxD.dtype)
     return logits
 
-  def __call__(self, x_BxTxD, experts_BxTxk=None, with_routing: bool = False):
+  def __call__(self, x_BxTxD, experts_BxTxk=None, with_routing: bool = False, router_input_BxTxD=None):
     """[B, T, D] -> [B, T, D] (and with `with_routing`, (router logits [B, T, E] float32, the router's own top k
     [B, T, k], replayed or not)).
     `experts_BxTxk`: use these experts instead of the router's top k (routing replay), weighted by the router's
-    probabilities of them (renormalized as the router would), so that gradients still reach the router."""
+    probabilities of them (renormalized as the router would), so that gradients still reach the router.
+    `router_input_BxTxD`: what the router reads, when not x (Gemma 4: the residual stream, x its normed copy)."""
     cfg = self.cfg
     B, T, D = x_BxTxD.shape
     x = x_BxTxD.reshape(B * T, D)
-    logits = self.router_logits(x)
+    logits = self.router_logits(x if router_input_BxTxD is None else router_input_BxTxD.reshape(B * T, D))
     weights, experts = own = route(logits, cfg)
     if experts_BxTxk is not None:
       experts = experts_BxTxk.reshape(B * T, -1).astype(jnp.int32)
       weights = replayed_weights(logits, experts, cfg)
+    if cfg.gemma4:
+      weights = weights * self.expert_scale_E[...].astype(jnp.float32)[experts]
     impl = cfg.moe_impl if cfg.moe_impl != "auto" else "blocks" if jax.default_backend() == "cpu" else "ragged"
     if impl == "dense":
       y = dense_experts(self, x, weights, experts)
@@ -128,6 +143,13 @@ class MoE(nnx.Module):
       p.update({name: getattr(self, name)[...].astype(dt) for name in ("gate_bias_ExF", "up_bias_ExF",
                                                                        "down_bias_ExD")})
     return p
+
+
+def rms_normalize(x, eps: float):
+  """x / rms(x) over the last axis in float32, cast back to x's dtype: an RMSNorm without a weight (Gemma 4's
+  router input here, and its value norm in transformer.py)."""
+  x32 = x.astype(jnp.float32)
+  return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
 def replayed_weights(logits_TxE, experts_Txk, cfg: ModelConfig):

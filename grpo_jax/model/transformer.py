@@ -46,7 +46,7 @@ from grpo_jax.model.config import (FULL, LINEAR, SLIDING, LinearRopeScaling, Mod
 from grpo_jax.model.decode_attention import decode_attention
 from grpo_jax.model.initializers import normal as _normal, param as _param
 from grpo_jax.model.linear_attention import GatedDeltaNet, LinearCache, init_linear_cache
-from grpo_jax.model.moe import MoE
+from grpo_jax.model.moe import MoE, rms_normalize
 
 
 class LayerCache(NamedTuple):
@@ -121,13 +121,6 @@ class RMSNorm(nnx.Module):
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
     scale = self.scale[...].astype(jnp.float32)
     return (y * (1.0 + scale if self.offset else scale)).astype(x.dtype)
-
-
-def rms_normalize(x, eps: float):
-  """x / rms(x) over the last axis in float32, cast back to x's dtype: an RMSNorm without a weight (Gemma 4's
-  value norm)."""
-  x32 = x.astype(jnp.float32)
-  return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)).astype(x.dtype)
 
 
 def _yarn_inv_freq(inv, rs: YarnRopeScaling, theta: float, dim: int):
@@ -433,9 +426,10 @@ class MLP(nnx.Module):
 class DecoderLayer(nnx.Module):
   """Llama / Qwen: x + attn(norm(x)), then + mlp(post_attn_norm(x)). Gemma 3: four norms, x + post_attn_norm(
   attn(norm(x))), then + post_mlp_norm(mlp(pre_mlp_norm(x))) (transformers' post_attention_layernorm is the
-  pre-MLP norm of Llama but the attention output's norm of Gemma). Gemma 4 then adds its per-layer input
-  (`per_layer_input_size` > 0), x + ple_norm(gelu(x W_gate) * input_BxTxP) W_proj, and multiplies the whole
-  residual stream by `layer_scalar`."""
+  pre-MLP norm of Llama but the attention output's norm of Gemma). Gemma 4's expert block (`moe`) runs beside its
+  MLP: x + post_mlp_norm(post_mlp_norm_1(mlp(pre_mlp_norm(x))) + post_experts_norm(experts(pre_experts_norm(x))))
+  with the router reading x itself. Then its per-layer input (`per_layer_input_size` > 0), x + ple_norm(
+  gelu(x W_gate) * input_BxTxP) W_proj, and the whole residual stream times `layer_scalar`."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, sliding: bool = False, moe: bool = False,
                linear: bool = False, layer: int = 0):
@@ -448,7 +442,15 @@ class DecoderLayer(nnx.Module):
     if cfg.gemma:
       self.pre_mlp_norm = norm()
       self.post_mlp_norm = norm()
-    self.mlp = MoE(cfg, rngs=rngs) if moe else MLP(cfg, rngs=rngs, intermediate_size=cfg.layer_intermediate_size(layer))
+    if moe and not cfg.gemma4:
+      self.mlp = MoE(cfg, rngs=rngs)
+    else:
+      self.mlp = MLP(cfg, rngs=rngs, intermediate_size=cfg.layer_intermediate_size(layer))
+    if moe and cfg.gemma4:  # the expert block beside the MLP, each with its output norm
+      self.experts = MoE(cfg, rngs=rngs)
+      self.post_mlp_norm_1 = norm()
+      self.pre_experts_norm = norm()
+      self.post_experts_norm = norm()
     if cfg.per_layer_input_size:
       D, P = cfg.hidden_size, cfg.per_layer_input_size
       self.ple_gate_DxP = _param(rngs, _normal(0.02), (D, P), ("embed", None), pd)
@@ -469,16 +471,22 @@ class DecoderLayer(nnx.Module):
     else:
       h, new_cache, kv = self.attn(self.input_norm(x_BxTxD), rope_cos_sin, attn_mask_BxTxS, cache, cache_index,
                                    ring=self.sliding, shared_kv=shared_kv, cached=cached)
+    routing = None
     if self.gemma:
       x_BxTxD = x_BxTxD + self.post_attn_norm(h)
-      x_BxTxD = x_BxTxD + self.post_mlp_norm(self.mlp(self.pre_mlp_norm(x_BxTxD)))
+      y = self.mlp(self.pre_mlp_norm(x_BxTxD))
+      if hasattr(self, "experts"):
+        e, routing = self.experts(self.pre_experts_norm(x_BxTxD), experts_BxTxk, with_routing=True,
+                                  router_input_BxTxD=x_BxTxD)
+        y = self.post_mlp_norm_1(y) + self.post_experts_norm(e)
+      x_BxTxD = x_BxTxD + self.post_mlp_norm(y)
       if per_layer_input_BxTxP is not None:
         dt = x_BxTxD.dtype
         gate = jax.nn.gelu(x_BxTxD @ self.ple_gate_DxP[...].astype(dt), approximate=True) * per_layer_input_BxTxP
         x_BxTxD = x_BxTxD + self.ple_norm(gate @ self.ple_proj_PxD[...].astype(dt))
       if self.gemma4:
         x_BxTxD = x_BxTxD * self.layer_scalar[...].astype(x_BxTxD.dtype)
-      return x_BxTxD, new_cache, None, kv
+      return x_BxTxD, new_cache, routing, kv
     x_BxTxD = x_BxTxD + h
     if isinstance(self.mlp, MoE):
       y, routing = self.mlp(self.post_attn_norm(x_BxTxD), experts_BxTxk, with_routing=True)

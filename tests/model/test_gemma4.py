@@ -28,7 +28,8 @@ S_, F_ = SLIDING, FULL
 # their own head_dim (32 against 16) and one kv head, or the sliding layers' geometry; per-layer inputs on and off;
 # the last 2 layers sharing keys/values (with and without per-layer inputs) or none; attention_k_eq_v on and off;
 # proportional RoPE (with factor 2, and the default 0.25 of 512 -> 64) or the default one on full layers;
-# double-wide MLPs of the shared layers; soft-capping 30, 10 or none; tied and untied embeddings.
+# double-wide MLPs of the shared layers; soft-capping 30, 10 or none; tied and untied embeddings; the expert block
+# (4 experts, k 2) beside every layer's MLP.
 SHAPES = {
     "ple_share_keqv": dict(
         num_hidden_layers=6, layer_types=[S_, S_, F_, S_, S_, F_], num_attention_heads=4, num_key_value_heads=2,
@@ -49,6 +50,11 @@ SHAPES = {
         hidden_size_per_layer_input=0, num_kv_shared_layers=2, final_logit_softcapping=10.0,
         rope_parameters={S_: dict(rope_type="default", rope_theta=10_000.0),
                          F_: dict(rope_type="default", rope_theta=100_000.0)}),
+    "experts_ple_share": dict(
+        num_hidden_layers=4, layer_types=[S_, F_, S_, F_], num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, global_head_dim=32, sliding_window=4, hidden_size_per_layer_input=8,
+        vocab_size_per_layer_input=VOCAB, num_kv_shared_layers=2, final_logit_softcapping=30.0,
+        enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=24),
 }
 
 
@@ -184,7 +190,7 @@ def test_export_loads_in_transformers_to_the_same_logits(checkpoints, tmp_path):
   """save_pretrained's checkpoint: transformers builds a Gemma4ForCausalLM with the same tensors (layer scalars,
   per-layer inputs, no k/v in the shared layers) and config, whose logits are bit for bit the original's."""
   import transformers
-  for name in ("ple_share_keqv", "global_dim_untied"):
+  for name in ("ple_share_keqv", "global_dim_untied", "experts_ple_share"):
     path, torch_model, model = checkpoints(name)
     hf_io.save_pretrained(model, tmp_path / name, source=path)
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / name, attn_implementation="eager").eval()
@@ -255,7 +261,7 @@ def test_config_json_forms_read_as_transformers_reads_them(extra):
 @pytest.mark.parametrize("extra,named", [
     (dict(layer_types=["sliding_attention", "chunked_attention"]), "chunked_attention"),
     (dict(attn_logit_softcapping=50.0), "attn_logit_softcapping"),
-    (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=8), "enable_moe_block"),
+    (dict(enable_moe_block=True), "enable_moe_block"),                    # without its experts' sizes
     (dict(use_bidirectional_attention="all"), "use_bidirectional_attention"),
     (dict(per_layer_config={"1": {"intermediate_size": 64}}), "intermediate_size"),
     (dict(rope_parameters={F_: dict(rope_type="yarn", factor=2.0, rope_theta=1e6),
