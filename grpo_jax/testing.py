@@ -11,10 +11,10 @@ The checkpoint is a randomly initialized `Transformer` saved with our own `save_
 A tiny random Gemma 3 (`tiny_gemma3/`: one sliding-window layer and one global layer, Gemma's special tokens,
 a BOS added by the tokenizer, Gemma 3's chat template) stands in for a Gemma checkpoint the same way, and two tiny
 mixtures of experts with the ChatML fixture tokenizer for Qwen3-MoE (`tiny_qwen3_moe/`) and gpt-oss
-(`tiny_gpt_oss/`) checkpoints.
+(`tiny_gpt_oss/`) checkpoints, and a tiny Qwen3.5 hybrid (`tiny_qwen3_5/`).
 
     python -m grpo_jax.testing /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, tiny_qwen3_moe/, tiny_gpt_oss/,
-                                               # gsm8k.jsonl, countdown.parquet
+                                               # tiny_qwen3_5/, gsm8k.jsonl, countdown.parquet
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import numpy as np
 from grpo_jax.data.datasets import COUNTDOWN_QUESTION
 from grpo_jax.data.templates import GEMMA3_CHAT_TEMPLATE, R1_SYSTEM_PROMPT, R1_ZERO_TEMPLATE
 from grpo_jax.model import hf_io
-from grpo_jax.model.config import FULL, SLIDING, ModelConfig, YarnRopeScaling
+from grpo_jax.model.config import FULL, LINEAR, SLIDING, ModelConfig, YarnRopeScaling
 from grpo_jax.model.transformer import Transformer
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -40,6 +40,7 @@ CHECKPOINT_DIR = "tiny_qwen2"
 GEMMA3_DIR = "tiny_gemma3"
 QWEN3_MOE_DIR = "tiny_qwen3_moe"
 GPT_OSS_DIR = "tiny_gpt_oss"
+QWEN3_5_DIR = "tiny_qwen3_5"
 GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
 GSM8K_FILE = "gsm8k.jsonl"
 COUNTDOWN_FILE = "countdown.parquet"
@@ -156,6 +157,18 @@ def build_gpt_oss_checkpoint(path: str, *, seed: int = 0, max_position_embedding
   return save_random_checkpoint(path, cfg, tokenizer, seed)
 
 
+def build_qwen3_5_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024) -> str:
+  """A random tiny Qwen3.5 (two Gated DeltaNet layers, then full attention with its output gate and partial RoPE;
+  norms as offsets from 1; tied embeddings, as the 0.8B) with the fixture tokenizer."""
+  tokenizer = build_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_layers=3, num_heads=4,
+                    num_kv_heads=2, head_dim=16, max_position_embeddings=max_position_embeddings, rope_theta=1e7,
+                    partial_rotary_factor=0.25, tie_word_embeddings=True, qk_norm=True, attention_output_gate=True,
+                    family="qwen3_5_text", layer_types=(LINEAR, LINEAR, FULL), linear_num_key_heads=2,
+                    linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8)
+  return save_random_checkpoint(path, cfg, tokenizer, seed)
+
+
 def build_gemma3_tokenizer(vocab_size: int = 512):
   """A `PreTrainedTokenizerFast` shaped like Gemma's: <pad> 0, <eos> 1, <bos> 2 (added in front of every
   encoding with special tokens), <start_of_turn> / <end_of_turn>, and Gemma 3's chat template."""
@@ -209,6 +222,7 @@ FIXTURES = {"checkpoint": (CHECKPOINT_DIR, build_checkpoint),
             "gemma3_checkpoint": (GEMMA3_DIR, build_gemma3_checkpoint),
             "qwen3_moe_checkpoint": (QWEN3_MOE_DIR, build_qwen3_moe_checkpoint),
             "gpt_oss_checkpoint": (GPT_OSS_DIR, build_gpt_oss_checkpoint),
+            "qwen3_5_checkpoint": (QWEN3_5_DIR, build_qwen3_5_checkpoint),
             "gsm8k": (GSM8K_FILE, lambda path: write_jsonl(path, gsm8k_records())),
             "countdown": (COUNTDOWN_FILE, lambda path: write_parquet(path, countdown_records()))}
 
@@ -232,7 +246,7 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
   directory = os.path.abspath(directory or default_directory())
   paths = {key: os.path.join(directory, name) for key, (name, _) in FIXTURES.items()}
   if os.path.exists(os.path.join(directory, _DONE)):
-    for key in ("gemma3_checkpoint", "qwen3_moe_checkpoint", "gpt_oss_checkpoint"):
+    for key in ("gemma3_checkpoint", "qwen3_moe_checkpoint", "gpt_oss_checkpoint", "qwen3_5_checkpoint"):
       if not os.path.exists(paths[key]):  # a directory built before this fixture existed
         _build_into(paths[key], FIXTURES[key][1])
     return paths

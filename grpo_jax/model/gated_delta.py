@@ -50,13 +50,52 @@ def recurrent(q_BxTxHkxDk, k_BxTxHkxDk, v_BxTxHvxDv, g_BxTxHv, beta_BxTxHv, stat
   return jnp.moveaxis(o_TxBxHxDv, 0, 1), state
 
 
+def _unit_lower_inverse(strict_xCxC):
+  """(I + N)^-1 for N strictly lower triangular [..., C, C], float32. On CPUs by forward substitution, row by row
+  (row i of the inverse is e_i - N_i (rows < i)): XLA:CPU runs triangular_solve as a LAPACK call that splits its
+  batch over the intra-op thread pool and waits for it, and two such calls running at once (independent solves
+  of one program) deadlocked jaxlib 0.10.2 on a 2-core machine. GPUs and TPUs take XLA's triangular solve."""
+  C = strict_xCxC.shape[-1]
+  eye = jnp.broadcast_to(jnp.eye(C, dtype=strict_xCxC.dtype), strict_xCxC.shape)
+  if jax.default_backend() != "cpu":
+    return jax.lax.linalg.triangular_solve(eye + strict_xCxC, eye, left_side=True, lower=True, unit_diagonal=True)
+
+  def row(i, inverse):
+    return inverse.at[..., i, :].set(eye[..., i, :] - jnp.einsum("...j,...jk->...k", strict_xCxC[..., i, :], inverse))
+  return jax.lax.fori_loop(1, C, row, eye)
+
+
+@jax.custom_vjp
+def unit_lower_solve(strict_xCxC, rhs_xCxD):
+  """X = (I + N)^-1 R for N strictly lower triangular [..., C, C] and R [..., C, D]."""
+  return _unit_lower_inverse(strict_xCxC) @ rhs_xCxD
+
+
+def _solve_fwd(strict, rhs):
+  inverse = _unit_lower_inverse(strict)
+  x = inverse @ rhs
+  return x, (inverse, x)
+
+
+def _solve_bwd(residuals, x_bar):
+  # dX = T (dR - dN X) with T = (I + N)^-1: R's cotangent is T^T X_bar, N's is -(T^T X_bar) X^T on its strictly
+  # lower entries (the only ones N has).
+  inverse, x = residuals
+  rhs_bar = jnp.swapaxes(inverse, -1, -2) @ x_bar
+  C = x.shape[-2]
+  return jnp.where(jnp.tri(C, k=-1, dtype=bool), -rhs_bar @ jnp.swapaxes(x, -1, -2), 0.0), rhs_bar
+
+
+unit_lower_solve.defvjp(_solve_fwd, _solve_bwd)
+
+
 def chunked(q_BxTxHkxDk, k_BxTxHkxDk, v_BxTxHvxDv, g_BxTxHv, beta_BxTxHv, state_BxHvxDkxDv=None, chunk: int = 64,
             l2norm: bool = True):
   """(o [B, T, Hv, Dv] float32, final state [B, Hv, Dk, Dv]), C = `chunk` tokens at a time.
 
   In a chunk with cumulative log-decay c_i, the state after token i is exp(c_i) S0 plus the tokens' corrections
   u_j k_j^T decayed by exp(c_i - c_j); the corrections solve (I + L) u = beta v - W S0, L_ij = beta_i k_i.k_j
-  exp(c_i - c_j) for j < i, W_i = beta_i exp(c_i) k_i: one triangular solve for u0 = (I + L)^-1 beta v and one for
+  exp(c_i - c_j) for j < i, W_i = beta_i exp(c_i) k_i: one triangular solve (`unit_lower_solve`) gives both u0 = (I + L)^-1 beta v and
   W' = (I + L)^-1 W, then u = u0 - W' S0 per chunk.
   """
   q, k, v, g, beta = _prepare(q_BxTxHkxDk, k_BxTxHkxDk, v_BxTxHvxDv, g_BxTxHv, beta_BxTxHv, l2norm)
@@ -74,10 +113,8 @@ def chunked(q_BxTxHkxDk, k_BxTxHkxDk, v_BxTxHvxDv, g_BxTxHv, beta_BxTxHv, state_
   decay_CxC = jnp.exp(jnp.where(lower, c[..., :, None] - c[..., None, :], -jnp.inf))  # exp(c_i - c_j), j <= i
   k_beta = k * beta[..., None]
   strict = jnp.where(jnp.eye(C, dtype=bool), 0.0, jnp.einsum("bhnik,bhnjk->bhnij", k_beta, k) * decay_CxC)
-  solve = lambda rhs: jax.lax.linalg.triangular_solve(jnp.eye(C) + strict, rhs, left_side=True, lower=True,
-                                                      unit_diagonal=True)
-  u0 = solve(v * beta[..., None])                              # [B, H, N, C, Dv]
-  w = solve(k_beta * jnp.exp(c)[..., None])                    # [B, H, N, C, Dk]
+  solved = unit_lower_solve(strict, jnp.concatenate([v * beta[..., None], k_beta * jnp.exp(c)[..., None]], -1))
+  u0, w = solved[..., :Dv], solved[..., Dv:]                   # [B, H, N, C, Dv], [B, H, N, C, Dk]
   attn = jnp.einsum("bhnik,bhnjk->bhnij", q, k) * decay_CxC    # within the chunk, j <= i
   q_decayed = q * jnp.exp(c)[..., None]
   k_to_end = k * jnp.exp(c[..., -1:] - c)[..., None]
