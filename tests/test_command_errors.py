@@ -121,6 +121,9 @@ def test_evaluation_progress_lines_say_what_is_left():
     ({"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "quantization_config": {"quant_method": "mxfp4"}},
      ["'mxfp4'", "dequantized copy"]),
     ({"model_type": "mixtral", "architectures": ["MixtralForCausalLM"]}, ["mixtral", "Qwen3-MoE and gpt-oss"]),
+    ({"model_type": "qwen3_5_text", "architectures": ["Qwen3_5ForCausalLM"], "vocab_size": 8, "hidden_size": 8,
+      "intermediate_size": 8, "num_hidden_layers": 2, "num_attention_heads": 1, "num_key_value_heads": 1,
+      "layer_types": ["linear_attention", "mamba"]}, ["'mamba'", "'linear_attention' and 'full_attention'"]),
 ])
 def test_a_checkpoint_grpo_jax_cannot_read_is_named_before_anything_loads(tmp_path, hf, words):
   import json
