@@ -10,12 +10,18 @@ the base model is the adapted model's state without its adapters, read by a grap
 Targets use Hugging Face's projection names (those `peft`'s `target_modules` take): q_proj, k_proj, v_proj,
 o_proj, gate_proj, up_proj, down_proj, and in Qwen3.5's linear-attention layers in_proj_qkv, in_proj_z, out_proj;
 in a mixture-of-experts layer the MLP's three adapt every expert (one low-rank update per expert,
-`ExpertAdapters`); the router, Qwen3.5's output gate and its small beta / decay projections are not adapted. Adapters are replicated over the mesh
-(they are small).
+`ExpertAdapters`), and Gemma 4's expert block beside the MLP gets its own; the router, Qwen3.5's output gate and
+its small beta / decay projections are not adapted. Adapters are replicated over the mesh (they are small).
+
+Each adapter takes its sizes from the weight it adapts, so a layer with its own geometry gets adapters of that
+geometry (Gemma 4's global layers: their own head_dim and kv heads; its double-wide MLPs), and a target whose
+weight a block lacks gets none (Gemma 4's layers that read another's keys and values have no k_proj / v_proj,
+an `attention_k_eq_v` global layer no v_proj: its values are its keys, adapter included).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
@@ -97,13 +103,57 @@ EXPERT_WEIGHT_OF = {"gate_proj": "gate_ExDxF", "up_proj": "up_ExDxF", "down_proj
 
 
 def projection_sizes(cfg: ModelConfig, experts: bool = False) -> dict[str, tuple[int, int]]:
-  """Projection name -> (D_in, D_out) of the matrix it applies (one expert's with `experts`)."""
+  """Projection name -> (D_in, D_out) of the matrix it applies (one expert's with `experts`), with the model-wide
+  head_dim, kv heads and intermediate size (`layer_projection_sizes` for a given layer's)."""
   D, NH, KH = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
   F = cfg.moe_intermediate_size if experts else cfg.intermediate_size
   values = cfg.linear_num_value_heads * cfg.linear_value_head_dim
   return {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D),
           "gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D),
           "in_proj_qkv": (D, linear_attention.channels(cfg)), "in_proj_z": (D, values), "out_proj": (values, D)}
+
+
+def layer_projection_sizes(cfg: ModelConfig, layer: int) -> list[tuple[dict[str, tuple[int, int]], bool]]:
+  """(target -> (D_in, D_out), whether it is an expert block) for each block of layer `layer` that `_blocks`
+  yields, from the config alone (what `add_adapters` reads from the weights): the mixer with the layer's own head
+  geometry and only the projections it has, the MLP with the layer's width, then Gemma 4's expert block."""
+  D, NH = cfg.hidden_size, cfg.num_heads * cfg.layer_head_dim(layer)
+  KH = cfg.layer_kv_heads(layer) * cfg.layer_head_dim(layer)
+  if cfg.is_linear(layer):
+    mixer = {name: projection_sizes(cfg)[name] for name in LINEAR_TARGETS}
+  else:
+    mixer = {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D)}
+    if cfg.kv_source(layer) is not None:
+      del mixer["k_proj"], mixer["v_proj"]
+    elif cfg.values_from_keys(layer):
+      del mixer["v_proj"]
+  F = cfg.layer_intermediate_size(layer)
+  dense = {"gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D)}
+  experts = {n: projection_sizes(cfg, experts=True)[n] for n in MLP_TARGETS}
+  if not cfg.is_moe(layer):
+    return [(mixer, False), (dense, False)]
+  if cfg.gemma4:  # the expert block beside the MLP
+    return [(mixer, False), (dense, False), (experts, True)]
+  return [(mixer, False), (experts, True)]
+
+
+# Leading axes of a target's weight that are its input (after an expert weight's E): the rest are its output.
+INPUT_AXES = {"o_proj": 2, "out_proj": 2}
+
+
+def block_sizes(block, names: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+  """Target -> (D_in, D_out) of the matrix it applies in `block` (one expert's in an expert block), read from the
+  block's own weights; a target whose weight the block lacks is left out."""
+  experts = _is_experts(block)
+  sizes = {}
+  for name in names:
+    weight = getattr(block, (EXPERT_WEIGHT_OF if experts else WEIGHT_OF)[name], None)
+    if weight is None:
+      continue
+    shape = weight.shape[1:] if experts else weight.shape
+    k = INPUT_AXES.get(name, 1)
+    sizes[name] = (math.prod(shape[:k]), math.prod(shape[k:]))
+  return sizes
 
 
 class ExpertAdapters(nnx.Module):
@@ -171,22 +221,23 @@ class LayerAdapters(nnx.Module):
 
 
 def _blocks(model):
-  """(block, the targets it can hold) for the attention (or linear attention) and MLP block of every layer."""
+  """(block, the targets it can hold) for the attention (or linear attention) and MLP block of every layer, and
+  Gemma 4's expert block beside its MLP."""
   for layer in model.layers:
     yield layer.attn, LINEAR_TARGETS if isinstance(layer.attn, linear_attention.GatedDeltaNet) else ATTENTION_TARGETS
     yield layer.mlp, MLP_TARGETS
+    if hasattr(layer, "experts"):
+      yield layer.experts, MLP_TARGETS
 
 
 def add_adapters(model, lora: LoraConfig, rngs: nnx.Rngs):
-  """Attaches adapters to `model` (a Transformer, in place) and returns it; a block with no targeted projection
-  gets none. Their random draws come from `rngs` alone, so the base weights are those of the same model built
-  without LoRA."""
+  """Attaches adapters to `model` (a Transformer, in place) and returns it, each of its weight's sizes
+  (`block_sizes`); a block with no targeted projection gets none. Their random draws come from `rngs` alone, so the
+  base weights are those of the same model built without LoRA."""
   for block, names in _blocks(model):
-    if any(name in lora.targets for name in names):
-      experts = _is_experts(block)
-      sizes = projection_sizes(model.cfg, experts)
-      block.adapters = (ExpertAdapters if experts else LayerAdapters)({n: sizes[n] for n in names}, lora, model.cfg,
-                                                                     rngs=rngs)
+    sizes = block_sizes(block, names)
+    if any(name in lora.targets for name in sizes):
+      block.adapters = (ExpertAdapters if _is_experts(block) else LayerAdapters)(sizes, lora, model.cfg, rngs=rngs)
   return model
 
 

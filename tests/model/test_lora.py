@@ -10,6 +10,7 @@ from flax import nnx
 
 from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model import lora
+from tests.tolerance import assert_close_f32
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
@@ -115,3 +116,47 @@ def test_counts_and_targets():
     lora.parse_targets("qproj,v_proj")
   with pytest.raises(ValueError, match="rank"):
     lora.LoraConfig(rank=0, alpha=1.0)
+
+
+# Gemma 4 with every geometry an adapter must follow: global layers (1, 3) with head_dim 8 and 1 kv head against
+# 4 and 2, attention_k_eq_v (no v_proj on 1), the last 2 layers reading layers 0 and 1's keys and values (no k/v
+# projections), double-wide MLPs on those, per-layer inputs, and the expert block beside every MLP.
+GEMMA4 = ModelConfig(vocab_size=32, hidden_size=16, intermediate_size=12, num_layers=4, num_heads=4, num_kv_heads=2,
+                     head_dim=4, family="gemma4_text", qk_norm=True, query_pre_attn_scalar=1.0,
+                     tie_word_embeddings=True, layer_types=("sliding_attention", "full_attention") * 2,
+                     sliding_window=3, global_head_dim=8, global_num_kv_heads=1, attention_k_eq_v=True,
+                     num_kv_shared_layers=2, double_wide_mlp=True, per_layer_input_size=4,
+                     per_layer_input_vocab_size=32, final_logit_softcapping=30.0, num_experts=4,
+                     num_experts_per_tok=2, moe_intermediate_size=6, norm_topk_prob=True)
+
+
+def test_gemma4_adapters_follow_each_blocks_weights_start_at_the_base_and_merge():
+  base = Transformer(GEMMA4, rngs=nnx.Rngs(0))
+  model = _adapted(lora.LoraConfig(rank=2, alpha=4.0), GEMMA4)
+  layers = model.layers
+  # Each adapter has its weight's sizes; a missing weight has none.
+  assert layers[0].attn.adapters.names == ("q_proj", "k_proj", "v_proj", "o_proj")
+  assert layers[1].attn.adapters.names == ("q_proj", "k_proj", "o_proj")  # k_eq_v: values are the keys
+  assert layers[2].attn.adapters.names == layers[3].attn.adapters.names == ("q_proj", "o_proj")  # shared k/v
+  assert layers[1].attn.adapters.k_proj.lora_b.shape == (2, 1 * 8)
+  assert layers[1].attn.adapters.o_proj.lora_a.shape == (4 * 8, 2)
+  assert layers[3].mlp.adapters.gate_proj.lora_b.shape == (2, 2 * 12)  # double-wide
+  assert layers[0].experts.adapters.down_proj_a.shape == (4, 6, 2)
+  # The config's per-layer sizes (what memory_estimate counts) are those read from the weights.
+  _, params = nnx.split(model)
+  expected = sum((GEMMA4.num_experts if experts else 1) * 2 * (d_in + d_out) for i in range(GEMMA4.num_layers)
+                 for sizes, experts in lora.layer_projection_sizes(GEMMA4, i) for d_in, d_out in sizes.values())
+  assert lora.count(params)[0] == expected
+  inputs = _inputs()
+  logits = lambda m: np.asarray(m.logits(m(*inputs)[0]))
+  base_logits = logits(base)
+  np.testing.assert_array_equal(logits(model), base_logits)
+  adapted_model = _randomize_b(model)
+  adapted = logits(adapted_model)
+  assert np.abs(adapted - base_logits).max() > 0.1
+  merged = lora.merged(adapted_model)
+  assert jax.tree.structure(nnx.split(merged)[1]) == jax.tree.structure(nnx.split(base)[1])
+  # float32: the merged weights round once where the adapted model adds two products, and Gemma 4's q / k / v norms
+  # rescale projections of weights ~0.02 to unit RMS, that rounding with them (worst seen: 3.4e-6 at scale 0.2,
+  # 130 ulps).
+  assert_close_f32(logits(merged), adapted, ulps=512)
