@@ -68,7 +68,7 @@ from flax import nnx
 
 from grpo_jax.model import Transformer
 from grpo_jax.commands import exit_on_mistake
-from grpo_jax.model.config import (FULL, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling,
+from grpo_jax.model.config import (FULL, LINEAR, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling,
                                     from_hf_config)
 from grpo_jax.model.linear_attention import channels as linear_channels
 from grpo_jax.model.lora import ATTENTION_TARGETS, LINEAR_TARGETS, MLP_TARGETS, parse_targets, projection_sizes
@@ -147,7 +147,6 @@ PRESETS.update({
 def _qwen3_5(hidden_size, intermediate_size, num_layers, num_heads, linear_value_heads, tie_word_embeddings) -> dict:
   """A Qwen3.5 preset: every 4th layer full attention (2 or 4 KV heads of 256, gated output, RoPE on a quarter of
   each head), the others Gated DeltaNet (16 query/key heads of 128, value heads of 128, 4 convolution taps)."""
-  from grpo_jax.model.config import LINEAR
   return dict(vocab_size=248320, hidden_size=hidden_size, intermediate_size=intermediate_size, num_layers=num_layers,
               num_heads=num_heads, num_kv_heads=2 if hidden_size <= 1024 else 4, head_dim=256, rope_theta=1e7,
               partial_rotary_factor=0.25, tie_word_embeddings=tie_word_embeddings, qk_norm=True,
