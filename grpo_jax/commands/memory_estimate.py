@@ -10,6 +10,7 @@ training activations, for a model config on a ('data', 'fsdp', 'tensor'[, 'exper
       --device-memory-gib 79.6 --sampler-batch 256        # a GRPO step of a mixture of experts on 8 H100s
   python -m grpo_jax.commands.memory_estimate --table moe      # the docs/models.md table (Qwen3-30B-A3B, gpt-oss-20b)
   python -m grpo_jax.commands.memory_estimate --table hybrid   # the docs/models.md table (Qwen3.5 0.8B, 27B)
+  python -m grpo_jax.commands.memory_estimate --table gemma4   # the docs/models.md table (Gemma 4 E2B, 31B)
 
 Parameters are counted exactly, shard by shard, with the trainer's own sharding rules (`LOGICAL_RULES` applied
 to the model's logical axis names; a dimension its mesh axes do not divide is replicated). Gradients are held
@@ -24,7 +25,8 @@ Estimates (not measured; XLA's buffer reuse and fusion change them):
   dtype, the batch split over data x fsdp x expert and the kv heads over tensor (when they divide). A sliding-window
   layer (Gemma 3, gpt-oss) holds min(window, prompt + new tokens) slots instead, and a linear-attention layer
   (Qwen3.5) a fixed-size cache per row: its convolution's last K - 1 inputs (C channels, compute dtype) and its
-  float32 state [Hv, Dk, Dv], whatever the length.
+  float32 state [Hv, Dk, Dv], whatever the length. Each layer with its own kv heads and head_dim (Gemma 4's global
+  layers); a layer that reads another's keys and values (Gemma 4's last num_kv_shared_layers) holds none.
 - Activations kept for the backward pass of one micro-batch (rows split over data x fsdp x expert), per token and
   layer: 4 D (the two norms' inputs and outputs) + 2 (N + 2K) H (q, k, v before and after RoPE) + N H (attention
   output) + 3 F (gate, up, their product) in the compute dtype, the head and MLP terms split over tensor, plus
@@ -38,14 +40,18 @@ Estimates (not measured; XLA's buffer reuse and fusion change them):
   linear-attention layer keeps, instead of the attention terms, 4 D + 3 C (projection, convolution, SiLU) + 3 Hv Dv
   (gate z, output, normed output) + 2 Hv in the compute dtype and, in float32, its chunked form's per-token share:
   three 64 x 64 matrices per head (64 x 3 Hv), the solved values and keys (Hv (Dk + Dv)) and the state at each
-  chunk's start (Hv Dk Dv / 64); C, Hv split over tensor.
+  chunk's start (Hv Dk Dv / 64); C, Hv split over tensor. Every term with the layer's own head_dim, kv heads and
+  MLP width (Gemma 4); a layer reading another's keys and values keeps no k, v of its own; Gemma 4's expert block
+  beside the MLP keeps the expert terms on top of 3 F, and its per-layer input 2 P + D (gate, product, projection).
 - With a shared prompt forward (`prompt_repeats` s > 1, `model.share_prompt_forward`), a micro-batch of b rows
   runs b / s prompts of P tokens and b completions of C tokens, so the token count above is b/s P + b C
   instead of b (P + C); each layer's keys and values over P + C slots, copied to every row, are kept as well
-  (2 K H per row and slot, in the remat count too, where they are the layer's second input).
+  (2 K H per row and slot, in the remat count too, where they are the layer's second input; none for a layer that
+  reads another's).
 - With LoRA (`--lora-rank` r > 0, `model.lora_rank`): the base parameters are stored as before but take no
   gradients and no optimizer state; the adapters (r (D_in + D_out) per adapted projection and layer, E of them
-  on an expert projection, replicated) take both; there is no reference copy (the reference is the base model,
+  on an expert projection, replicated; the projections and sizes each layer has, `lora.layer_projection_sizes`)
+  take both; there is no reference copy (the reference is the base model,
   adapters off). Each adapted projection keeps x A (r) and the update's output (D_out) per token and layer (k
   times on an expert projection) for the backward pass.
 
@@ -58,6 +64,7 @@ memory. The parameter dtype is the one given (--param-dtype); the reference's pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import math
@@ -71,7 +78,7 @@ from grpo_jax.commands import exit_on_mistake
 from grpo_jax.model.config import (FULL, LINEAR, SLIDING, LinearRopeScaling, ModelConfig, YarnRopeScaling,
                                     from_hf_config)
 from grpo_jax.model.linear_attention import channels as linear_channels
-from grpo_jax.model.lora import ATTENTION_TARGETS, LINEAR_TARGETS, MLP_TARGETS, parse_targets, projection_sizes
+from grpo_jax.model.lora import layer_projection_sizes, parse_targets
 from grpo_jax.model.sharding import LOGICAL_RULES, logical_to_spec
 from grpo_jax.model.transformer import cache_slots  # a sliding-window layer caches its window only
 
@@ -161,6 +168,43 @@ PRESETS.update({
     "qwen3.5-0.8b": _qwen3_5(1024, 3584, 24, 8, 16, tie_word_embeddings=True),
     "qwen3.5-27b": _qwen3_5(5120, 17408, 64, 24, 48, tie_word_embeddings=False),
 })
+
+
+def _gemma4(text_config: dict) -> dict:
+  """A Gemma 4 preset: ModelConfig's fields for a gemma4_text config.json (Gemma4TextConfig's defaults for what
+  it does not give, as from_hf_config reads a checkpoint)."""
+  cfg = from_hf_config({"model_type": "gemma4_text", **text_config})
+  return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("param_dtype", "dtype")}
+
+
+# Gemma 4's language models (the vision and audio towers are not counted), from the text_config of
+# google/gemma-4-E2B and google/gemma-4-31B as copied into several independent open-source loaders' tests (no hub
+# access here; each value below agreed in at least two of them): E2B 35 layers of 1536, 4 sliding (window 512)
+# then 1 global, 8 heads, 1 kv head, head_dim 256 (512 global), MLP 6144 (12288 on the last 20 layers, which read
+# layers 13 and 14's keys and values), per-layer inputs of 256; 31B 60 layers of 5376, 5 sliding (window 1024)
+# then 1 global, 32 heads, 16 kv heads (4 global, attention_k_eq_v), head_dim 256 (512 global), MLP 21504, no
+# per-layer inputs and no shared layers. Both tied, vocabulary 262144, soft-capping 30. Uncertain: max_position_
+# embeddings (131072 for E2B, 262144 for 31B as reported) changes no estimate. Not here: E4B and 26B-A4B, whose
+# reported configs disagreed between sources (E4B's kv heads and shared layers, 26B-A4B's global kv heads).
+_GEMMA4_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1_000_000.0}}
+PRESETS.update({
+    "gemma4-e2b": _gemma4(dict(
+        vocab_size=262144, hidden_size=1536, intermediate_size=6144, num_hidden_layers=35, num_attention_heads=8,
+        num_key_value_heads=1, head_dim=256, global_head_dim=512, sliding_window=512, max_position_embeddings=131072,
+        layer_types=["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(35)],
+        hidden_size_per_layer_input=256, vocab_size_per_layer_input=262144, num_kv_shared_layers=20,
+        use_double_wide_mlp=True, attention_k_eq_v=False, final_logit_softcapping=30.0, rope_parameters=_GEMMA4_ROPE,
+        tie_word_embeddings=True)),
+    "gemma4-31b": _gemma4(dict(
+        vocab_size=262144, hidden_size=5376, intermediate_size=21504, num_hidden_layers=60, num_attention_heads=32,
+        num_key_value_heads=16, num_global_key_value_heads=4, attention_k_eq_v=True, head_dim=256,
+        global_head_dim=512, sliding_window=1024, max_position_embeddings=262144,
+        layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(60)],
+        hidden_size_per_layer_input=0, num_kv_shared_layers=0, use_double_wide_mlp=False,
+        final_logit_softcapping=30.0, rope_parameters=_GEMMA4_ROPE, tie_word_embeddings=True)),
+})
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1024 ** 3
 
@@ -249,18 +293,18 @@ def _split(n: int, ways: int) -> int:
 
 def lora_sizes(cfg, rank: int, targets: str, layer: int = 0) -> tuple[int, int]:
   """(adapter parameters, elements kept per token for the backward pass: r + D_out per adapted projection) of
-  layer `layer`, for LoRA of rank `rank` on `targets` (0, 0 without LoRA). In a mixture-of-experts layer,
-  gate/up/down adapt each of the E experts, and a token passes through k of them."""
+  layer `layer`, for LoRA of rank `rank` on `targets` (0, 0 without LoRA), with the projections and sizes the
+  layer has (`lora.layer_projection_sizes`). In an expert block, gate/up/down adapt each of the E experts, and a
+  token passes through k of them."""
   if rank == 0:
     return 0, 0
   params = kept = 0
-  for t in parse_targets(targets):
-    if t in (ATTENTION_TARGETS if cfg.is_linear(layer) else LINEAR_TARGETS):
-      continue  # not a projection of this layer's mixer
-    experts = cfg.is_moe(layer) and t in MLP_TARGETS
-    d_in, d_out = projection_sizes(cfg, experts)[t]
-    params += (cfg.num_experts if experts else 1) * rank * (d_in + d_out)
-    kept += (cfg.num_experts_per_tok if experts else 1) * (rank + d_out)
+  chosen = parse_targets(targets)
+  for sizes, experts in layer_projection_sizes(cfg, layer):
+    for t, (d_in, d_out) in sizes.items():
+      if t in chosen:
+        params += (cfg.num_experts if experts else 1) * rank * (d_in + d_out)
+        kept += (cfg.num_experts_per_tok if experts else 1) * (rank + d_out)
   return params, kept
 
 
@@ -268,11 +312,30 @@ def ffn_kept(cfg, layer: int, tp: int, ab: int) -> int:
   """Bytes per token that layer `layer`'s feed-forward keeps for the backward pass: gate, up and their product
   (3 F) in a dense layer; in a mixture-of-experts layer the router logits (E, float32), the token's input and
   output copied to each of its k experts (the rows sorted by expert) and each expert's gate, up and product
-  (3 k F_moe). F splits over tensor."""
+  (3 k F_moe); Gemma 4's expert block beside its MLP both. F splits over tensor; F is the layer's own
+  (Gemma 4's double-wide MLPs)."""
+  dense = 3 * _split(cfg.layer_intermediate_size(layer), tp) * ab
   if not cfg.is_moe(layer):
-    return 3 * _split(cfg.intermediate_size, tp) * ab
+    return dense
   k = cfg.num_experts_per_tok
-  return 4 * cfg.num_experts + (2 * k * cfg.hidden_size + 3 * k * _split(cfg.moe_intermediate_size, tp)) * ab
+  experts = 4 * cfg.num_experts + (2 * k * cfg.hidden_size + 3 * k * _split(cfg.moe_intermediate_size, tp)) * ab
+  return dense + experts if cfg.gemma4 else experts
+
+
+def kv_bytes(cfg, layer: int, tp: int, ab: int) -> int:
+  """Bytes of layer `layer`'s keys and values per slot (its own kv heads, split over tensor when they divide, and
+  head_dim); 0 for a layer that reads another's (`cfg.kv_source`)."""
+  if cfg.kv_source(layer) is not None:
+    return 0
+  return 2 * _split(cfg.layer_kv_heads(layer), tp) * cfg.layer_head_dim(layer) * ab
+
+
+def attention_kept(cfg, layer: int, tp: int, ab: int, T: int) -> int:
+  """Bytes per token an attention layer keeps for the backward pass (module docstring), with its own head
+  geometry; a layer that reads another's keys and values keeps only its queries' terms."""
+  D, H, heads = cfg.hidden_size, cfg.layer_head_dim(layer), _split(cfg.num_heads, tp)
+  kv = 0 if cfg.kv_source(layer) is not None else _split(cfg.layer_kv_heads(layer), tp)
+  return (4 * D + 2 * (heads + 2 * kv) * H + heads * H) * ab + heads * T * (4 + ab)
 
 
 def linear_cache_bytes(cfg, tp: int, ab: int) -> int:
@@ -294,7 +357,7 @@ def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
   """Bytes per device by category (see the module docstring for what each counts)."""
   pb, ab = DTYPE_BYTES[cfg.param_dtype], DTYPE_BYTES[cfg.dtype]
   total, local = param_elements(cfg, mesh)
-  D, N, K, H, V, L = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size, cfg.num_layers
+  D, V, L = cfg.hidden_size, cfg.vocab_size, cfg.num_layers
   T = w.prompt_len + w.new_tokens
   tp = mesh.tensor
   lora = [lora_sizes(cfg, w.lora_rank, w.lora_targets, i) for i in range(L)]
@@ -305,22 +368,23 @@ def estimate(cfg, mesh: Mesh, w: Workload = Workload()) -> dict[str, int]:
   else:
     out = {"num_params": total, "trainable": total, "params": local * pb, "grads": local * pb,
            "optimizer": 2 * local * pb, "ref_params": local * pb if w.use_ref and not w.offload_ref else 0}
-  kv_heads = _split(K, tp)
-  slots = sum(cache_slots(cfg, i, T) for i in range(L) if not cfg.is_linear(i))
-  linear = sum(map(cfg.is_linear, range(L)))
-  out["kv_cache"] = _split(w.sampler_batch, mesh.batch_ways) * (
-      slots * 2 * kv_heads * H * ab + linear * linear_cache_bytes(cfg, tp, ab))
+  # per row: each attention layer's slots of keys and values, each linear layer's fixed-size cache
+  row_cache = [linear_cache_bytes(cfg, tp, ab) if cfg.is_linear(i)
+               else cache_slots(cfg, i, T) * kv_bytes(cfg, i, tp, ab) for i in range(L)]
+  out["kv_cache"] = _split(w.sampler_batch, mesh.batch_ways) * sum(row_cache)
   rows = max(1, (w.micro_batch or mesh.batch_ways) // mesh.batch_ways)
-  heads, kv = _split(N, tp), kv_heads
-  attention = (4 * D + 2 * (heads + 2 * kv) * H + heads * H) * ab + heads * T * (4 + ab)
   if w.prompt_repeats > 1:
     tokens = -(-rows // w.prompt_repeats) * w.prompt_len + rows * w.new_tokens
-    # the prompt's cache copied to each row, per layer: keys/values, or a linear layer's window and state
-    shared = [rows * (linear_cache_bytes(cfg, tp, ab) if cfg.is_linear(i) else T * 2 * kv * H * ab) for i in range(L)]
+    # the prompt's cache copied to each row, per layer: keys/values (over all T slots), or a linear layer's window
+    # and state
+    shared = [rows * (linear_cache_bytes(cfg, tp, ab) if cfg.is_linear(i) else T * kv_bytes(cfg, i, tp, ab))
+              for i in range(L)]
   else:
     tokens, shared = rows * T, [0] * L
-  layers = [tokens * ((linear_kept(cfg, tp, ab) if cfg.is_linear(i) else attention) + ffn_kept(cfg, i, tp, ab)
-                      + lora[i][1] * ab) + shared[i] for i in range(L)]
+  P = cfg.per_layer_input_size
+  per_layer_input = (2 * P + D) * ab if P else 0  # Gemma 4: the gate, its product with the input, the projection
+  layers = [tokens * ((linear_kept(cfg, tp, ab) if cfg.is_linear(i) else attention_kept(cfg, i, tp, ab, T))
+                      + ffn_kept(cfg, i, tp, ab) + per_layer_input + lora[i][1] * ab) + shared[i] for i in range(L)]
   logits = 2 * rows * min(w.logprob_chunk, T) * _split(V, tp) * 4
   out["activations"] = sum(layers) + logits
   out["activations_remat"] = L * tokens * D * ab + sum(shared) + max(layers) + logits
@@ -419,7 +483,8 @@ def describe(p: Plan, device_bytes: int) -> str:
 
 # The docs/models.md tables of plans: name -> (models, accelerators).
 PLAN_TABLES = {"moe": (("qwen3-30b-a3b", "gpt-oss-20b"), ACCELERATORS),
-               "hybrid": (("qwen3.5-0.8b", "qwen3.5-27b"), H100)}
+               "hybrid": (("qwen3.5-0.8b", "qwen3.5-27b"), H100),
+               "gemma4": (("gemma4-e2b", "gemma4-31b"), H100)}
 
 
 def plan_table(which: str) -> str:
@@ -452,7 +517,8 @@ def run(argv=None):
   src.add_argument("--model", choices=sorted(PRESETS), help="a named preset")
   src.add_argument("--hf-config", help="a Hugging Face config.json (or its directory)")
   src.add_argument("--table", nargs="?", const="qwen", choices=("qwen", "gemma3", *PLAN_TABLES),
-                   help="print the docs/scaling.md table (qwen) or a docs/models.md one (gemma3, moe, hybrid)")
+                   help="print the docs/scaling.md table (qwen) or a docs/models.md one (gemma3, moe, hybrid, "
+                   "gemma4)")
   p.add_argument("--mesh", default="1,1,1", help="data,fsdp,tensor[,expert] (default 1,1,1)")
   p.add_argument("--plan", action="store_true", help="search meshes, micro-batch and remat for --devices devices "
                  "of --device-memory-gib each instead of --mesh and --micro-batch")

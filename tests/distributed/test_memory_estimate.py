@@ -266,3 +266,63 @@ def test_qwen3_5_presets_count_by_hand(name):
   expected = embeddings + D + L // 4 * full + (L - L // 4) * linear + L * layer
   assert me.param_elements(cfg, me.Mesh(1, 1, 1))[0] == expected
   assert abs(expected / {"qwen3.5-0.8b": 0.75e9, "qwen3.5-27b": 26.9e9}[name] - 1) < 0.01
+
+
+# A Gemma 4 shape: layers S F S F (window 3), the full ones with head_dim 16 and 1 kv head (against 8 and 2) and
+# their values the keys (attention_k_eq_v); layers 2 and 3 read layers 0 and 1's keys and values and have a
+# double-wide MLP; per-layer inputs of 4; the expert block (4 experts of 12, k 2) beside every MLP.
+GEMMA4 = CFG.replace(num_layers=4, family="gemma4_text", qk_norm=True, query_pre_attn_scalar=1.0,
+                     tie_word_embeddings=True, layer_types=("sliding_attention", "full_attention") * 2,
+                     sliding_window=3, global_head_dim=16, global_num_kv_heads=1, attention_k_eq_v=True,
+                     num_kv_shared_layers=2, double_wide_mlp=True, per_layer_input_size=4,
+                     per_layer_input_vocab_size=64, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=12,
+                     norm_topk_prob=True)
+
+
+def test_gemma4_cache_is_the_samplers_and_its_adapters_the_models():
+  import jax
+  from flax import nnx
+
+  from grpo_jax.model import Transformer, init_cache, lora
+  est = me.estimate(GEMMA4, me.Mesh(1, 1, 1), WORK)
+  cache = jax.eval_shape(lambda: init_cache(GEMMA4, WORK.sampler_batch, WORK.prompt_len + WORK.new_tokens))
+  assert est["kv_cache"] == sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+  # By hand, per row (bf16): layer 0's 3 slots x 2 (k, v) x 2 kv heads x 8, layer 1's 8 slots x 2 x 1 x 16, and
+  # nothing for layers 2 and 3.
+  assert est["kv_cache"] == 8 * 2 * (3 * 2 * 2 * 8 + 8 * 2 * 1 * 16)
+  est = me.estimate(GEMMA4, me.Mesh(1, 1, 1), WORK._replace(lora_rank=2))
+  model = nnx.eval_shape(lambda: lora.add_adapters(Transformer(GEMMA4, rngs=nnx.Rngs(0)), lora.LoraConfig(2, 4.0),
+                                                   nnx.Rngs(1)))
+  assert est["trainable"] == sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
+
+
+def _gemma4_layer(D, N, K, H, F, kv: bool, values: bool, P: int) -> int:
+  """One Gemma 4 layer by hand: q D x N H, o N H x D, q_norm H; k D x K H and k_norm H unless it reads another's
+  keys and values, v D x K H unless those are its keys too; MLP 3 D F; four norms D, layer_scalar 1; per-layer
+  input gate D x P, projection P x D and its norm D when P > 0."""
+  attention = 2 * D * N * H + H + (D * K * H + H if kv else 0) + (D * K * H if kv and values else 0)
+  return attention + 3 * D * F + 4 * D + 1 + (2 * D * P + D if P else 0)
+
+
+@pytest.mark.parametrize("name", ["gemma4-e2b", "gemma4-31b"])
+def test_gemma4_presets_count_by_hand(name):
+  cfg = me.model_config(name, "bfloat16", "bfloat16")
+  V = 262144
+  if name == "gemma4-e2b":  # 35 layers, every 5th global; the last 20 share keys and values and are double-wide
+    D, L, P, F = 1536, 35, 256, 6144
+    layers = sum(_gemma4_layer(D, 8, 1, 512 if i % 5 == 4 else 256, 2 * F if i >= 15 else F, i < 15, True, P)
+                 for i in range(L))
+    table = V * L * P  # the per-layer input table, which "effective" parameters leave out
+    top = V * D + D + table + D * L * P + P  # embeddings, final norm, per-layer input table and projection
+    effective = layers + top - table
+    # the model card's 2.3B effective; its 5.1B total holds the vision and audio towers as well
+    assert abs(effective / 2.3e9 - 1) < 0.02
+    published = effective + table
+  else:  # 60 layers, every 6th global with 4 kv heads of 512 and no value projection
+    D, L = 5376, 60
+    layers = sum(_gemma4_layer(D, 32, 4 if i % 6 == 5 else 16, 512 if i % 6 == 5 else 256, 21504, True,
+                               i % 6 != 5, 0) for i in range(L))
+    top = V * D + D
+    published = 30.7e9  # the model card's 30.7B (the vision tower adds ~0.5%)
+  assert me.param_elements(cfg, me.Mesh(1, 1, 1))[0] == layers + top
+  assert abs((layers + top) / published - 1) < 0.02
