@@ -11,10 +11,11 @@ The checkpoint is a randomly initialized `Transformer` saved with our own `save_
 A tiny random Gemma 3 (`tiny_gemma3/`: one sliding-window layer and one global layer, Gemma's special tokens,
 a BOS added by the tokenizer, Gemma 3's chat template) stands in for a Gemma checkpoint the same way, and two tiny
 mixtures of experts with the ChatML fixture tokenizer for Qwen3-MoE (`tiny_qwen3_moe/`) and gpt-oss
-(`tiny_gpt_oss/`) checkpoints, and a tiny Qwen3.5 hybrid (`tiny_qwen3_5/`).
+(`tiny_gpt_oss/`) checkpoints, a tiny Qwen3.5 hybrid (`tiny_qwen3_5/`) and a tiny Gemma 4 (`tiny_gemma4/`, with
+the Gemma fixture tokenizer).
 
     python -m grpo_jax.testing /tmp/fixtures   # writes tiny_qwen2/, tiny_gemma3/, tiny_qwen3_moe/, tiny_gpt_oss/,
-                                               # tiny_qwen3_5/, gsm8k.jsonl, countdown.parquet
+                                               # tiny_qwen3_5/, tiny_gemma4/, gsm8k.jsonl, countdown.parquet
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ GEMMA3_DIR = "tiny_gemma3"
 QWEN3_MOE_DIR = "tiny_qwen3_moe"
 GPT_OSS_DIR = "tiny_gpt_oss"
 QWEN3_5_DIR = "tiny_qwen3_5"
+GEMMA4_DIR = "tiny_gemma4"
 GEMMA3_SPECIAL_TOKENS = ("<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>")
 GSM8K_FILE = "gsm8k.jsonl"
 COUNTDOWN_FILE = "countdown.parquet"
@@ -203,6 +205,23 @@ def build_gemma3_checkpoint(path: str, *, seed: int = 0, max_position_embeddings
   return save_random_checkpoint(path, cfg, tokenizer, seed)
 
 
+def build_gemma4_checkpoint(path: str, *, seed: int = 0, max_position_embeddings: int = 1024,
+                            sliding_window: int = 4) -> str:
+  """A random tiny Gemma 4 shaped like E2B (sliding layers, then global ones with their own head_dim 16 and one
+  kv head; the last 2 layers reading the first two's keys and values, with double-wide MLPs; per-layer inputs;
+  soft-capping) plus attention_k_eq_v on the global layers (31B's), with the Gemma-like fixture tokenizer. The
+  window is shorter than the prompts."""
+  tokenizer = build_gemma3_tokenizer()
+  cfg = ModelConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=32, num_layers=4, num_heads=4,
+                    num_kv_heads=2, head_dim=8, max_position_embeddings=max_position_embeddings,
+                    rope_theta=1_000_000.0, local_rope_theta=10_000.0, tie_word_embeddings=True, qk_norm=True,
+                    query_pre_attn_scalar=1.0, family="gemma4_text", layer_types=(SLIDING, FULL, SLIDING, FULL),
+                    sliding_window=sliding_window, global_head_dim=16, global_num_kv_heads=1, attention_k_eq_v=True,
+                    num_kv_shared_layers=2, double_wide_mlp=True, per_layer_input_size=4,
+                    per_layer_input_vocab_size=len(tokenizer), final_logit_softcapping=30.0)
+  return save_random_checkpoint(path, cfg, tokenizer, seed)
+
+
 def write_jsonl(path: str, records: list[dict]) -> str:
   with open(path, "w", encoding="utf-8") as f:
     for record in records:
@@ -223,6 +242,7 @@ FIXTURES = {"checkpoint": (CHECKPOINT_DIR, build_checkpoint),
             "qwen3_moe_checkpoint": (QWEN3_MOE_DIR, build_qwen3_moe_checkpoint),
             "gpt_oss_checkpoint": (GPT_OSS_DIR, build_gpt_oss_checkpoint),
             "qwen3_5_checkpoint": (QWEN3_5_DIR, build_qwen3_5_checkpoint),
+            "gemma4_checkpoint": (GEMMA4_DIR, build_gemma4_checkpoint),
             "gsm8k": (GSM8K_FILE, lambda path: write_jsonl(path, gsm8k_records())),
             "countdown": (COUNTDOWN_FILE, lambda path: write_parquet(path, countdown_records()))}
 
@@ -246,7 +266,8 @@ def ensure_fixtures(directory: str | None = None) -> dict[str, str]:
   directory = os.path.abspath(directory or default_directory())
   paths = {key: os.path.join(directory, name) for key, (name, _) in FIXTURES.items()}
   if os.path.exists(os.path.join(directory, _DONE)):
-    for key in ("gemma3_checkpoint", "qwen3_moe_checkpoint", "gpt_oss_checkpoint", "qwen3_5_checkpoint"):
+    for key in ("gemma3_checkpoint", "qwen3_moe_checkpoint", "gpt_oss_checkpoint", "qwen3_5_checkpoint",
+                "gemma4_checkpoint"):
       if not os.path.exists(paths[key]):  # a directory built before this fixture existed
         _build_into(paths[key], FIXTURES[key][1])
     return paths
@@ -278,9 +299,10 @@ def _build_into(path: str, build, marker: str = "") -> None:
 def apply_test_preset(c, dataset: str | None, checkpoint: str = "checkpoint"):
   """The recipes' `:test` preset: 2 GRPO steps of the full path (load, template, sample, reward, update,
   checkpoint) on the tiny random Qwen2 (`checkpoint`: another key of FIXTURES, e.g. "gemma3_checkpoint",
-  "qwen3_moe_checkpoint", "gpt_oss_checkpoint") and the 16-problem fixture `dataset` ("gsm8k", "countdown", or None
-  for a task that generates its own rows). Only sizes, data sources and logging change: the recipe's structure
-  (remat, dtypes, the reference model, the loss, micro- and mini-batching) stays (tests/recipes)."""
+  "qwen3_moe_checkpoint", "gpt_oss_checkpoint", "gemma4_checkpoint") and the 16-problem fixture `dataset`
+  ("gsm8k", "countdown", or None for a task that generates its own rows). Only sizes, data sources and logging
+  change: the recipe's structure (remat, dtypes, the reference model, the loss, micro- and mini-batching) stays
+  (tests/recipes)."""
   paths = ensure_fixtures()
   c.model.hf_path = paths[checkpoint]
   if dataset is not None:

@@ -32,6 +32,8 @@ RECIPES = {
                       "checkpoint": "gpt_oss_checkpoint"},
     "qwen3_5_gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<|im_start|>system\n",
                       "checkpoint": "qwen3_5_checkpoint"},
+    "gemma4_gsm8k": {"rewards": ("gsm8k_accuracy", "format_strict"), "prompt_start": "<bos><start_of_turn>user\n",
+                     "checkpoint": "gemma4_checkpoint"},
 }
 # What a `:test` preset may change: sizes, counts, data sources and logging. Every other field is structure
 # (remat, dtypes, beta and the reference, the loss, the template, the rewards...) and must stay the recipe's.
