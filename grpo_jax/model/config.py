@@ -131,6 +131,9 @@ class ModelConfig:
   router: str = "softmax_topk"   # one of ROUTERS
   norm_topk_prob: bool = False
   moe_impl: str = "auto"         # one of MOE_IMPLS
+  # Qwen3.5-MoE: a shared expert beside the routed ones, a gated MLP of shared_expert_size units every token goes
+  # through, its output times sigmoid(x . w) (0: none).
+  shared_expert_size: int = 0
   # gpt-oss: a bias on the router and on every expert projection, the clamped gate (min(gate, limit), up clipped
   # to +-limit, gate * sigmoid(alpha * gate) * (up + 1)); the output projection's bias and one learned attention
   # sink logit per query head (an extra softmax column that takes probability mass and adds nothing).
@@ -295,7 +298,7 @@ class ModelConfig:
   @property
   def norm_offset(self) -> bool:
     """RMSNorm weights stored as offsets from 1 (scale 1 + w, zero-initialized): Gemma 3 and Qwen3.5."""
-    return self.family in ("gemma3_text", "qwen3_5_text")
+    return self.family in ("gemma3_text", "qwen3_5_text", "qwen3_5_moe_text")
 
   @property
   def rotary_dim(self) -> int:
@@ -345,11 +348,13 @@ class ModelConfig:
 # HF model_type -> architecture class name.
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
             "gemma3_text": "Gemma3ForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "gpt_oss": "GptOssForCausalLM",
-            "qwen3_5_text": "Qwen3_5ForCausalLM", "gemma4_text": "Gemma4ForCausalLM"}
+            "qwen3_5_text": "Qwen3_5ForCausalLM", "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+            "gemma4_text": "Gemma4ForCausalLM"}
 # Multimodal checkpoints whose language model is read alone: model_type -> (architecture, the text model_type of
 # its `text_config`). The Gemma 3 4B/12B/27B, every published Qwen3.5 and Gemma 4.
 MULTIMODAL = {"gemma3": ("Gemma3ForConditionalGeneration", "gemma3_text"),
               "qwen3_5": ("Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
+              "qwen3_5_moe": ("Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),
               "gemma4": ("Gemma4ForConditionalGeneration", "gemma4_text")}
 # Families users ask for, with what their layers do that the decoder here does not.
 NOT_YET_SUPPORTED = {
@@ -357,9 +362,7 @@ NOT_YET_SUPPORTED = {
     "mistral": "Mistral's sliding-window attention",
     "mixtral": "Mixtral's mixture of experts (Qwen3-MoE and gpt-oss are the supported ones)",
     "qwen2_moe": "Qwen2-MoE's shared expert (Qwen3-MoE and gpt-oss are the supported mixtures of experts)",
-    "qwen3_5_moe": "Qwen3.5-MoE's shared expert (Qwen3-MoE and gpt-oss are the supported mixtures of experts; "
-                   "the dense Qwen3.5 is supported)",
-    "qwen3_next": "Qwen3-Next's shared expert and its older linear-attention projections (Qwen3.5 is supported)",
+    "qwen3_next": "Qwen3-Next's older linear-attention projections (Qwen3.5 and Qwen3.5-MoE are supported)",
     "deepseek_v3": "DeepSeek-V3's latent attention and grouped sigmoid router (Qwen3-MoE and gpt-oss are the "
                    "supported mixtures of experts)",
 }
@@ -452,7 +455,7 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     return _from_gemma3_config(hf, overrides)
   if model_type == "gpt_oss":
     return _from_gpt_oss_config(hf, overrides)
-  if model_type == "qwen3_5_text":
+  if model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
     return _from_qwen3_5_config(hf, overrides)
   if model_type == "gemma4_text":
     return _from_gemma4_config(hf, overrides)
@@ -538,7 +541,9 @@ def _from_gpt_oss_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
 def _from_qwen3_5_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
   """Qwen3.5 (transformers' Qwen3_5TextConfig): linear-attention layers, every full_attention_interval-th (default
   4th) layer full attention with an output gate and q/k norms, norms stored as offsets from 1, partial RoPE. Its
-  multimodal RoPE sections rotate text tokens exactly as plain RoPE (all three position ids are the same)."""
+  multimodal RoPE sections rotate text tokens exactly as plain RoPE (all three position ids are the same).
+  Qwen3.5-MoE (Qwen3_5MoeTextConfig): the same layers, every feed-forward Qwen3-MoE's expert block (softmax top k,
+  renormalized) plus a gated shared expert."""
   if hf.get("hidden_act", "silu") != "silu":
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported for Qwen3.5 (only 'silu')")
   if hf.get("attention_bias", False):
@@ -553,18 +558,23 @@ def _from_qwen3_5_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
     _unsupported(f"layer_types {sorted(set(layer_types) - {LINEAR, FULL})} are not supported for Qwen3.5 "
                  f"(only {LINEAR!r} and {FULL!r})")
   kw = dict(
-      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
+      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+      intermediate_size=hf.get("intermediate_size") or hf["moe_intermediate_size"],
       num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=hf["num_key_value_heads"],
       head_dim=hf.get("head_dim") or 256, max_position_embeddings=hf.get("max_position_embeddings", 32768),
       rope_theta=float(hf.get("rope_theta", rp.get("rope_theta", 10000.0))),
       partial_rotary_factor=float(hf.get("partial_rotary_factor", rp.get("partial_rotary_factor", 0.25))),
       rms_norm_eps=hf.get("rms_norm_eps", 1e-6), tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
-      qk_norm=True, attention_output_gate=True, family="qwen3_5_text", layer_types=layer_types,
+      qk_norm=True, attention_output_gate=True, family=hf["model_type"], layer_types=layer_types,
       linear_num_key_heads=hf.get("linear_num_key_heads", 16),
       linear_num_value_heads=hf.get("linear_num_value_heads", 32),
       linear_key_head_dim=hf.get("linear_key_head_dim", 128),
       linear_value_head_dim=hf.get("linear_value_head_dim", 128),
       linear_conv_kernel=hf.get("linear_conv_kernel_dim", 4))
+  if hf["model_type"] == "qwen3_5_moe_text":
+    kw.update(num_experts=hf["num_experts"], num_experts_per_tok=hf["num_experts_per_tok"],
+              moe_intermediate_size=hf["moe_intermediate_size"], router="softmax_topk", norm_topk_prob=True,
+              shared_expert_size=hf["shared_expert_intermediate_size"])
   kw.update(overrides)
   return ModelConfig(**kw)
 
@@ -578,7 +588,11 @@ def _to_qwen3_5_config(cfg: ModelConfig) -> dict[str, Any]:
                           "partial_rotary_factor": cfg.partial_rotary_factor},
       "linear_num_key_heads": cfg.linear_num_key_heads, "linear_num_value_heads": cfg.linear_num_value_heads,
       "linear_key_head_dim": cfg.linear_key_head_dim, "linear_value_head_dim": cfg.linear_value_head_dim,
-      "linear_conv_kernel_dim": cfg.linear_conv_kernel, "dtype": cfg.param_dtype}
+      "linear_conv_kernel_dim": cfg.linear_conv_kernel, "dtype": cfg.param_dtype,
+      **({} if not cfg.num_experts else {
+          "num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
+          "moe_intermediate_size": cfg.moe_intermediate_size, "shared_expert_intermediate_size": cfg.shared_expert_size,
+          "router_aux_loss_coef": 0.0, "output_router_logits": False})}
 
 
 def _rope_scaling_of(rs: Mapping[str, Any] | None):
@@ -871,7 +885,7 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
     return _to_gemma3_config(cfg)
   if cfg.family == "gpt_oss":
     return _to_gpt_oss_config(cfg)
-  if cfg.family == "qwen3_5_text":
+  if cfg.family in ("qwen3_5_text", "qwen3_5_moe_text"):
     return _to_qwen3_5_config(cfg)
   if cfg.has_linear or cfg.attention_output_gate or cfg.partial_rotary_factor != 1.0:
     raise ValueError(f"ModelConfig(family={cfg.family!r}) with linear-attention layers, an attention output gate or "

@@ -95,8 +95,8 @@ def chunked(q_BxTxHkxDk, k_BxTxHkxDk, v_BxTxHvxDv, g_BxTxHv, beta_BxTxHv, state_
 
   In a chunk with cumulative log-decay c_i, the state after token i is exp(c_i) S0 plus the tokens' corrections
   u_j k_j^T decayed by exp(c_i - c_j); the corrections solve (I + L) u = beta v - W S0, L_ij = beta_i k_i.k_j
-  exp(c_i - c_j) for j < i, W_i = beta_i exp(c_i) k_i: one triangular solve (`unit_lower_solve`) gives both u0 = (I + L)^-1 beta v and
-  W' = (I + L)^-1 W, then u = u0 - W' S0 per chunk.
+  exp(c_i - c_j) for j < i, W_i = beta_i exp(c_i) k_i: one triangular solve (`unit_lower_solve`) gives both
+  u0 = (I + L)^-1 beta v and W' = (I + L)^-1 W, then u = u0 - W' S0 per chunk.
   """
   q, k, v, g, beta = _prepare(q_BxTxHkxDk, k_BxTxHkxDk, v_BxTxHvxDv, g_BxTxHv, beta_BxTxHv, l2norm)
   B, H, T, Dk = k.shape

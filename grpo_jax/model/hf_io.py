@@ -1,8 +1,7 @@
 """Hugging Face checkpoints in and out: config.json + safetensors <-> `Transformer`.
 
-Families: llama, qwen2, qwen3, gemma3_text (and the multimodal gemma3's language model), qwen3_moe, gpt_oss,
-qwen3_5_text (and the multimodal qwen3_5's language model), gemma4_text (and the multimodal gemma4's language
-model).
+Families: llama, qwen2, qwen3, gemma3_text, qwen3_moe, gpt_oss, qwen3_5_text, qwen3_5_moe_text, gemma4_text (and
+the language models of the multimodal gemma3, qwen3_5, qwen3_5_moe and gemma4).
 
 Tensor layout. HF `nn.Linear` weights are stored [out, in]; ours are [in, out] with heads split out:
   q_proj.weight [N*H, D]  <->  q_DxNxH        o_proj.weight [D, N*H]   <->  o_NxHxD
@@ -145,6 +144,14 @@ _FAMILY_LAYER = {
         ("pre_experts_norm", "scale"): ("pre_feedforward_layernorm_2.weight", "copy"),
         ("post_experts_norm", "scale"): ("post_feedforward_layernorm_2.weight", "copy"),
     },
+}
+# Qwen3.5-MoE: Qwen3.5's layers, Qwen3-MoE's experts (one tensor per expert on disk) and a gated shared expert.
+_FAMILY_LAYER["qwen3_5_moe_text"] = {
+    **_FAMILY_LAYER["qwen3_5_text"], **_FAMILY_LAYER["qwen3_moe"],
+    ("mlp", "shared_gate_DxS"): ("mlp.shared_expert.gate_proj.weight", "in"),
+    ("mlp", "shared_up_DxS"): ("mlp.shared_expert.up_proj.weight", "in"),
+    ("mlp", "shared_down_SxD"): ("mlp.shared_expert.down_proj.weight", "out"),
+    ("mlp", "shared_expert_gate_Dx1"): ("mlp.shared_expert_gate.weight", "in"),
 }
 _HEAD_HALVES = ("head_q", "head_gate")
 _ROW_HALVES = ("rows_first", "rows_second")

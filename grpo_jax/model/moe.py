@@ -97,6 +97,12 @@ class MoE(nnx.Module):
       self.gate_bias_ExF = param(rngs, zeros, (E, F), ("expert", "mlp"), pd)
       self.up_bias_ExF = param(rngs, zeros, (E, F), ("expert", "mlp"), pd)
       self.down_bias_ExD = param(rngs, zeros, (E, D), ("expert", "embed"), pd)
+    if cfg.shared_expert_size:  # Qwen3.5-MoE's shared expert and its gate
+      S = cfg.shared_expert_size
+      self.shared_gate_DxS = param(rngs, init, (D, S), ("embed", "mlp"), pd)
+      self.shared_up_DxS = param(rngs, init, (D, S), ("embed", "mlp"), pd)
+      self.shared_down_SxD = param(rngs, init, (S, D), ("mlp", "embed"), pd)
+      self.shared_expert_gate_Dx1 = param(rngs, init, (D, 1), ("embed", None), pd)
     if cfg.gemma4:
       self.router_scale_D = nnx.Param(jnp.ones((D,), pd), out_sharding=("norm",), eager_sharding=False)
       self.expert_scale_E = nnx.Param(jnp.ones((E,), pd), out_sharding=(None,), eager_sharding=False)
@@ -132,6 +138,10 @@ class MoE(nnx.Module):
       y = dense_experts(self, x, weights, experts)
     else:
       y = grouped_experts(self, x, weights, experts, blocks=impl == "blocks")
+    if cfg.shared_expert_size:
+      w = lambda name: getattr(self, name)[...].astype(x.dtype)
+      shared = (jax.nn.silu(x @ w("shared_gate_DxS")) * (x @ w("shared_up_DxS"))) @ w("shared_down_SxD")
+      y = y + (jax.nn.sigmoid(x @ w("shared_expert_gate_Dx1")) * shared).astype(y.dtype)
     y = y.reshape(B, T, D)
     if not with_routing:
       return y

@@ -1,5 +1,5 @@
-"""Qwen3.5 (hybrid Gated DeltaNet / full attention) against transformers' PyTorch model on the same random weights:
-logits with left padding, greedy decoding through the sampler's recurrent caches, export, the multimodal
+"""Qwen3.5 and Qwen3.5-MoE (hybrid Gated DeltaNet / full attention) against transformers' PyTorch model on the same
+random weights: logits with left padding, greedy decoding through the sampler's recurrent caches, export, the multimodal
 checkpoint's language model, and the training paths (shared-prompt forward, LoRA on the linear layers)."""
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ SHAPES = {
                        linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
                        linear_value_head_dim=8), (20, 13, 6)),
     "i2_v1x_k2_tied_long": (dict(num_hidden_layers=4, layer_types=[LINEAR, FULL] * 2, num_attention_heads=2,
-                                 num_key_value_heads=1, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
-                                 linear_value_head_dim=8, linear_conv_kernel_dim=2, tie_word_embeddings=True,
+                                 num_key_value_heads=1, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=2,
+                                 linear_key_head_dim=16, linear_value_head_dim=8, linear_conv_kernel_dim=2,
+                                 tie_word_embeddings=True,
                                  rope_parameters=dict(rope_type="default", rope_theta=1000.0,
                                                       partial_rotary_factor=0.5)), (70, 41, 9)),
     "i3_v4x_k3": (dict(num_hidden_layers=3, full_attention_interval=3, num_attention_heads=4, num_key_value_heads=4,
@@ -38,6 +39,11 @@ SHAPES = {
                        linear_value_head_dim=4, linear_conv_kernel_dim=3,
                        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=1.0)),
                   (20, 2, 11)),
+    # Qwen3.5-MoE: every feed-forward 6 experts, 2 per token, beside a gated shared expert of 24 units.
+    "moe_e6k2_shared": (dict(layer_types=[LINEAR, FULL, LINEAR], num_hidden_layers=3, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+                             linear_key_head_dim=8, linear_value_head_dim=8, num_experts=6, num_experts_per_tok=2,
+                             moe_intermediate_size=16, shared_expert_intermediate_size=24), (20, 13, 6)),
 }
 
 
@@ -45,10 +51,11 @@ def build_torch_qwen3_5(name: str, seed: int = 0):
   import torch
   import transformers
   kw, _ = SHAPES[name]
-  config = transformers.Qwen3_5TextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
-                                          attn_implementation="eager", **kw)
+  moe = "num_experts" in kw
+  config = getattr(transformers, "Qwen3_5MoeTextConfig" if moe else "Qwen3_5TextConfig")(
+      vocab_size=VOCAB, hidden_size=32, attn_implementation="eager", **kw, **({} if moe else {"intermediate_size": 48}))
   torch.manual_seed(seed)
-  model = transformers.Qwen3_5ForCausalLM(config).eval()
+  model = getattr(transformers, "Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM")(config).eval()
   randomize(model)
   return model
 
@@ -88,13 +95,13 @@ def test_logits_match_transformers_with_left_padding(checkpoints, name):
   lengths = SHAPES[name][1]
   tokens, mask = left_padded_batch(np.random.default_rng(0), lengths, max(lengths))
   model = hf_io.from_pretrained(path)
-  assert model.cfg.family == "qwen3_5_text" and model.cfg.has_linear
+  assert model.cfg.family == type(torch_model.config).model_type and model.cfg.has_linear
   assert list(model.cfg.layer_types) == torch_model.config.layer_types
   np.testing.assert_allclose(jax_logits(model, tokens, mask)[mask], torch_logits(torch_model, tokens, mask)[mask],
                              atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["i4_v2x_k4", "i3_v4x_k3"])
+@pytest.mark.parametrize("name", ["i4_v2x_k4", "i3_v4x_k3", "moe_e6k2_shared"])
 def test_greedy_32_tokens_equal_transformers_generate(checkpoints, name):
   """The sampler's prefill (chunked form, G = 1) then decode (recurrent form) on fixed-size linear caches, KV caches on
   the full layers, prompts left-padded from 3 to 11 tokens."""
@@ -117,14 +124,15 @@ def test_the_linear_layers_cache_does_not_grow_with_the_sequence(checkpoints):
       assert a.v_BxKxSxH.shape[2] == 16 and b.v_BxKxSxH.shape[2] == 4096
 
 
-def test_export_loads_in_transformers_to_the_same_logits(checkpoints, tmp_path):
+@pytest.mark.parametrize("name", ["i2_v1x_k2_tied_long", "moe_e6k2_shared"])
+def test_export_loads_in_transformers_to_the_same_logits(checkpoints, tmp_path, name):
   import transformers
-  path, torch_model = checkpoints("i2_v1x_k2_tied_long")
+  path, torch_model = checkpoints(name)
   model = hf_io.from_pretrained(path)
   hf_io.save_pretrained(model, tmp_path, source=path, max_shard_bytes=20_000)  # sharded: 2 files at least
   assert len(list(tmp_path.glob("model-*.safetensors"))) >= 2
   back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-  assert type(back).__name__ == "Qwen3_5ForCausalLM"
+  assert type(back) is type(torch_model)
   tokens, mask = left_padded_batch(np.random.default_rng(1), (12, 5), 12)
   np.testing.assert_array_equal(torch_logits(back, tokens, mask), torch_logits(torch_model, tokens, mask))
   assert from_hf_config(hf_io.read_hf_config(tmp_path)) == model.cfg
@@ -176,7 +184,7 @@ def test_lora_on_the_linear_layers_starts_at_the_base_and_merges(checkpoints):
 
 @pytest.mark.parametrize("hf,message", [
     (dict(model_type="qwen3_5_text", layer_types=["linear_attention", "mamba"]), "layer_types.*mamba"),
-    (dict(model_type="qwen3_5_moe", architectures=["Qwen3_5MoeForConditionalGeneration"]), "shared expert"),
+    (dict(model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"]), "Qwen3.5 and Qwen3.5-MoE are supported"),
 ])
 def test_unsupported_layer_kinds_and_siblings_are_named(hf, message):
   base = dict(architectures=["Qwen3_5ForCausalLM"], vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
