@@ -251,7 +251,8 @@ def test_hybrid_cache_is_the_samplers_and_its_adapters_the_models(tensor):
   assert est["trainable"] == sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
 
 
-@pytest.mark.parametrize("name", ["qwen3.5-0.8b", "qwen3.5-27b"])
+# The small presets (tracing the 27B's 64 layers and the 31B's 60 takes ~10 s each; their counts are --table's).
+@pytest.mark.parametrize("name", ["qwen3.5-0.8b"])
 def test_qwen3_5_presets_count_by_hand(name):
   """Linear layer: in_proj_qkv D x (2 Hk Dk + Hv Dv), z D x Hv Dv, out Hv Dv x D, b and a D x Hv, conv 4 x C,
   A_log / dt_bias Hv, norm Dv; full layer: q and its gate D x N H each, k / v D x K H, o N H x D, q/k norms H."""
@@ -304,7 +305,7 @@ def _gemma4_layer(D, N, K, H, F, kv: bool, values: bool, P: int) -> int:
   return attention + 3 * D * F + 4 * D + 1 + (2 * D * P + D if P else 0)
 
 
-@pytest.mark.parametrize("name", ["gemma4-e2b", "gemma4-31b"])
+@pytest.mark.parametrize("name", ["gemma4-e2b"])
 def test_gemma4_presets_count_by_hand(name):
   cfg = me.model_config(name, "bfloat16", "bfloat16")
   V = 262144

@@ -63,3 +63,18 @@ def jax_logits(model, tokens, mask) -> np.ndarray:
   from grpo_jax.model import causal_attention_mask, positions_from_mask
   hidden, _ = model(tokens, positions_from_mask(mask), causal_attention_mask(mask))
   return np.asarray(model.logits(hidden), np.float64)
+
+
+def saved_on_first_use(tmp_path_factory, build):
+  """A module fixture's getter: name -> (directory, torch model build(name)), saved with save_pretrained the first
+  time the name is asked for."""
+  built = {}
+
+  def get(name):
+    if name not in built:
+      model = build(name)
+      path = tmp_path_factory.mktemp(name)
+      model.save_pretrained(path)
+      built[name] = (path, model)
+    return built[name]
+  return get

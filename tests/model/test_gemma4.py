@@ -17,7 +17,7 @@ from grpo_jax.model import causal_attention_mask, hf_io, positions_from_mask
 from grpo_jax.model.config import FULL, SLIDING, ProportionalRope, from_hf_config, to_hf_config
 from grpo_jax.model.transformer import init_cache
 from tests.tolerance import assert_close_f32
-from .helpers import left_padded_batch
+from .helpers import left_padded_batch, saved_on_first_use
 from .test_gemma3 import _sampler_greedy, torch_greedy
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -101,15 +101,14 @@ def jax_logits(model, tokens, mask) -> np.ndarray:
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
   """name -> (directory, torch model, our model loaded from it), built on first use."""
-  built = {}
+  saved = saved_on_first_use(tmp_path_factory, build_torch_gemma4)
+  ours = {}
 
   def get(name):
-    if name not in built:
-      model = build_torch_gemma4(name)
-      path = tmp_path_factory.mktemp(name)
-      model.save_pretrained(path)
-      built[name] = (path, model, hf_io.from_pretrained(path))
-    return built[name]
+    path, model = saved(name)
+    if name not in ours:
+      ours[name] = hf_io.from_pretrained(path)
+    return path, model, ours[name]
   return get
 
 

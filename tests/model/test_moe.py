@@ -14,7 +14,7 @@ from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model.config import from_hf_config
 from grpo_jax.model import moe as moe_lib
 from grpo_jax.model.moe import MoE, dense_experts, expert_load, grouped_experts, replayed_weights, route
-from .helpers import VOCAB, jax_logits, left_padded_batch, torch_logits
+from .helpers import VOCAB, jax_logits, left_padded_batch, saved_on_first_use, torch_logits
 from .test_gemma3 import _sampler_greedy, torch_greedy
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -58,16 +58,7 @@ def build_torch_moe(name: str, seed: int = 0):
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
   """name -> (directory, torch model), built on first use."""
-  built = {}
-
-  def get(name):
-    if name not in built:
-      model = build_torch_moe(name)
-      path = tmp_path_factory.mktemp(name)
-      model.save_pretrained(path)
-      built[name] = (path, model)
-    return built[name]
-  return get
+  return saved_on_first_use(tmp_path_factory, build_torch_moe)
 
 
 @pytest.mark.parametrize("name", list(SHAPES))

@@ -16,7 +16,7 @@ from grpo_jax.model import Transformer, hf_io, lora
 from grpo_jax.model.config import FULL, LINEAR, from_hf_config
 from grpo_jax.model.linear_attention import LinearCache
 from grpo_jax.model.transformer import init_cache
-from .helpers import VOCAB, jax_logits, left_padded_batch, torch_logits
+from .helpers import VOCAB, jax_logits, left_padded_batch, saved_on_first_use, torch_logits
 from .test_gemma3 import _sampler_greedy, torch_greedy
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -77,16 +77,7 @@ def randomize(model):
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
   """name -> (directory, torch model), built on first use."""
-  built = {}
-
-  def get(name):
-    if name not in built:
-      model = build_torch_qwen3_5(name)
-      path = tmp_path_factory.mktemp(name)
-      model.save_pretrained(path)
-      built[name] = (path, model)
-    return built[name]
-  return get
+  return saved_on_first_use(tmp_path_factory, build_torch_qwen3_5)
 
 
 @pytest.mark.parametrize("name", list(SHAPES))
@@ -101,7 +92,7 @@ def test_logits_match_transformers_with_left_padding(checkpoints, name):
                              atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["i4_v2x_k4", "i3_v4x_k3", "moe_e6k2_shared"])
+@pytest.mark.parametrize("name", ["i4_v2x_k4", "moe_e6k2_shared"])
 def test_greedy_32_tokens_equal_transformers_generate(checkpoints, name):
   """The sampler's prefill (chunked form, G = 1) then decode (recurrent form) on fixed-size linear caches, KV caches on
   the full layers, prompts left-padded from 3 to 11 tokens."""
@@ -201,7 +192,7 @@ def test_groups_and_decode_segments_sample_what_the_cache_free_forward_gives(che
   from tests.sampling.conftest import random_prompts, teacher_forced_logits
   model = hf_io.from_pretrained(checkpoints("i3_v4x_k3")[0])
   graphdef, state = nnx.split(model)
-  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=12, temperature=1.0, decode_segment=4))
+  sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=8, temperature=1.0, decode_segment=4))
   prompts = random_prompts(np.random.default_rng(5), [3, 11, 6], VOCAB)
   G = 3
   grouped = sampler.generate(state, prompts, jax.random.key(3), repeats=G)
