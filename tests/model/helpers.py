@@ -2,7 +2,11 @@
 and the forward passes on both sides."""
 from __future__ import annotations
 
+import functools
+
+import jax
 import numpy as np
+from flax import nnx
 
 VOCAB = 96
 
@@ -78,3 +82,17 @@ def saved_on_first_use(tmp_path_factory, build):
       built[name] = (path, model)
     return built[name]
   return get
+
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _logits(graphdef, state, tokens, mask):
+  from grpo_jax.model import causal_attention_mask, positions_from_mask
+  m = nnx.merge(graphdef, state)
+  return m.logits(m(tokens, positions_from_mask(mask), causal_attention_mask(mask))[0])
+
+
+def jitted_logits(model, tokens, mask) -> np.ndarray:
+  """`jax_logits` through one jitted program per model structure and batch shape (run eagerly, each op of a
+  multi-layer model is dispatched on its own)."""
+  return np.asarray(_logits(*nnx.split(model), tokens, mask), np.float64)

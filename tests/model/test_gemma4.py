@@ -3,7 +3,6 @@ left padding, greedy decoding through the sampler's ring and shared caches, cach
 checkpoint's language model, and config.json in its two forms (hub's global_head_dim, saved per_layer_config)."""
 from __future__ import annotations
 
-import functools
 import json
 
 import jax
@@ -13,11 +12,11 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from grpo_jax.model import causal_attention_mask, hf_io, positions_from_mask
+from grpo_jax.model import hf_io, positions_from_mask
 from grpo_jax.model.config import FULL, SLIDING, ProportionalRope, from_hf_config, to_hf_config
 from grpo_jax.model.transformer import init_cache
 from tests.tolerance import assert_close_f32
-from .helpers import left_padded_batch, saved_on_first_use
+from .helpers import jitted_logits as jax_logits, left_padded_batch, saved_on_first_use
 from .test_gemma3 import _sampler_greedy, torch_greedy
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -85,17 +84,6 @@ def torch_logits(model, tokens, mask) -> np.ndarray:
     out = model(input_ids=as_t(tokens), attention_mask=as_t(mask), position_ids=as_t(positions),
                 output_hidden_states=True)
   return out.logits.double().numpy()
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _logits(graphdef, state, tokens, mask):
-  m = nnx.merge(graphdef, state)
-  return m.logits(m(tokens, positions_from_mask(mask), causal_attention_mask(mask))[0])
-
-
-def jax_logits(model, tokens, mask) -> np.ndarray:
-  """float64 copy of our logits (one compilation per model structure and batch shape)."""
-  return np.asarray(_logits(*nnx.split(model), tokens, mask), np.float64)
 
 
 @pytest.fixture(scope="module")

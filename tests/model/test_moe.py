@@ -14,7 +14,7 @@ from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model.config import from_hf_config
 from grpo_jax.model import moe as moe_lib
 from grpo_jax.model.moe import MoE, dense_experts, expert_load, grouped_experts, replayed_weights, route
-from .helpers import VOCAB, jax_logits, left_padded_batch, saved_on_first_use, torch_logits
+from .helpers import VOCAB, jitted_logits as jax_logits, left_padded_batch, saved_on_first_use, torch_logits
 from .test_gemma3 import _sampler_greedy, torch_greedy
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")

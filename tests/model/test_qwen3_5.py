@@ -16,7 +16,7 @@ from grpo_jax.model import Transformer, hf_io, lora
 from grpo_jax.model.config import FULL, LINEAR, from_hf_config
 from grpo_jax.model.linear_attention import LinearCache
 from grpo_jax.model.transformer import init_cache
-from .helpers import VOCAB, jax_logits, left_padded_batch, saved_on_first_use, torch_logits
+from .helpers import VOCAB, jitted_logits as jax_logits, left_padded_batch, saved_on_first_use, torch_logits
 from .test_gemma3 import _sampler_greedy, torch_greedy
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
