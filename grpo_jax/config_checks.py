@@ -69,9 +69,10 @@ class Section:
     if self[field] not in tuple(choices):
       self.fail(field, f"not one of {list(choices)}")
 
-  def registered(self, field: str, registry):
-    """The value names an entry of `registry` (a grpo_jax.registry.Registry; or, where it allows them, an import
-    path); the registry's error names the registered ones and the closest."""
+  def registered(self, registry):
+    """The value of the registry's key names one of its entries (a grpo_jax.registry.Registry; or, where it allows
+    them, an import path); the registry's error names the registered ones and the closest."""
+    field = registry.key.removeprefix(f"{self.name}.")
     try:
       registry.get(self[field])
     except (ValueError, TypeError) as e:

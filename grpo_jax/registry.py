@@ -2,7 +2,7 @@
 tasks): the one place that maps a config's name to the function or class it means, and the single source of the
 allowed names for the config's validation and for docs/config.md.
 
-    LOSSES = Registry("policy loss", objects=True)
+    LOSSES = Registry("grpo.policy_loss", "policy loss", objects=True)
 
     @LOSSES.register("clipped")
     def clipped_surrogate(inputs, cfg): ...
@@ -12,6 +12,8 @@ allowed names for the config's validation and for docs/config.md.
 
 A registered name ending in "<...>" is a pattern: "reasoning_gym:<dataset>" stands for every name that starts with
 "reasoning_gym:". With `import_paths=True`, `get` also resolves "package.module:attr".
+Every registry is kept in REGISTRIES as it is created: the settings check and docs/config.md list them from there
+(grpo_jax/train/checks.py's `registries`), so a new one needs no side list.
 """
 from __future__ import annotations
 
@@ -26,24 +28,29 @@ def same_definition(a: Callable, b: Callable) -> bool:
   return key(a) == key(b) and key(a) != (None, None)
 
 
+REGISTRIES: list[Registry] = []  # every Registry, in the order they were created
+
+
 class Registry:
   """Names -> callables of one kind.
 
-  kind          what an entry is, in messages ("policy loss").
+  key           the config key whose values name its entries ("grpo.policy_loss").
+  kind          what an entry is, in messages ("policy loss"; default: the key).
   builtins      modules imported before the first lookup (a name or a tuple of names): their imports register the
                 built-in entries (for entries defined in modules that import the registry themselves: plug-ins).
   objects       `get(fn)` returns a callable given instead of a name as it is.
   import_paths  `get` resolves "package.module:attr" too.
   """
 
-  def __init__(self, kind: str, *, builtins: str | tuple[str, ...] = (), objects: bool = False,
-               import_paths: bool = False):
-    self.kind = kind
+  def __init__(self, key: str, kind: str | None = None, *, builtins: str | tuple[str, ...] = (),
+               objects: bool = False, import_paths: bool = False):
+    self.key, self.kind = key, kind or key
     self._builtins = (builtins,) if isinstance(builtins, str) else tuple(builtins)
     self._loading = False
     self._objects = objects
     self._import_paths = import_paths
     self._entries: dict[str, Callable] = {}
+    REGISTRIES.append(self)
 
   def _load(self) -> None:
     if self._loading:  # a built-in module registering its entries: the others load after it
@@ -139,4 +146,4 @@ class Registry:
     return len(self._entries)
 
   def __repr__(self) -> str:
-    return f"Registry({self.kind!r}, {self.names()})"
+    return f"Registry({self.key!r}, {self.names()})"

@@ -1,6 +1,7 @@
 """docs/config.md is generated from grpo_jax/settings.py; it must list every key, and be regenerated when the code
 changes (python scripts/config_reference.py)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -31,10 +32,11 @@ def test_config_reference_is_up_to_date_and_documents_every_key():
 
 
 def test_every_registry_is_listed_for_the_settings_check_and_this_page():
-  # Every Registry of the package, found by importing the modules that construct one, is in checks.registries().
+  # Every Registry of the package (found by importing each module that constructs one) must be among those that
+  # importing grpo_jax.train.checks alone creates (what validate and scripts/config_reference.py see: a fresh
+  # process), and its key's row of this page must list its names.
   import importlib
   from grpo_jax.registry import Registry
-  from grpo_jax.train import checks
   found = {}
   for d, _, names in os.walk(os.path.join(ROOT, "grpo_jax")):
     for name in (n for n in names if n.endswith(".py")):
@@ -42,8 +44,14 @@ def test_every_registry_is_listed_for_the_settings_check_and_this_page():
         if "Registry(" not in f.read():
           continue
       module = importlib.import_module(os.path.relpath(os.path.join(d, name[:-3]), ROOT).replace(os.sep, "."))
-      found.update({f"{module.__name__}.{k}": v for k, v in vars(module).items() if isinstance(v, Registry)})
-  listed = list(checks.registries().values())
+      found.update({v.key: f"{module.__name__}.{k}" for k, v in vars(module).items() if isinstance(v, Registry)})
+  listed = subprocess.run([sys.executable, "-c", "from grpo_jax.train import checks; print(*checks.registries())"],
+                          capture_output=True, text=True, check=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": ROOT}).stdout.split()
   assert len(found) >= 8
-  missing = sorted(name for name, registry in found.items() if not any(registry is r for r in listed))
-  assert not missing, f"add these registries to grpo_jax/train/checks.py's registries(): {missing}"
+  missing = sorted(f"{name} ({key})" for key, name in found.items() if key not in listed)
+  assert not missing, f"importing grpo_jax.train.checks does not create these registries: {missing}"
+  with open(os.path.join(ROOT, "docs", "config.md")) as f:
+    page = f.read()
+  unlisted = sorted(key for key in found if not re.search(rf"^\| `{re.escape(key)}` \|.*Registered: ", page, re.M))
+  assert not unlisted, f"docs/config.md does not list the registered names of {unlisted}"

@@ -124,3 +124,27 @@ def test_builtins_module_is_imported_before_the_first_lookup(monkeypatch):
   r = Registry("widget", builtins="fake_builtin_widgets")
   with pytest.raises(ValueError, match="already registered"):
     r.register("builtin")(_triple)
+
+
+def test_every_module_that_registers_a_plug_in_is_imported_when_the_registries_load():
+  # Plug-ins register on import, and a package imports its plug-in modules by name (rewards/__init__.py,
+  # data/tasks.py's BUILTIN_TASKS, the envs registry's builtins): a module left off those lists would register
+  # nothing unless a user imported it. Loading every registry in a fresh process must import each one.
+  import os
+  import re
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  registering = set()
+  for d, _, names in os.walk(os.path.join(root, "grpo_jax")):
+    for name in (n for n in names if n.endswith(".py")):
+      with open(os.path.join(d, name)) as f:
+        if re.search(r'^\s*@(\w+\.)*register\w*\(|^[^#]*[^\w.]register_\w+\("', f.read(), re.M):
+          registering.add(os.path.relpath(os.path.join(d, name[:-3]), root).replace(os.sep, "."))
+  loaded = subprocess.run(
+      [sys.executable, "-c", "import sys; from grpo_jax.train import checks\n"
+       "for r in checks.registries().values(): r.names()\nprint(*sys.modules)"],
+      capture_output=True, text=True, check=True, cwd=root, env={**os.environ, "PYTHONPATH": root}).stdout.split()
+  assert len(registering) >= 15
+  missing = sorted(registering - set(loaded))
+  assert not missing, f"add these plug-in modules to their package's import list: {missing}"

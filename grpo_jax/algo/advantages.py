@@ -34,7 +34,7 @@ from grpo_jax.config_checks import Section
 from grpo_jax.registry import Registry
 
 # name -> scale(centered_RxG, std_ddof, eps) -> [R, 1]: Â = (R_i − R̄) / scale, except in all-equal groups (0).
-ADVANTAGE_METHODS = Registry("advantage method")
+ADVANTAGE_METHODS = Registry("grpo.advantage", "advantage method")
 
 
 def _groups_RxG(rewards, group_size) -> jax.Array:
@@ -118,7 +118,7 @@ METHODS = tuple(ADVANTAGE_METHODS)  # the built-in methods, in the table's order
 def validate_config(grpo) -> None:
   """Checks that `grpo.advantage` names a registered method (its numbers: grpo_jax/settings.py's GrpoSettings);
   raises ConfigError naming key and value."""
-  Section(grpo, "grpo").registered("advantage", ADVANTAGE_METHODS)
+  Section(grpo, "grpo").registered(ADVANTAGE_METHODS)
 
 
 def compute_advantages(rewards, group_size: int, method: str = "grpo", std_ddof: int = 1,

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from grpo_jax.registry import Registry
 
 # name -> fn(loss_BxT, mask_BxT, max_completion_length) -> (sum, denominator)
-AGGREGATIONS = Registry("aggregation", objects=True)
+AGGREGATIONS = Registry("grpo.aggregation", "aggregation", objects=True)
 
 
 def _masked(x_BxT: jax.Array, mask_BxT: jax.Array) -> jax.Array:

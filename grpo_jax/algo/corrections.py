@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from grpo_jax.algo import aggregation as agg
 from grpo_jax.registry import Registry
 
-CORRECTIONS = Registry("off-policy correction", objects=True)
+CORRECTIONS = Registry("grpo.correction", "off-policy correction", objects=True)
 
 
 def register_correction(name: str, *, overwrite: bool = False):

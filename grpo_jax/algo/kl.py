@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from grpo_jax.registry import Registry
 
 # name -> fn(logp, ref_logp) -> per-token kl
-KL_ESTIMATORS = Registry("KL estimator", objects=True)
+KL_ESTIMATORS = Registry("grpo.kl_estimator", "KL estimator", objects=True)
 
 
 @KL_ESTIMATORS.register("k1")

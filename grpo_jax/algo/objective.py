@@ -124,11 +124,8 @@ class LossConfig:
 def validate_config(grpo) -> None:
   """Checks that the loss's names in `grpo` (policy_loss, kl_estimator, aggregation) are registered (its numbers:
   grpo_jax/settings.py's GrpoSettings); raises ConfigError naming key and value."""
-  s = Section(grpo, "grpo")
-  s.registered("policy_loss", LOSSES)
-  s.registered("kl_estimator", kl_lib.KL_ESTIMATORS)
-  s.registered("aggregation", agg.AGGREGATIONS)
-  s.registered("correction", CORRECTIONS)
+  for registry in (LOSSES, kl_lib.KL_ESTIMATORS, agg.AGGREGATIONS, CORRECTIONS):
+    Section(grpo, "grpo").registered(registry)
 
 
 class LossInputs(NamedTuple):

@@ -24,7 +24,7 @@ from typing import Callable
 
 from grpo_jax.registry import Registry
 
-LOSSES = Registry("policy loss", builtins="grpo_jax.algo.policy_losses", objects=True)
+LOSSES = Registry("grpo.policy_loss", "policy loss", builtins="grpo_jax.algo.policy_losses", objects=True)
 
 
 def register_loss(name: str, *, overwrite: bool = False):

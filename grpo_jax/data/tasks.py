@@ -55,7 +55,7 @@ from grpo_jax.settings import TaskSettings
 BUILTIN_TASKS = ("grpo_jax.data.synthetic", "grpo_jax.data.datasets", "grpo_jax.data.word_arithmetic",
                  "grpo_jax.data.reasoning_gym")
 # name -> TaskPlugin; tokenizer: the checkpoint's (config.model.hf_path) or None.
-TASKS = Registry("task", builtins=BUILTIN_TASKS)
+TASKS = Registry("task.name", "task", builtins=BUILTIN_TASKS)
 # The keys of the tasks whose rows are rendered with a prompt template and the checkpoint's tokenizer.
 RENDER_KEYS = ("template", "system_prompt", "prefill_think")
 # A task's step-0 metric: what one constant answer scores on its held-out rows (the floor to read accuracy
@@ -247,7 +247,7 @@ def validate_config(settings, in_memory_dataset: bool = False) -> None:
   ConfigError naming key and value. `in_memory_dataset`: the task's rows come from a notebook's `train_dataset`
   (grpo_jax/train/inputs.py), not from its files."""
   t, s = settings.task, Section(settings.task, "task")
-  s.registered("name", TASKS)
+  s.registered(TASKS)
   s.within("heldout_fraction", 0, 1, open_low=True, open_high=True)
   plugin = TASKS.get(t.name)
   if plugin.check is not None:

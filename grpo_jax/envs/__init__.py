@@ -13,4 +13,4 @@ def validate_config(env) -> None:
   s = Section(env, "env")
   if not s["name"]:
     return
-  s.registered("name", ENVIRONMENTS)  # its numbers: grpo_jax/settings.py's EnvSettings
+  s.registered(ENVIRONMENTS)  # its numbers: grpo_jax/settings.py's EnvSettings

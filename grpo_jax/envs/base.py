@@ -20,7 +20,7 @@ from grpo_jax.sampling.episodes import Environment, StepResult  # noqa: F401  (t
 from grpo_jax.sampling.text import encode_text
 
 # name -> environment class; the built-in environments are plug-ins like any other, registered on import.
-ENVIRONMENTS = Registry("environment", builtins=("grpo_jax.envs.calculator",), import_paths=True)
+ENVIRONMENTS = Registry("env.name", "environment", builtins=("grpo_jax.envs.calculator",), import_paths=True)
 
 
 def register_env(name: str, *, overwrite: bool = False):

@@ -22,7 +22,7 @@ from grpo_jax.settings import Settings
 
 RewardFn = Callable[..., list]
 
-REWARDS = Registry("reward", objects=True, import_paths=True)
+REWARDS = Registry("rewards", "reward", objects=True, import_paths=True)
 
 
 def register_reward(name: str, *, overwrite: bool = False):

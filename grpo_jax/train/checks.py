@@ -13,22 +13,21 @@ from __future__ import annotations
 from typing import Sequence
 
 from grpo_jax import envs
-from grpo_jax.algo import advantages, aggregation, corrections, kl, objective
-from grpo_jax.algo import registry as losses
+from grpo_jax.algo import advantages, objective
 from grpo_jax.data import tasks
 from grpo_jax.model import config as model_config
 from grpo_jax.model import lora
+from grpo_jax.registry import REGISTRIES, Registry
 from grpo_jax.rewards import registry as rewards
 from grpo_jax.settings import Settings
 from grpo_jax.train import warmstart
 
 
-def registries() -> dict:
-  """Config field -> the `grpo_jax.registry.Registry` of the names it takes (the single source of those names,
-  for `validate` and docs/config.md)."""
-  return {"grpo.advantage": advantages.ADVANTAGE_METHODS, "grpo.kl_estimator": kl.KL_ESTIMATORS,
-          "grpo.aggregation": aggregation.AGGREGATIONS, "grpo.policy_loss": losses.LOSSES, "task.name": tasks.TASKS,
-          "env.name": envs.ENVIRONMENTS, "rewards": rewards.REWARDS, "grpo.correction": corrections.CORRECTIONS}
+def registries() -> dict[str, Registry]:
+  """Config key -> the Registry of the names it takes: every registry created by the modules this one imports
+  (those `validate` checks with; a later one for a key replaces an earlier, e.g. a reloaded module's), for
+  docs/config.md (scripts/config_reference.py)."""
+  return {r.key: r for r in REGISTRIES}
 
 
 def validate(config, in_memory_dataset: bool = False, reward_callables: Sequence[str] = ()) -> Settings:
