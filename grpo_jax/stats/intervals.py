@@ -76,14 +76,18 @@ def over_prompts(values_P: np.ndarray, level: float = LEVEL) -> Interval:
   return bootstrap_mean(x, level)
 
 
+def t_half_width(std, n, level: float = LEVEL):
+  """The half-width of Student's t interval of a mean, from the sample std (ddof=1) and the count; elementwise
+  over arrays (a report's band at every step), NaN where n < 2."""
+  from scipy import stats
+  n = np.asarray(n, np.float64)
+  return np.where(n > 1, stats.t.ppf(0.5 + level / 2, np.maximum(n - 1, 1)) * std / np.sqrt(n), np.nan)
+
+
 def over_seeds(values_S: np.ndarray, level: float = LEVEL) -> Interval:
   """Student's t interval of the mean over seeds (finite values only); none for fewer than two."""
   x = np.asarray([v for v in np.asarray(values_S, np.float64) if math.isfinite(v)])
   if x.size < 2:
     return NO_INTERVAL
-  sem = x.std(ddof=1) / math.sqrt(x.size)
-  if sem == 0:
-    return Interval(float(x.mean()), float(x.mean()), "t")
-  from scipy import stats
-  lo, hi = stats.t.interval(level, df=x.size - 1, loc=x.mean(), scale=sem)
-  return Interval(float(lo), float(hi), "t")
+  half = float(t_half_width(x.std(ddof=1), x.size, level))
+  return Interval(float(x.mean() - half), float(x.mean() + half), "t")

@@ -34,7 +34,6 @@ import re
 from typing import Any, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
-from scipy import stats
 
 from grpo_jax import storage
 from grpo_jax.stats import comparisons, intervals, power
@@ -702,9 +701,7 @@ def interval_band(aggregate):
   """(steps, mean, (lo, hi), count) from `band`'s (steps, mean, std, count): the mean's 95% t interval over the
   members at each step (NaN where fewer than 2 logged it)."""
   steps, mean, std, count = aggregate
-  half = np.full(mean.shape, np.nan)
-  several = count > 1
-  half[several] = stats.t.ppf(0.975, count[several] - 1) * std[several] / np.sqrt(count[several])
+  half = intervals.t_half_width(std, count)
   return steps, mean, (mean - half, mean + half), count
 
 

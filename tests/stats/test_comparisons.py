@@ -20,6 +20,15 @@ def test_paired_matches_scipys_paired_t_test_and_interval():
   assert comparisons.paired([0.1]).p != comparisons.paired([0.1]).p  # one seed: no test (NaN)
 
 
+def test_the_t_half_width_is_scipys_interval_elementwise_and_nan_below_two_seeds():
+  # the report's bands over seeds at every step go through it (sweep/report.py's interval_band)
+  std, n = np.array([0.1, 0.2, 0.3]), np.array([1, 2, 5])
+  half = intervals.t_half_width(std, n)
+  assert np.isnan(half[0])
+  np.testing.assert_allclose(half[1:], [stats.t.interval(0.95, k - 1, scale=s / np.sqrt(k))[1] for s, k in
+                                        zip(std[1:], n[1:])], rtol=1e-12)
+
+
 def test_paired_differences_without_spread_give_no_p_and_no_interval():
   for same in ([0.1, 0.1, 0.1], [0.0, 0.0], [0.7 - 0.6, 0.9 - 0.8]):  # the last equal up to rounding
     result = comparisons.paired(same)
