@@ -248,6 +248,10 @@ class SamplingSettings:
                                   # cache slots filled by its end: fewer KV-cache bytes read per token step (an
                                   # accelerator's decode is bound by them), the same tokens; the cache is copied
                                   # once per segment (briefly twice its size). 0: one loop over the whole cache.
+  slots: int = 0                  # >0: continuous batching: the decode runs this many rows at once and a row that
+                                  # stops hands its slot to the next (prompt, sample) not yet started; the same
+                                  # completions, fewer token steps when lengths vary (long tails). 0: every row of
+                                  # the batch decodes until the last one stops.
 
   def __post_init__(self):
     s = Section(self, "sampling")
@@ -260,8 +264,11 @@ def check_sampling(s: Section) -> None:
   SamplingConfig (grpo_jax/sampling/config.py), which has the same fields."""
   s.at_least(1, "max_new_tokens")
   s.positive("temperature")
-  s.at_least(0, "top_k", "decode_segment")
+  s.at_least(0, "top_k", "decode_segment", "slots")
   s.within("top_p", 0, 1, open_low=True)
+  if s["slots"] and s["decode_segment"]:
+    s.fail("slots", f"cannot be combined with {s.key('decode_segment')}={s['decode_segment']} (segments need every "
+           "row at one token step, slots hold rows at different ones): set one of them to 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -345,16 +352,24 @@ class ProducerSettings:
                                   # first steps from the starting policy); 0: sample, then update. Batch t always
                                   # uses step t's key and prompts, whoever samples it and whenever.
 
-  sampler_devices: int = 0        # N > 0: the sampler runs on the last N devices, concurrently with the update on
-                                  # the others (mesh.data = -1 then counts the trainer's), and the weights move
-                                  # there after each update; needs staleness >= 1. 0: one set of devices.
+  sampler_devices: int = resumable(0)  # N > 0: the sampler runs on the last N devices, concurrently with the
+                                  # update on the others (mesh.data = -1 then counts the trainer's), and the
+                                  # trainable weights move there after each update; needs staleness >= 1. 0: one
+                                  # set of devices. One process only. The same batches either way.
+  sampler_tensor: int = resumable(1)  # the sampler's own layout of its N devices: N / T data-parallel groups that
+                                  # each hold the weights split over T devices by heads and MLP units (the
+                                  # trainer's fsdp does not apply); must divide N.
 
   def __post_init__(self):
     s = Section(self, "rollout")
     s.at_least(0, "staleness", "sampler_devices")
+    s.at_least(1, "sampler_tensor")
     if self.sampler_devices and not self.staleness:
       s.fail("sampler_devices", "needs rollout.staleness >= 1 (the sampler works on the batch of a later step "
              "while the update runs)")
+    if self.sampler_devices % self.sampler_tensor:
+      s.fail("sampler_tensor", f"does not divide rollout.sampler_devices={self.sampler_devices}: set it to a "
+             "divisor")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,22 +95,25 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
       preempted = False
       # Batch t is sampled by the policy after max(0, t - 1 - k) updates, inline (before the update, on the same
       # devices) or overlapped (the last one during the update, on the sampler's devices): the same batches.
-      k, overlapped = settings.rollout.staleness, run.overlapped
-      sampler_params = run.sampler_params(state.params)
+      producer = run.producer
+      producer.sync(state.params)
+      producer.take_seconds()  # (the first copy belongs to the start)
       for step in range(state.step + 1, settings.num_steps + 1):
         if preempted := preemption.stop_requested():
           break
-        t0 = time.time()
+        t0 = time.perf_counter()
         with wd.save_on_request(run, state, preemption):  # a signal during the rollout saves this state at once
           # Pending through step + k (past num_steps too: a longer resumed run stays the same run).
-          sampled = run.sample_ahead(state, step, step + k - overlapped, sampler_params)
+          sampled = producer.fill(state, step)
         if preempted := preemption.stop_requested():  # drop the new rollouts: the update would donate the state
           break
         rollout, sampled = sampled.pending[0], sampled._replace(pending=sampled.pending[1:])
-        meanwhile = (lambda s: run.sample_ahead(s, step + 1, step + k, sampler_params)) if overlapped else None
-        state, update_metrics = run.update(sampled, run.prepare(rollout, sampled, step), step, meanwhile)
-        sampler_params = run.sampler_params(state.params)
-        done = hooks_lib.StepDone(step, state, rollout, _step_metrics(rollout, update_metrics, time.time() - t0))
+        state, update_metrics = run.update(sampled, run.prepare(rollout, sampled, step), step,
+                                           producer.during_update(step))
+        producer.sync(state.params)
+        update_metrics.update(producer.take_seconds())
+        metrics = _step_metrics(rollout, update_metrics, time.perf_counter() - t0)
+        done = hooks_lib.StepDone(step, state, rollout, metrics)
         for hook in hooks:
           hook(done)
         if done.stop:

@@ -34,6 +34,13 @@ class FullPolicy:
   def base_part(self, params):
     return params
 
+  def frozen_part(self, params):
+    """What the update never changes (None: nothing); `joined(trainable_part, frozen_part)` is `params`."""
+    return None
+
+  def joined(self, trainable, frozen):
+    return trainable
+
   def from_base(self, base_params):
     """A starting point (base parameters) -> the policy's parameters."""
     return base_params
@@ -85,6 +92,11 @@ class LoraPolicy(FullPolicy):
 
   def base_part(self, params):
     return lora_lib.split_adapters(params)[1]
+
+  frozen_part = base_part
+
+  def joined(self, trainable, frozen):
+    return lora_lib.join(trainable, frozen)
 
   def from_base(self, base_params):
     # This run's freshly drawn adapters (B = 0: the policy equals the base) on the given base.

@@ -96,6 +96,8 @@ class Rollout(NamedTuple):
   completions: list[str]  # [B]
   rewards_B: np.ndarray
   num_tokens: int         # real prompt + completion tokens
+  # Wall time of (sampling, reward functions): counted by the step that sampled it (producer.py), not saved.
+  seconds: tuple[float, float] = (0.0, 0.0)
 
 
 def saved_rollout(rollout: Rollout) -> tuple[dict[str, np.ndarray], dict]:
@@ -111,7 +113,9 @@ def restored_rollout(arrays: dict[str, np.ndarray], info: dict) -> Rollout:
   """The inverse of `saved_rollout`."""
   arrays = {k: np.asarray(v) for k, v in arrays.items()}
   batch = RolloutBatch(**{f: arrays.get(f) for f in RolloutBatch._fields})
-  return Rollout(batch, dict(info["metrics"]), list(info["prompts"]), list(info["completions"]),
+  # (checkpoints before the producer counted time kept the sampling seconds among the metrics)
+  metrics = {k: v for k, v in info["metrics"].items() if not k.startswith("timing/")}
+  return Rollout(batch, metrics, list(info["prompts"]), list(info["completions"]),
                  arrays["rewards_B"], int(info["num_tokens"]))
 
 
@@ -217,9 +221,8 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
   """The names of docs/guide.md, "Metrics": reward, reward_std (mean within-group std), rewards/<fn>/mean and /std,
   frac_reward_zero_std, completions/{mean,min,max}_length, completions/clipped_ratio,
   completions/mean_length_{correct,incorrect} (total reward > 0, <= 0; absent when a step has none),
-  rewards/<fn>/failures when a reward function failed on some samples, and the wall time of sampling
-  (timing/sample_s: prefill and decode, to the tokens on the host) and of the reward functions
-  (timing/reward_s)."""
+  and rewards/<fn>/failures when a reward function failed on some samples. (The wall time of sampling and of the
+  reward functions is the Rollout's `seconds`.)"""
   lengths = scored.sample.lengths_B.astype(np.float64)
   metrics: dict[str, Any] = {
       "reward": float(scored.rewards_B.mean()),
@@ -229,8 +232,6 @@ def rollout_metrics(scored: Scored) -> dict[str, Any]:
       "completions/min_length": float(lengths.min()),
       "completions/max_length": float(lengths.max()),
       "completions/clipped_ratio": float(np.mean(scored.sample.truncated_B)),
-      "timing/sample_s": float(scored.seconds[0]),
-      "timing/reward_s": float(scored.seconds[1]),
   }
   correct = scored.rewards_B > 0  # a total reward > 0 counts as correct (exact for 0/1 accuracy rewards)
   for label, rows in (("correct", correct), ("incorrect", ~correct)):
@@ -277,7 +278,7 @@ def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSett
       ref_logp_BxC=None, experts_BxTxLxk=getattr(out, "experts_BxTxLxk", None))
   if num_tokens is None:
     num_tokens = int(out.prompt_mask_BxP.sum() + out.completion_mask_BxC.sum())
-  return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens)
+  return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens, scored.seconds)
 
 
 def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSettings,

@@ -1,12 +1,9 @@
 """One run's parts, built once from its settings, and the state they act on.
 
-`Run` holds the data, the model and its policy (grpo_jax/train/policy.py), the samplers, the rewards and the
-compiled programs (each traced once per shape it sees), and does a step's phases: `rollout` (prompts -> G
-completions -> rewards -> advantages, plus reference log-probs) and `update`, and `evaluate`. `RunState` is what
-changes from step to step and what a checkpoint holds of it.
-
-Randomness: the key of step s is fold_in(key(seed), s) and its prompts are the training rows from the state's
-data position on, so a run restored from a checkpoint continues exactly.
+`Run` holds the data, the model and its policy (grpo_jax/train/policy.py), the producer of rollouts
+(grpo_jax/train/producer.py: samplers, rewards, advantages), the evaluator and the compiled programs (each traced
+once per shape it sees); it prepares a rollout's batch (`prepare`: reference log-probs) and updates (`update`).
+`RunState` is what changes from step to step and what a checkpoint holds of it.
 """
 from __future__ import annotations
 
@@ -17,18 +14,18 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
-from grpo_jax import errors
-from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.model.transformer import cast_for_compute
 from grpo_jax.train import build, distributed
 from grpo_jax.train.evaluation import RunEvaluation
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
-from grpo_jax.train.rollout import (RolloutSettings, collect_dynamic_rollout, collect_rollout,
-                                   restored_rollout, saved_rollout, trim_padding)
+from grpo_jax.train.producer import Producer, make_meshes
+from grpo_jax.train.rollout import RolloutSettings, restored_rollout, saved_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
@@ -60,17 +57,9 @@ class Run:
     self.settings = settings
     self.time_split = time_split or TimeSplit()  # evaluations and checkpoint saves add their seconds to it
     g, s = settings.grpo, settings.sampling
+    # The trainer's devices, and the sampler's own (overlapped rollouts): checked before anything is built.
+    self.mesh, self.sampler_mesh = make_meshes(settings)
     self.tokenizer, self.task = build.build_tokenizer_and_task(settings, log=log, inputs=inputs)
-    m, n = settings.mesh, settings.rollout.sampler_devices
-    devices = jax.devices()
-    if n >= len(devices):
-      raise errors.ConfigError(f"config.rollout.sampler_devices={n}: leaves no device for the update (there are "
-                               f"{len(devices)})")
-    self.mesh = sharding_lib.make_mesh(data=m.data, fsdp=m.fsdp, tensor=m.tensor, devices=devices[:len(devices) - n],
-                                       expert=m.expert)
-    # Overlapped rollouts: the sampler's own mesh on the last n devices, the parameters' layout repeated there.
-    self.sampler_mesh = sharding_lib.make_mesh(data=-1, fsdp=m.fsdp, tensor=m.tensor, devices=devices[-n:],
-                                               expert=m.expert) if n else None
     t0 = time.perf_counter()
     log(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...")
     graphdef, self.initial_params = build.build_model(settings, self.tokenizer, self.mesh)
@@ -81,8 +70,6 @@ class Run:
     param_sh = jax.tree.map(lambda x: x.sharding, self.initial_params)
     copy_params = jax.jit(lambda p: jax.tree.map(jnp.copy, p), out_shardings=param_sh)
     self.policy = make_policy(settings, graphdef, self.initial_params, self.mesh, copy_params)
-    self._sampler_sh = None if self.sampler_mesh is None else jax.tree.map(
-        lambda sh: NamedSharding(self.sampler_mesh, sh.spec), param_sh)
     if line := self.policy.describe():
       log(line)
     self.place = build.BatchPlacer(self.mesh)
@@ -111,10 +98,14 @@ class Run:
     # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
     self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
                                distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
-    self.sampler = distributed.GlobalSampler(sampler, self.offset * g.group_size)
-    if settings.rollout.sampler_devices and jax.process_count() > 1:
-      raise errors.ConfigError(f"config.rollout.sampler_devices={settings.rollout.sampler_devices}: the sampler's own "
-                               "devices work in one process for now; with several, set it to 0 (inline rollouts)")
+    model_cfg = nnx.merge(graphdef, self.initial_params).cfg
+    same_dtype = model_cfg.jnp_dtype == model_cfg.jnp_param_dtype
+    cast = None if same_dtype else jax.jit(lambda p: cast_for_compute(p, model_cfg))
+    # Rollouts: batches sampled inline, or on the sampler's own devices during the update.
+    self.producer = Producer(settings, self.task, self.tokenizer,
+                             distributed.GlobalSampler(sampler, self.offset * g.group_size), self.rollout_settings,
+                             self.policy, self.sampler_mesh, cast or (lambda p: p), (self.offset, self.count),
+                             distributed.all_true)
 
   def new_state(self, params, step: int, data_position: int, initial_eval: dict, run_id: str,
                 wall_before: float = 0.0) -> RunState:
@@ -150,46 +141,6 @@ class Run:
     return tuple(restored_rollout(distributed.local_batch(arrays[str(i)], self.mesh), own(info))
                  for i, info in enumerate(infos))
 
-  @property
-  def overlapped(self) -> bool:
-    """Whether the sampler has devices of its own (rollout.sampler_devices) and samples while the update runs."""
-    return self.sampler_mesh is not None
-
-  def sampler_params(self, params):
-    """The parameters the sampler reads: a copy on its own devices when overlapped (never the trainer's, which
-    the update donates), else `params` themselves."""
-    return params if self.sampler_mesh is None else jax.device_put(params, self._sampler_sh)
-
-  def sample_ahead(self, state: RunState, step: int, last: int, params) -> RunState:
-    """`state` with the rollouts of steps `step` .. `last` pending, sampling those not yet sampled with `params`
-    (the policy after state.step updates, on the sampler's devices)."""
-    pending, position = list(state.pending), state.data_position
-    while step + len(pending) <= last:
-      rollout, position = self.sample(params, position, step + len(pending))
-      rollout.metrics["rollout/policy_step"] = state.step  # the updates its sampling policy had seen
-      pending.append(rollout)
-    return state._replace(pending=tuple(pending), data_position=position)
-
-  def sample(self, params, data_position: int, step: int) -> tuple[Any, int]:
-    """(the Rollout of `step`: its key is fold_in(key(seed), step), its prompts the training rows from
-    `data_position` on, its sampler `params`; the data position past the rows it used)."""
-    g = self.settings.grpo
-    position = data_position
-
-    def next_columns():  # this process's prompts of the next prompts_per_step rows; advances the position
-      nonlocal position
-      columns = self.task.train_rows(position + self.offset, self.count)
-      position += g.prompts_per_step
-      return columns
-
-    key = jax.random.fold_in(self.base_key, step)
-    if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-      rollout = collect_dynamic_rollout(self.sampler, params, self.tokenizer, next_columns, self.rollout_settings,
-                                        key, max_rounds=g.dynamic_sampling_max_rounds, all_done=distributed.all_true)
-    else:
-      rollout = collect_rollout(self.sampler, params, self.tokenizer, next_columns(), self.rollout_settings, key)
-    return rollout, position
-
   def prepare(self, rollout, state: RunState, step: int) -> RolloutBatch:
     """The rollout's batch on the mesh for update `step`, with the reference log-probs of `state` (the reference
     as it stands when the batch is used, `ref_reset_every` included)."""
@@ -211,16 +162,20 @@ class Run:
   def update(self, state: RunState, batch: RolloutBatch, step: int,
              meanwhile: Callable[[RunState], RunState] | None = None) -> tuple[RunState, dict]:
     """The state after update `step` on `batch`. `meanwhile(state)` (overlapped rollouts) runs on the host while
-    the update runs on the trainer's devices, and gives the state's pending rollouts and data position."""
+    the update runs on the trainer's devices, and gives the state's pending rollouts and data position;
+    timing/update_s is the update's wall time less what `meanwhile` took (its own seconds: the producer's)."""
     t0 = time.perf_counter()
     params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)  # dispatched, not waited for
+    producing = 0.0
     if meanwhile is not None:
+      t1 = time.perf_counter()
       state = meanwhile(state)
+      producing = time.perf_counter() - t1
     metrics = jax.device_get(metrics)  # waits for the update
     if "offpolicy/ratio_sq" in metrics:  # the spread of pi_proximal / pi_behaviour over the batch's tokens
       mean, square = float(metrics["offpolicy/ratio"]), float(metrics.pop("offpolicy/ratio_sq"))
       metrics["offpolicy/ratio_std"] = max(square - mean * mean, 0.0) ** 0.5
-    metrics["timing/update_s"] = time.perf_counter() - t0
+    metrics["timing/update_s"] = time.perf_counter() - t0 - producing
     metrics["learning_rate"] = self.schedule((step - 1) * self.settings.updates_per_step)  # the step's first
     ref = state.ref_params
     every = self.settings.grpo.ref_reset_every

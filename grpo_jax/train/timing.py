@@ -3,8 +3,10 @@
   launch      process start -> `train()` called: the interpreter, imports, the config (Linux; else absent)
   start       `train()` -> the first step begins: building the run, loading the model, restore or warm start,
               less the evaluation and checkpoint time spent in it (counted below)
-  sample, reward, reference, update, step_other
-              the steps' phases (the sums of the `timing/*` metrics); the first step's compilation is in them
+  sample, reward, reference, update, sync, step_other
+              the steps' phases (the sums of the `timing/*` metrics: each second of a step counted once, in the step
+              that spent it; overlapped, update is what the update kept the loop waiting beyond the sampling done
+              meanwhile); the first step's compilation is in them
   eval        held-out evaluations, the one before step 1 included
   checkpoint  the blocking part of checkpoint saves (an async save finishes its writes in the background)
   finish      after the last step: the Hugging Face export, the wait for the last async save, the plot
@@ -24,9 +26,9 @@ import os
 import statistics
 import time
 
-ORDER = ("start", "eval", "checkpoint", "sample", "reward", "reference", "update", "step_other")
+ORDER = ("start", "eval", "checkpoint", "sample", "reward", "reference", "update", "sync", "step_other")
 STEP_PHASES = {"timing/sample_s": "sample", "timing/reward_s": "reward", "timing/reference_s": "reference",
-               "timing/update_s": "update", "timing/other_s": "step_other"}
+               "timing/update_s": "update", "timing/sync_s": "sync", "timing/other_s": "step_other"}
 
 
 def seconds_since_launch() -> float | None:

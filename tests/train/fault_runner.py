@@ -97,7 +97,7 @@ def _kill_in_warmstart_step(nth):
 def arm(point: str, nth: int) -> None:
   import orbax.checkpoint as ocp
 
-  from grpo_jax.train import checkpoint, run
+  from grpo_jax.train import checkpoint, producer, run
   if point == "warmstart_step":
     _kill_in_warmstart_step(nth)
   elif point == "after_warmstart_save":           # the warm start is saved, checkpoint 0 is not
@@ -113,7 +113,7 @@ def arm(point: str, nth: int) -> None:
   elif point == "loading":                        # building the run's parts (model, data, programs)
     _kill_on_call(run.Run, "__init__", nth)
   elif point == "rollout":                        # a rollout's sampling (step n's, or one ahead of its update)
-    _kill_on_call(run.Run, "sample", nth)
+    _kill_on_call(producer.Producer, "sample", nth)
   elif point == "reward":                         # scoring a step's completions
     from grpo_jax.train import rollout
     _kill_on_call(rollout, "grade", nth)

@@ -19,6 +19,7 @@ from grpo_jax.rewards import register_reward
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, checks, loop
 from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.train import producer as producer_lib
 from grpo_jax.train import run as run_lib
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.layout import RunFiles
@@ -134,7 +135,7 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
   # The time split: its additive parts are this process's wall time (what is left out: logging between steps);
   # the steps' phases are the sums of the timing/* metrics; launch comes before train() was called.
   split = saved["time_split_s"]
-  parts = ("start", "eval", "checkpoint", "sample", "reward", "reference", "update", "step_other", "finish")
+  parts = ("start", "eval", "checkpoint", "sample", "reward", "reference", "update", "sync", "step_other", "finish")
   assert set(parts) | {"launch", "first_step_excess"} == set(split) and min(split[p] for p in parts) >= 0
   assert sum(split[p] for p in parts) == pytest.approx(saved["wall_s_this_process"], rel=0.05)
   assert split["update"] == pytest.approx(sum(r["timing/update_s"] for r in records[1:]), abs=0.01)
@@ -161,7 +162,7 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
 def _kill_at_step_5_then_resume(config, ref_dir, workdir):
   """Runs `config()` in workdir, killed while step 5 samples, then resumed: it must end as ref_dir's run did."""
   calls = {"n": 0}
-  collect = run_lib.collect_dynamic_rollout
+  collect = producer_lib.collect_dynamic_rollout
 
   def dies_at_step_5(*args, **kwargs):
     calls["n"] += 1
@@ -170,7 +171,7 @@ def _kill_at_step_5_then_resume(config, ref_dir, workdir):
     return collect(*args, **kwargs)
 
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(run_lib, "collect_dynamic_rollout", dies_at_step_5)
+    mp.setattr(producer_lib, "collect_dynamic_rollout", dies_at_step_5)
     with pytest.raises(KeyboardInterrupt):
       loop.train(config(), workdir)
   assert [r["step"] for r in read_jsonl(os.path.join(workdir, "metrics.jsonl"))] == [0, 1, 2, 3, 4]

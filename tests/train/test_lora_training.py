@@ -26,6 +26,10 @@ from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
 from grpo_jax.train import checks
+from grpo_jax.model.transformer import cast_for_compute
+from grpo_jax.train.inputs import RunInputs
+from grpo_jax.train.producer import Producer
+from grpo_jax.train.run import Run
 from tests.tolerance import assert_close_f32
 from tests.train.conftest import load_experiment
 
@@ -191,3 +195,32 @@ def test_lora_config_errors_name_the_field(field, value, match):
   c[section][key] = value
   with pytest.raises(ValueError, match=match):
     checks.validate(c)
+
+
+def test_the_sampler_gets_the_adapters_in_the_compute_dtype_and_the_base_once():
+  """Producer.sync (the weight copy to the sampler's devices, here a mesh of the same one device): each call
+  copies the adapters alone, cast to the compute dtype (bfloat16 here, vectors kept); the frozen base is copied at
+  the first call only; no implicit transfer (transfer_guard "disallow"); timing/sync_s counts it."""
+  config = load_experiment("lora")("test")
+  config.model.dtype, config.warmstart.enabled = "bfloat16", False
+  run = Run(checks.validate(config), RunInputs(), lambda *_: None)
+  model_cfg = nnx.merge(run.policy.graphdef, run.initial_params).cfg
+  producer = Producer(run.settings, run.task, run.tokenizer, None, None, run.policy, run.mesh,
+                      jax.jit(lambda p: cast_for_compute(p, model_cfg)), (0, 1), bool)
+  params = run.initial_params
+  moved = jax.tree.map(lambda x: x + 1, params)  # a later policy: adapters and (for this check) base all changed
+  with jax.transfer_guard("disallow"):
+    producer.sync(params)
+    first = producer.params
+    producer.sync(moved)
+  second = producer.params
+  base_first, base_second = run.policy.base_part(first), run.policy.base_part(second)
+  assert all(a is b for a, b in zip(jax.tree.leaves(base_first), jax.tree.leaves(base_second)))
+  for got, want in zip(jax.tree.leaves(run.policy.trainable_part(second)),
+                       jax.tree.leaves(cast_for_compute(run.policy.trainable_part(moved), model_cfg))):
+    assert got.dtype == want.dtype == jnp.bfloat16 and np.array_equal(np.asarray(got, np.float32),
+                                                                      np.asarray(want, np.float32))
+  base = jax.tree.leaves(base_second)
+  assert {x.dtype for x in base if x.ndim >= 2} == {jnp.dtype(jnp.bfloat16)}
+  assert {x.dtype for x in base if x.ndim < 2} == {jnp.dtype(jnp.float32)}  # norm scales stay as they are
+  assert producer.take_seconds()["timing/sync_s"] > 0 and producer.take_seconds() == {}

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +19,11 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.loop import train
 from grpo_jax.train.rollout import restored_rollout, saved_rollout
 from grpo_jax.train.run import Run
-from tests.train.conftest import ROOT, load_experiment
-from tests.virtual_devices import env_with_devices
+from grpo_jax.train.timing import STEP_PHASES
+from tests.train.conftest import load_experiment
+from tests.virtual_devices import run_worker
+
+STEP_PARTS = set(STEP_PHASES)
 
 NUM_STEPS = 5
 COMPARED = ("reward", "loss", "grad_norm", "completions/mean_length", "offpolicy/ratio", "offpolicy/ratio_std",
@@ -56,7 +58,7 @@ def _reference(config, staleness: int) -> list[dict]:
   rows = []
   for t in range(1, NUM_STEPS + 1):
     version = max(0, t - 1 - staleness)
-    rollout, position = run.sample(policies[version], state.data_position, t)
+    rollout, position = run.producer.sample(policies[version], state.data_position, t)
     rollout.metrics["rollout/policy_step"] = version
     state = state._replace(data_position=position)
     state, metrics = run.update(state, run.prepare(rollout, state, t), t)
@@ -126,40 +128,73 @@ def test_staleness_is_checked():
   settings = checks.validate(config, reward_callables=["even_length"])
   with pytest.raises(errors.ConfigError, match=r"sampler_devices=1: leaves no device for the update"):
     Run(settings, RunInputs((even_length,)), log=lambda *a, **k: None)
+  config.rollout.sampler_tensor = 2  # the sampler's own layout must divide its devices
+  with pytest.raises(errors.ConfigError, match=r"config.rollout.sampler_tensor=2: does not divide "
+                                               r"rollout.sampler_devices=1"):
+    checks.validate(config)
+  config.rollout.sampler_devices, config.rollout.sampler_tensor, config.mesh.fsdp = 0, 1, 2  # one device here
+  with pytest.raises(errors.ConfigError, match=r"^config.mesh: 1 devices are not divisible by fsdp\*tensor\*expert=2 "
+                                               r"\(the trainer's devices: 1 of 1, rollout.sampler_devices=0\)"):
+    Run(checks.validate(config, reward_callables=["even_length"]), RunInputs((even_length,)), log=lambda *a, **k: None)
 
 
-def _launch(workdir, devices: int, experiment: str, *overrides: str) -> list[dict]:
-  """`experiment`'s test preset with staleness 1, launched on `devices` virtual CPU devices; its metrics without
-  timings, and the final checkpoint's state fingerprint."""
-  env = env_with_devices(devices)
-  env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  proc = subprocess.run(
-      [sys.executable, "scripts/train.py", "--config", f"experiments/{experiment}.py:test",
-       "--config.rollout.staleness=1", "--config.warmstart.enabled=False", "--config.log.plot=False",
-       "--config.log.tensorboard=False", "--workdir", str(workdir), *overrides],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = [{k: v for k, v in json.loads(line).items() if not k.startswith("timing/") and k not in (
-      "step_time", "tokens_per_s")} for line in open(os.path.join(workdir, "metrics.jsonl"))]
+WORKER = Path(__file__).parent / "overlap_worker.py"
+
+
+def _worker_run(workdir, devices: int, experiment: str) -> tuple[list[dict], list[dict], str, list]:
+  """tests/train/overlap_worker.py's run of `experiment` on `devices` virtual CPU devices, overlapped when 2:
+  (its metrics rows, the same without timings, the final checkpoint's state fingerprint, its clock stamps)."""
+  mode = "overlapped" if devices == 2 else "inline"
+  events = run_worker(WORKER, str(workdir), mode, experiment, devices=devices)["events"]
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  untimed = [{k: v for k, v in r.items() if not k.startswith("timing/") and k not in ("step_time", "tokens_per_s")}
+             for r in rows]
   with open(os.path.join(workdir, "checkpoints", "4", "meta", "metadata")) as f:
-    return rows + [json.load(f)["state_fingerprint"]]
+    return rows, untimed, json.load(f)["state_fingerprint"], events
 
 
-@pytest.mark.parametrize("experiment, overrides, exercised", [
+def _sampled_during_updates(events) -> list[bool]:
+  """Per update: whether a sampler prefill ran between its dispatch and its end (the worker's stamps; the end is
+  the earlier of the waiting thread's stamp, which can come late, and Run.update's return)."""
+  first_after = lambda name, t: min(x for n, x in events if n == name and x > t)  # noqa: E731
+  prefills = [t for name, t in events if name == "prefill"]
+  dispatches = [t for name, t in events if name == "update_dispatch"]
+  ends = [min(first_after("update_end", d), first_after("update_returned", d)) for d in dispatches]
+  return [any(d < t < e for t in prefills) for d, e in zip(dispatches, ends)]
+
+
+def _check_timing(rows: list[dict], workdir) -> None:
+  """Each step's timing/* parts are >= 0 and add up to its step_time; summary.json's split agrees."""
+  steps = [r for r in rows if r.get("step", 0) > 0 and "event" not in r]
+  for r in steps:
+    parts = {k: v for k, v in r.items() if k in STEP_PARTS}
+    assert min(parts.values()) >= -1e-9 and sum(parts.values()) == pytest.approx(r["step_time"], abs=1e-6), r
+  with open(os.path.join(workdir, "summary.json")) as f:
+    split = json.load(f)["time_split_s"]
+  for key, name in STEP_PHASES.items():
+    assert split.get(name, 0.0) == pytest.approx(sum(r.get(key, 0.0) for r in steps), abs=0.01), name
+
+
+@pytest.mark.parametrize("experiment, exercised", [
     # Rewards that move the policy, and DAPO's dynamic sampling: a second sampler call in every step.
-    ("default", ('--config.reward_funcs=("tests.train.fault_runner:even_length",)',
-                 "--config.optim.learning_rate=0.03", "--config.grpo.dynamic_sampling=True"),
-     "dynamic_sampling/rounds"),
-    # Multi-turn episodes with a tool (47 s for the pair, so on demand: pytest -m slow).
-    pytest.param("calculator", (), "episodes/turns", marks=pytest.mark.slow),
+    ("default", "dynamic_sampling/rounds"),
+    # Multi-turn episodes with a tool (~45 s for the pair, so on demand: pytest -m slow).
+    pytest.param("calculator", "episodes/turns", marks=pytest.mark.slow),
 ])
-def test_overlapped_rollouts_equal_inline_ones(experiment, overrides, exercised, tmp_path):
+def test_overlapped_rollouts_equal_inline_ones_and_overlap(experiment, exercised, tmp_path):
   """The sampler on a device of its own (rollout.sampler_devices = 1 of 2), sampling during the update, gives the
-  run of one device sampling before it: the same trainer mesh (one device) and a sampler mesh of the same shape."""
-  overlapped = _launch(tmp_path / "overlapped", 2, experiment, *overrides, "--config.rollout.sampler_devices=1")
-  inline = _launch(tmp_path / "inline", 1, experiment, *overrides)
-  assert overlapped == inline
-  steps = [r for r in inline[:-1] if r.get("step", 0) > 0 and "event" not in r]
+  run of one device sampling before it (the same trainer mesh, a sampler mesh of the same shape); it reads no
+  array from the trainer's device (run under transfer_guard_device_to_device("disallow")), and its programs for
+  the next batch run while the update does, which inline they do not."""
+  rows, overlapped, fingerprint, events = _worker_run(tmp_path / "overlapped", 2, experiment)
+  inline_rows, inline, inline_fingerprint, inline_events = _worker_run(tmp_path / "inline", 1, experiment)
+  assert overlapped == inline and fingerprint == inline_fingerprint
+  steps = [r for r in inline if r.get("step", 0) > 0 and "event" not in r]
   assert max(r[exercised] for r in steps) > 1  # the path under test ran: a second sampler call, a second turn
   if experiment == "default":
     assert len({r["reward"] for r in steps}) > 1  # the policy moved: a batch of the wrong policy would show
+  assert _sampled_during_updates(events) == [True] * 4
+  assert _sampled_during_updates(inline_events) == [False] * 4
+  _check_timing(rows, tmp_path / "overlapped")
+  _check_timing(inline_rows, tmp_path / "inline")
+  assert min(r["timing/sync_s"] for r in rows if r.get("step", 0) > 0 and "event" not in r) > 0
