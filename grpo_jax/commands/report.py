@@ -9,7 +9,7 @@ paired tests against a baseline, per-member CSV, curves with interval bands (PNG
 
 Groups default to each member's `group` from the sweep file (its name without `_seed<N>`); --group_by REGEX
 regroups by the regex's named group `group`, else its group 1, else the whole match in the member name.
-The definitions of every number are in grpo_jax/sweep/report.py.
+The definitions of every number are in grpo_jax/sweep/results.py and tables.py.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 
 from grpo_jax import storage
 from grpo_jax.commands import exit_on_mistake
-from grpo_jax.sweep import report
+from grpo_jax.sweep import report, results, tables
 
 
 def run(argv=None) -> int:
@@ -50,15 +50,15 @@ def run(argv=None) -> int:
   args = parser.parse_args(argv)
   if args.smooth < 1:
     parser.error(f"--smooth {args.smooth}: the moving-average window must be >= 1 (1: no smoothing)")
-  group_fn = report.regex_grouper(args.group_by) if args.group_by else None
+  group_fn = results.regex_grouper(args.group_by) if args.group_by else None
   extra = [k for k in args.mean_of.split(",") if k]
   if args.plan:
-    runs = report.select_groups(report.load_sweep_dir(args.sweep_dir, group_fn, extra), args.groups)
-    known = [c for c, _, _ in report.columns_of(runs)]
+    runs = results.select_groups(results.load_sweep_dir(args.sweep_dir, group_fn, extra), args.groups)
+    known = [c for c, _, _ in tables.columns_of(runs)]
     if args.metric not in known:
       parser.error(f"--metric {args.metric!r}: not a column of this report; columns: {', '.join(known)} "
                    "(mean:<metric> needs --mean_of <metric>)")
-    print(report.plan_markdown(report.plan(runs, args.metric, args.baseline, args.effect, args.width)))
+    print(tables.plan_markdown(tables.plan(runs, args.metric, args.baseline, args.effect, args.width)))
     return 0
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
                               args.baseline, extra, [k for k in args.curves.split(",") if k],

@@ -3,7 +3,7 @@
 `plot_runs` draws runs (their metrics.jsonl) as lines: reward, held-out accuracy, KL, entropy and completion
 length against the step (the run's curves.png, grpo-plot). `draw_panels` draws any panels of curves with
 optional bands (mean ± std, or an interval (lo, hi): a held-out figure's logged 95% interval); the ablation
-report (grpo_jax/sweep/report.py) uses it for its group figures.
+report (grpo_jax/sweep/figures.py) uses it for its group figures.
 """
 from __future__ import annotations
 

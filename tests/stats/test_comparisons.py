@@ -21,7 +21,7 @@ def test_paired_matches_scipys_paired_t_test_and_interval():
 
 
 def test_the_t_half_width_is_scipys_interval_elementwise_and_nan_below_two_seeds():
-  # the report's bands over seeds at every step go through it (sweep/report.py's interval_band)
+  # the report's bands over seeds at every step go through it (sweep/figures.py's interval_band)
   std, n = np.array([0.1, 0.2, 0.3]), np.array([1, 2, 5])
   half = intervals.t_half_width(std, n)
   assert np.isnan(half[0])

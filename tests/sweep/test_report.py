@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from grpo_jax.sweep import report
+from grpo_jax.sweep import figures, results, tables
+from grpo_jax.train.plotting import draw_panels
 from tests.sweep.conftest import REPO
 
 
@@ -61,12 +62,12 @@ def test_read_metrics_merges_rows_per_step_and_skips_a_truncated_line(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 0, "reward": 0.5}\n{"step": 1, "reward": 0.1}\n{"step": 0, "eval/accuracy": 0.25}\n'
                   '{"step": 1, "reward": 0.2}\n{"step": 2, "rew')
-  rows = report.read_metrics(str(path))
+  rows = results.read_metrics(str(path))
   assert rows == {0: {"step": 0, "reward": 0.5, "eval/accuracy": 0.25}, 1: {"step": 1, "reward": 0.2}}
 
 
 def test_member_numbers_match_hand_computation(sweep_dir):
-  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
+  runs = {r.name: r for r in results.load_sweep_dir(sweep_dir)}
   a0 = runs["a_seed0"].summary
   assert a0["eval_acc_start"] == 0.2 and a0["eval_acc_final"] == 0.6
   assert a0["reward_auc"] == pytest.approx((0.1 + 0.3 + 0.5 + 0.7) / 4)
@@ -82,7 +83,7 @@ def test_member_numbers_match_hand_computation(sweep_dir):
 
 
 def test_curve_panels_keep_kl_where_logged_and_draw_no_floor_without_one(sweep_dir):
-  panels = report.curve_panels(report.load_sweep_dir(sweep_dir))
+  panels = figures.curve_panels(results.load_sweep_dir(sweep_dir))
   assert [title for title, _ in panels] == ["reward (train), moving avg 10", "held-out accuracy",
                                             "KL to reference, moving avg 10"]
   assert all(floor is None for _, curves in panels for *_, floor in curves)
@@ -92,12 +93,12 @@ def test_member_wall_time_counts_an_attempt_the_done_marker_missed(sweep_dir):
   # An older DONE summed only the attempts that recorded an end; the trainer's own total is larger.
   with open(os.path.join(sweep_dir, "a_seed0", "summary.json"), "w") as f:
     json.dump({"wall_s": 120.0}, f)
-  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
+  runs = {r.name: r for r in results.load_sweep_dir(sweep_dir)}
   assert runs["a_seed0"].summary["wall_s"] == 120.0 and runs["a_seed1"].summary["wall_s"] == 30.0
 
 
 def test_group_table_mean_and_sample_std_over_finished_seeds(sweep_dir):
-  table = {row["group"]: row for row in report.group_table(report.load_sweep_dir(sweep_dir))}
+  table = {row["group"]: row for row in tables.group_table(results.load_sweep_dir(sweep_dir))}
   assert list(table) == ["a", "b", "c", "extra"]  # plan order, then unplanned
   a = table["a"]
   assert (a["members"], a["done"], a["failed"]) == (2, 2, 0)
@@ -120,8 +121,8 @@ def test_group_table_mean_and_sample_std_over_finished_seeds(sweep_dir):
 
 
 def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
-  runs = report.load_sweep_dir(sweep_dir)
-  md = report.markdown(runs, "t")
+  runs = results.load_sweep_dir(sweep_dir)
+  md = tables.markdown(runs, "t")
   assert "| a | 2/2 | 0.200 [0.200, 0.200] | 0.700 [-0.571, 1.971] | 0.450 [-0.185, 1.085] |" in md
   assert "| b | 1/2 | 0.300 (1 seed) | 0.900 (1 seed) |" in md
   assert ("| c | 1/2 | 0.500 (1 seed) | 0.500 (1 seed) | 0.500 (1 seed) | 0.00e+00 (1 seed) | 3.00 (1 seed) | "
@@ -129,38 +130,38 @@ def test_markdown_and_csv_list_every_group_and_the_failed_member(sweep_dir):
   assert "### Failed members" in md and "`b_seed0` (group b): `ValueError: boom`" in md
   assert "- a: `algo.x=a`\n" in md and "- extra: (none recorded)" in md
   assert "- not started (1): `c_seed0`" in md and "`extra_seed0` (group extra): unfinished, 0 steps logged" in md
-  groups = list(csv.DictReader(io.StringIO(report.groups_csv(runs))))
+  groups = list(csv.DictReader(io.StringIO(tables.groups_csv(runs))))
   assert [g["group"] for g in groups] == ["a", "b", "c", "extra"]
   assert float(groups[0]["reward_auc_mean"]) == pytest.approx(0.45)
   assert float(groups[0]["reward_auc_std"]) == pytest.approx(math.sqrt(0.005))
-  members = {m["name"]: m for m in csv.DictReader(io.StringIO(report.members_csv(runs)))}
+  members = {m["name"]: m for m in csv.DictReader(io.StringIO(tables.members_csv(runs)))}
   assert members["b_seed0"]["status"] == "failed" and members["b_seed0"]["error"] == "ValueError: boom"
   assert float(members["a_seed1"]["mean_length"]) == 5.0
 
 
 def test_regex_grouper(sweep_dir):
-  runs = report.load_sweep_dir(sweep_dir, report.regex_grouper(r"^(\w)[a-z]*_"))
+  runs = results.load_sweep_dir(sweep_dir, results.regex_grouper(r"^(\w)[a-z]*_"))
   assert [r.group for r in runs] == ["a", "a", "b", "b", "c", "c", "e"]
-  runs = report.load_sweep_dir(sweep_dir, report.regex_grouper(r"seed(?P<group>\d)"))
+  runs = results.load_sweep_dir(sweep_dir, results.regex_grouper(r"seed(?P<group>\d)"))
   assert [r.group for r in runs] == ["0", "1", "0", "1", "0", "1", "0"]
   with pytest.raises(ValueError, match="does not match member 'extra_seed0'"):
-    report.load_sweep_dir(sweep_dir, report.regex_grouper(r"^[abc]_"))
+    results.load_sweep_dir(sweep_dir, results.regex_grouper(r"^[abc]_"))
 
 
 def test_band_is_mean_and_sample_std_over_members_per_step(sweep_dir):
-  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
-  steps, mean, std, count = report.band([runs["a_seed0"], runs["b_seed1"]], "reward")
+  runs = {r.name: r for r in results.load_sweep_dir(sweep_dir)}
+  steps, mean, std, count = figures.band([runs["a_seed0"], runs["b_seed1"]], "reward")
   np.testing.assert_array_equal(steps, [0, 1, 2, 3])
   np.testing.assert_allclose(mean, [0.3, 0.4, 0.5, 0.7])
   np.testing.assert_allclose(std[:2], [np.std([0.1, 0.5], ddof=1), np.std([0.3, 0.5], ddof=1)])
   assert np.isnan(std[2:]).all() and count.tolist() == [2, 2, 1, 1]
-  _, smoothed, _, _ = report.band([runs["a_seed0"]], "reward", smooth=2)
+  _, smoothed, _, _ = figures.band([runs["a_seed0"]], "reward", smooth=2)
   np.testing.assert_allclose(smoothed, [0.1, 0.2, 0.4, 0.6])
 
 
 def test_paired_band_differences_by_seed(sweep_dir):
-  runs = {r.name: r for r in report.load_sweep_dir(sweep_dir)}
-  steps, mean, std, count = report.paired_band([runs["b_seed1"], runs["b_seed0"]], [runs["a_seed0"],
+  runs = {r.name: r for r in results.load_sweep_dir(sweep_dir)}
+  steps, mean, std, count = figures.paired_band([runs["b_seed1"], runs["b_seed0"]], [runs["a_seed0"],
                                                                                     runs["a_seed1"]], "reward")
   # b_seed1 - a_seed1 at steps 0, 1: 0.5 - 0.2, 0.5 - 0.4; b_seed0 - a_seed0 at step 0: 0.0 - 0.1.
   np.testing.assert_array_equal(steps, [0, 1])
@@ -183,15 +184,15 @@ def test_report_cli_writes_table_csv_and_figures(sweep_dir, tmp_path):
 
 
 def test_select_groups(sweep_dir):
-  runs = report.select_groups(report.load_sweep_dir(sweep_dir), "^(a|c)$")
+  runs = results.select_groups(results.load_sweep_dir(sweep_dir), "^(a|c)$")
   assert [r.name for r in runs] == ["a_seed0", "a_seed1", "c_seed0", "c_seed1"]
   with pytest.raises(ValueError, match="matches none of the groups"):
-    report.select_groups(runs, "^z")
+    results.select_groups(runs, "^z")
 
 
 def test_paired_differences_to_a_baseline_group(sweep_dir):
-  runs = report.load_sweep_dir(sweep_dir)
-  table = {row["group"]: row for row in report.paired_table(runs, "a")}
+  runs = results.load_sweep_dir(sweep_dir)
+  table = {row["group"]: row for row in tables.paired_table(runs, "a")}
   # b: only b_seed1 finished; paired with a_seed1: final acc 0.9 - 0.8, reward AUC 0.5 - 0.5.
   b = table["b"]
   assert b["pairs"] == 1 and b["eval_acc_final"][0] == pytest.approx(0.1) and b["eval_acc_final_wins"] == 1
@@ -199,11 +200,11 @@ def test_paired_differences_to_a_baseline_group(sweep_dir):
   # c: c_seed1 (done via summary.json) against a_seed1: 0.5 - 0.8.
   assert table["c"]["eval_acc_final"][:1] == (pytest.approx(-0.3),) and table["c"]["pairs"] == 1
   assert table["extra"]["pairs"] == 0
-  md = report.markdown(runs, "t", baseline="a")
+  md = tables.markdown(runs, "t", baseline="a")
   assert ("| b | 1 | +0.100 (1 seed: no interval; 1/1) | +0.000 (1 seed: no interval; 0/1) |" in md
           and "| extra | 0 | – | – |" in md)
   with pytest.raises(ValueError, match="'z' is not a group"):
-    report.paired_table(runs, "z")
+    tables.paired_table(runs, "z")
 
 
 def test_paired_cell_without_spread_says_why_it_has_no_p(tmp_path):
@@ -211,10 +212,10 @@ def test_paired_cell_without_spread_says_why_it_has_no_p(tmp_path):
   for seed, acc in enumerate([0.6, 0.8]):  # b is a + 0.1 on both seeds: the differences have no spread
     for group, final in (("a", acc), ("b", acc + 0.1)):
       _write_member(d, f"{group}_seed{seed}", _rows([0.5], [0.0], [3], [1.0], 0.2, final), "DONE", {"wall_s": 1.0})
-  runs = report.load_sweep_dir(d)
-  (row,) = report.paired_table(runs, "a")
+  runs = results.load_sweep_dir(d)
+  (row,) = tables.paired_table(runs, "a")
   assert row["eval_acc_final"].p is None and math.isnan(row["eval_acc_final_holm"])
-  assert "| b | 2 | +0.100, no spread: all differences equal (2/2) |" in report.paired_markdown(runs, "a")
+  assert "| b | 2 | +0.100, no spread: all differences equal (2/2) |" in tables.paired_markdown(runs, "a")
 
 
 def test_probability_of_improvement_is_paired_when_seeds_pair(tmp_path):
@@ -222,28 +223,28 @@ def test_probability_of_improvement_is_paired_when_seeds_pair(tmp_path):
   for seed, (a, b) in enumerate([(0.3, 0.5), (0.4, 0.4), (0.8, 0.7), (0.1, 0.2)]):
     for group, final in (("a", a), ("b", b)):
       _write_member(d, f"{group}_seed{seed}", _rows([0.5], [0.0], [3], [1.0], 0.2, final), "DONE", {"wall_s": 1.0})
-  (row,) = report.paired_table(report.load_sweep_dir(d), "a")
+  (row,) = tables.paired_table(results.load_sweep_dir(d), "a")
   assert row["eval_acc_final_poi"][0] == 0.625  # b higher, tie, lower, higher; every run against every: 9.5 / 16
 
 
 def test_mean_of_extra_metrics_adds_columns(sweep_dir):
-  runs = report.load_sweep_dir(sweep_dir, extra=["kl", "missing"])
+  runs = results.load_sweep_dir(sweep_dir, extra=["kl", "missing"])
   a0 = next(r for r in runs if r.name == "a_seed0")
   assert a0.summary["mean:kl"] == pytest.approx((0.0 + 0.01 + 0.02 + 0.04) / 4)
   assert math.isnan(a0.summary["mean:missing"])
-  md = report.markdown(runs, "t")
+  md = tables.markdown(runs, "t")
   assert "| mean kl | mean missing |" in md
-  assert "mean:kl_mean" in report.groups_csv(runs).splitlines()[0]
+  assert "mean:kl_mean" in tables.groups_csv(runs).splitlines()[0]
   # ... and paired differences of those means to the baseline member with the same seed.
-  paired = {row["group"]: row for row in report.paired_table(runs, "a")}
+  paired = {row["group"]: row for row in tables.paired_table(runs, "a")}
   b1 = next(r for r in runs if r.name == "b_seed1")
   a1 = next(r for r in runs if r.name == "a_seed1")
   assert paired["b"]["mean:kl"][0] == pytest.approx(b1.summary["mean:kl"] - a1.summary["mean:kl"])
-  assert "Δ mean kl" in report.paired_markdown(runs, "a")
+  assert "Δ mean kl" in tables.paired_markdown(runs, "a")
   # --curves: one panel per metric in metrics.png.
   import matplotlib.image
   path = os.path.join(sweep_dir, "metrics.png")
-  report.plot_metrics(runs, ["kl", "reward"], path, smooth=1)
+  draw_panels(figures.metric_panels(runs, ["kl", "reward"], smooth=1), path)
   assert matplotlib.image.imread(path).shape[1] > matplotlib.image.imread(path).shape[0]  # two panels side by side
 
 
@@ -268,7 +269,7 @@ def test_sweep_over_tasks_gets_a_table_per_metric_with_a_column_per_task(tmp_pat
                       "DONE", {"wall_s": 1.0})
   with open(os.path.join(d, "sweep.json"), "w") as f:
     json.dump({"members": members}, f)
-  tasks, rows = report.task_table(report.load_sweep_dir(d))
+  tasks, rows = tables.task_table(results.load_sweep_dir(d))
   assert tasks == ["aiw", "simple_equations"]
   by_variant = {row["variant"]: row for row in rows}
   assert set(by_variant) == {"grpo", "dr_grpo"}
@@ -279,10 +280,10 @@ def test_sweep_over_tasks_gets_a_table_per_metric_with_a_column_per_task(tmp_pat
   assert cell["eval_acc_start"][0] == pytest.approx(0.3) and cell["constant_answer"][0] == pytest.approx(0.15)
   assert cell["full_credit_final"][0] == pytest.approx(cell["eval_acc_final"][0] - 0.05)
   assert by_variant["dr_grpo"]["aiw"]["eval_acc_final"][0] == pytest.approx(0.15)
-  markdown = report.task_markdown(report.load_sweep_dir(d))
+  markdown = tables.task_markdown(results.load_sweep_dir(d))
   assert "### one constant answer by task" in markdown and "| grpo | " in markdown
   # The figure: no KL panel (none logged), each group's floor (its seeds' mean) on the held-out panel.
-  panels = report.curve_panels(report.load_sweep_dir(d))
+  panels = figures.curve_panels(results.load_sweep_dir(d))
   assert [title for title, _ in panels] == ["reward (train), moving avg 10",
                                             "held-out accuracy (dotted: one constant answer)"]
   floors = {label.split(" ")[0]: floor for label, _, _, floor in panels[1][1]}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from grpo_jax.stats import comparisons, power
-from grpo_jax.sweep import report
+from grpo_jax.sweep import figures, results, tables
 from tests.sweep.conftest import REPO
 
 PROMPTS = [f"{a}+{b}=" for a in range(8) for b in range(8)]  # 64 held-out prompts, shared by every member
@@ -63,8 +63,8 @@ def _table_cells(md: str):
 
 
 def test_every_number_in_the_reports_tables_has_its_interval(study):
-  runs = report.load_sweep_dir(study, extra=["entropy"])
-  md = report.markdown(runs, "t", baseline="base")
+  runs = results.load_sweep_dir(study, extra=["entropy"])
+  md = tables.markdown(runs, "t", baseline="base")
   assert "### Final held-out accuracy: seeds and prompts" in md and "Probability of improvement" in md
   counts = {"group", "n", "pairs", "seeds", "SE from seeds", "SE from prompts"}
   checked = 0
@@ -77,8 +77,8 @@ def test_every_number_in_the_reports_tables_has_its_interval(study):
 
 
 def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_first_column(study):
-  runs = report.load_sweep_dir(study)
-  table = {row["group"]: row for row in report.paired_table(runs, "base")}
+  runs = results.load_sweep_dir(study)
+  table = {row["group"]: row for row in tables.paired_table(runs, "base")}
   by_name = {r.name: r for r in runs}
   diffs = [by_name[f"better_seed{s}"].summary["eval_acc_final"] - by_name[f"base_seed{s}"].summary["eval_acc_final"]
            for s in range(4)]
@@ -91,23 +91,23 @@ def test_paired_rows_give_t_intervals_p_values_and_holm_over_the_first_column(st
 
 def test_holm_family_is_the_primary_comparisons_and_a_mean_of_column_is_exploratory(study, tmp_path):
   def holm_of(extra):
-    runs = report.load_sweep_dir(study, extra=extra)
-    return [row["eval_acc_final_holm"] for row in report.paired_table(runs, "base")]
+    runs = results.load_sweep_dir(study, extra=extra)
+    return [row["eval_acc_final_holm"] for row in tables.paired_table(runs, "base")]
 
   assert holm_of(["eval/accuracy"]) == holm_of([])  # a --mean_of column (whose differences have spread) adds no test
-  runs = report.load_sweep_dir(study, extra=["eval/accuracy"])
-  table = {row["group"]: row for row in report.paired_table(runs, "base")}
+  runs = results.load_sweep_dir(study, extra=["eval/accuracy"])
+  table = {row["group"]: row for row in tables.paired_table(runs, "base")}
   assert math.isfinite(table["better"]["mean:eval/accuracy"].p)
   assert math.isnan(table["better"]["mean:eval/accuracy_holm"])  # exploratory: unadjusted
-  md = report.paired_markdown(runs, "base")
+  md = tables.paired_markdown(runs, "base")
   assert "exploratory" in md and md.count("Holm") >= 3
   # --primary names the family: reward AUC has no spread here, so naming eval/accuracy's mean makes it the family
-  both = report.paired_table(runs, "base", ["eval_acc_final", "mean:eval/accuracy"])
+  both = tables.paired_table(runs, "base", ["eval_acc_final", "mean:eval/accuracy"])
   ps = [row[c].p for row in both for c in ("eval_acc_final", "mean:eval/accuracy")]
   assert [row[c + "_holm"] for row in both for c in ("eval_acc_final", "mean:eval/accuracy")] == pytest.approx(
       comparisons.holm(ps))
   with pytest.raises(ValueError, match="--primary 'nope'"):
-    report.paired_table(runs, "base", ["nope"])
+    tables.paired_table(runs, "base", ["nope"])
   from grpo_jax.commands import report as command
   out = str(tmp_path / "out")
   assert command.run([study, "--baseline", "base", "--mean_of", "eval/accuracy", "--primary",
@@ -118,8 +118,8 @@ def test_holm_family_is_the_primary_comparisons_and_a_mean_of_column_is_explorat
 
 
 def test_two_level_bootstrap_reads_the_members_eval_rows(study):
-  runs = report.load_sweep_dir(study)
-  rows = {row["label"]: row for row in report.seeds_and_prompts(runs, "base")}
+  runs = results.load_sweep_dir(study)
+  rows = {row["label"]: row for row in tables.seeds_and_prompts(runs, "base")}
   assert set(rows) == {"base", "better", "same", "better − base", "same − base"}
   accuracies = [r.summary["eval_acc_final"] for r in runs if r.group == "better"]
   assert rows["better"]["two_level"].mean == pytest.approx(np.mean(accuracies))
@@ -130,8 +130,8 @@ def test_two_level_bootstrap_reads_the_members_eval_rows(study):
 
 
 def test_plan_from_a_pilot_matches_the_power_functions(study):
-  runs = report.load_sweep_dir(study)
-  result = report.plan(runs, "eval_acc_final", baseline="base", effect=0.05, width=0.1)
+  runs = results.load_sweep_dir(study)
+  result = tables.plan(runs, "eval_acc_final", baseline="base", effect=0.05, width=0.1)
   by_name = {r.name: r for r in runs}
   diffs = [[by_name[f"{g}_seed{s}"].summary["eval_acc_final"] - by_name[f"base_seed{s}"].summary["eval_acc_final"]
             for s in range(4)] for g in ("better", "same")]
@@ -153,8 +153,8 @@ def test_plan_from_a_pilot_matches_the_power_functions(study):
 
 def test_curves_draw_the_t_interval_over_seeds_and_a_runs_own_eval_interval(study, monkeypatch):
   from grpo_jax.train import plotting
-  runs = [r for r in report.load_sweep_dir(study) if r.group == "better"]
-  steps, mean, (lo, hi), count = report.interval_band(report.band(runs, "reward"))
+  runs = [r for r in results.load_sweep_dir(study) if r.group == "better"]
+  steps, mean, (lo, hi), count = figures.interval_band(figures.band(runs, "reward"))
   values = np.array([[r.rows[s]["reward"] for r in runs] for s in steps.tolist()])
   half = 3.182446 * values.std(axis=1, ddof=1) / 2  # t(0.975, 3) * std / sqrt(4)
   np.testing.assert_allclose(mean, values.mean(axis=1))

@@ -205,7 +205,7 @@ def test_the_reward_worker_finishes_its_call_through_sigterm_and_sigint():
 
 
 def test_the_preempted_row_leaves_curves_and_reports_as_they_were(tmp_path):
-  from grpo_jax.sweep import report
+  from grpo_jax.sweep import results
   from grpo_jax.train.metrics import MetricsWriter
   from grpo_jax.train.plotting import plot_runs
   writer = MetricsWriter(str(tmp_path), tensorboard=False)
@@ -213,8 +213,8 @@ def test_the_preempted_row_leaves_curves_and_reports_as_they_were(tmp_path):
     writer.write(step, {"reward": 0.1 * step, "eval/accuracy": 0.5, "kl": 0.0, "loss": 1.0})
   writer.write_event(3, {"event": "preempted", "signal": "SIGTERM", "seconds_to_save": 0.2})
   writer.close()
-  rows = report.read_metrics(str(tmp_path / "metrics.jsonl"))
-  steps, rewards = report.series(rows, "reward")
+  rows = results.read_metrics(str(tmp_path / "metrics.jsonl"))
+  steps, rewards = results.series(rows, "reward")
   assert steps.tolist() == [0, 1, 2, 3] and rewards.tolist() == pytest.approx([0.0, 0.1, 0.2, 0.3])
   assert rows[3]["event"] == "preempted"
   assert os.path.getsize(plot_runs([str(tmp_path)], str(tmp_path / "curves.png"))) > 1000
