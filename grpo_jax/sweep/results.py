@@ -57,17 +57,15 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
               extra: Sequence[str] = ()) -> dict[str, float]:
   """The per-member numbers of the module docstring; NaN where the metric was never logged. For each metric
   name in `extra`, `mean:<name>` is its mean over the steps that logged it."""
-  nan = float("nan")
-
   def of(key: str, pick: Callable[[np.ndarray], float]) -> float:
     """pick(the logged values of `key`, in step order); NaN when it was never logged."""
     _, values = series(rows, key)
-    return pick(values) if values.size else nan
+    return pick(values) if values.size else math.nan
 
   first, last, mean = (lambda v: v[0]), (lambda v: v[-1]), (lambda v: v.mean())
   _, step_time = series(rows, STEP_TIME)
   if wall_s is None:
-    wall_s = float(step_time.sum()) if step_time.size else nan
+    wall_s = float(step_time.sum()) if step_time.size else math.nan
   return {
       "eval_acc_start": of(EVAL_ACC, first),
       "eval_acc_final": of(EVAL_ACC, last),
@@ -76,9 +74,9 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
       "reward_auc": of(REWARD, mean),
       "kl_final": of(KL, last),
       "mean_length": of(LENGTH, mean),
-      "steps_per_s": 1.0 / np.median(step_time) if step_time.size and np.median(step_time) > 0 else nan,
+      "steps_per_s": 1.0 / np.median(step_time) if step_time.size and np.median(step_time) > 0 else math.nan,
       "wall_s": wall_s,
-      "steps": float(max(rows)) if rows else nan,
+      "steps": float(max(rows)) if rows else math.nan,
       **{f"mean:{key}": of(key, mean) for key in extra},
   }
 
@@ -96,9 +94,8 @@ class MemberRun:
     marker = runner.read_json(storage.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
     # A marker written before runner.member_wall_s existed may have missed an attempt killed without a trace.
     walls = [w for w in ((marker or {}).get("wall_s"), runner.member_wall_s(workdir)) if w]
-    wall_s = max(walls) if walls else None
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
-    self.summary = summarize(self.rows, wall_s, self.extra)
+    self.summary = summarize(self.rows, max(walls, default=None), self.extra)
     self._eval_rows = None
 
   @property
@@ -149,9 +146,7 @@ def regex_grouper(pattern: str) -> Callable[[str, str], str]:
     match = compiled.search(name)
     if match is None:
       raise ValueError(f"--group_by {pattern!r} does not match member {name!r}")
-    if "group" in compiled.groupindex:
-      return match.group("group")
-    return match.group(1) if compiled.groups else match.group(0)
+    return match.group("group" if "group" in compiled.groupindex else 1 if compiled.groups else 0)
 
   return group_fn
 

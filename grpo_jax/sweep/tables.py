@@ -73,8 +73,7 @@ PAIRED_COLUMNS = [("eval_acc_final", "Δ final eval acc", "{:+.3f}"), ("reward_a
 
 def paired_columns(runs: Sequence[MemberRun]):
   """PAIRED_COLUMNS plus a Δ column per `--mean_of` metric the runs were loaded with."""
-  extra = runs[0].extra if runs else ()
-  return PAIRED_COLUMNS + [(f"mean:{key}", f"Δ mean {key}", "{:+.3g}") for key in extra]
+  return PAIRED_COLUMNS + [(column, f"Δ {header}", "{:+.3g}") for column, header, _ in columns_of(runs)[len(COLUMNS):]]
 
 
 def paired_table(runs: Sequence[MemberRun], baseline: str,
