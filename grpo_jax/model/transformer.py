@@ -311,10 +311,11 @@ class Attention(nnx.Module):
       # across decode steps.
       cache_dt = cache.v_BxKxSxH.dtype
       k_new_BxKxHxT = jnp.transpose(k, (0, 2, 3, 1)).astype(cache_dt)
-      k_all = jax.lax.dynamic_update_slice_in_dim(cache.k_BxKxHxS, k_new_BxKxHxT,
-                                                  cache_index, axis=3)
-      v_all = jax.lax.dynamic_update_slice_in_dim(cache.v_BxKxSxH, jnp.swapaxes(v, 1, 2).astype(cache_dt),
-                                                  cache_index, axis=2)
+      # A [B] cache_index (continuous batching: each row at its own slot) writes each row where it says.
+      write = (jax.lax.dynamic_update_slice_in_dim if jnp.ndim(cache_index) == 0 else
+               jax.vmap(jax.lax.dynamic_update_slice_in_dim, in_axes=(0, 0, 0, None)))
+      k_all = write(cache.k_BxKxHxS, k_new_BxKxHxT, cache_index, 3 - jnp.ndim(cache_index))
+      v_all = write(cache.v_BxKxSxH, jnp.swapaxes(v, 1, 2).astype(cache_dt), cache_index, 2 - jnp.ndim(cache_index))
       new_cache = kv = LayerCache(k_all, v_all)
       out = self._attend_to(q, k_all, v_all, attn_mask_BxTxS, True, ring, cache_index)
     # Flattening both (n, h) axes by hand keeps the contraction a plain [B*T, N*H] x [N*H, D] matmul; from the
@@ -351,7 +352,7 @@ class Attention(nnx.Module):
                                 jnp.swapaxes(v, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention, scale)
     if T == 1 and cfg.decode_attention == "pallas":
       # A ring's slots are all filled once it wraps (the mask says which are); the others up to cache_index.
-      filled = v.shape[2] if ring else cache_index + 1
+      filled = v.shape[2] if ring else jnp.max(cache_index) + 1  # a [B] index: the mask says the rest
       return decode_attention(q_BxTxKxQxH[:, 0], k, v, attn_mask_BxTxS[:, 0], filled, scale)[:, None]
     # The query is put in [B, K, Q, T, H] too, so that both dots are batched over (B, K) with every operand and
     # result in place; with q as [B, T, K, Q, H] XLA on CPU swapped the dot operands for T = 1 and decoding ran
@@ -391,6 +392,8 @@ def _sliding_mask(cfg: ModelConfig, attn_mask_BxTxS, cache: list[LayerCache] | N
     k_S = jnp.arange(S)
     return attn_mask_BxTxS & (q_T[:, None] - k_S[None, :] < cfg.sliding_window)[None]
   W = next(c.v_BxKxSxH.shape[2] for i, c in enumerate(cache) if cfg.is_sliding(i) and c is not None)
+  if jnp.ndim(cache_index) == 1:  # one index per row (T = 1): each row's mask as a scalar index would make it
+    return jax.vmap(lambda m, i: _sliding_mask(cfg, m[None], cache, i)[0])(attn_mask_BxTxS, cache_index)
   last = cache_index if T == 1 else cache_index - 1  # latest index the ring holds
   ring_W = last - jnp.mod(last - jnp.arange(W), W)
   k_abs = ring_W if T == 1 else jnp.concatenate([ring_W, cache_index + jnp.arange(T)])
@@ -537,7 +540,8 @@ class Transformer(nnx.Module):
 
   def __call__(self, tokens_BxT, positions_BxT, attn_mask_BxTxS, cache: list[LayerCache] | None = None,
                cache_index=0, rope_cos_sin=None, remat: bool | None = None, experts=None, with_routing=False):
-    """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`.
+    """Returns (hidden_BxTxD, new_cache or None). With a cache, keys/values are written at `cache_index`: a
+    scalar, or for one token (T = 1) a [B] array, each row's own slot (the sampler's continuous batching).
 
     Mixtures of experts: `experts`, one [B, T, k] int array per expert layer in order (`cfg.is_moe`), makes each
     use those experts (routing replay, moe.MoE); `with_routing` returns a third item, one (router logits
@@ -564,7 +568,10 @@ class Transformer(nnx.Module):
       masks[SLIDING] = _sliding_mask(cfg, attn_mask_BxTxS, cache, cache_index)
     if cfg.has_linear:  # a token is real when it may attend to itself (its key sits at slot cache_index + t)
       B, T = tokens_BxT.shape
-      own_slot = jnp.broadcast_to((cache_index + jnp.arange(T))[None, :, None], (B, T, 1))
+      if jnp.ndim(cache_index) == 0:
+        own_slot = jnp.broadcast_to((cache_index + jnp.arange(T))[None, :, None], (B, T, 1))
+      else:  # one index per row
+        own_slot = (cache_index[:, None] + jnp.arange(T))[..., None]
       masks[LINEAR] = jnp.take_along_axis(attn_mask_BxTxS, own_slot, axis=2)[..., 0]
     new_cache = [] if cache is not None else None
     replay = iter(experts or ())

@@ -27,6 +27,8 @@ class SamplingConfig:
   pad_id: emitted (mask 0, log-prob 0) after a row stopped, and used to left-pad prompts.
   decode_segment: 0, or decode in segments of this many token steps, each over the cache slots filled by its
     end (grpo_jax/sampling/sampler.py: `decode_segments`); the same tokens, fewer KV-cache bytes read per step.
+  slots: 0, or decode with continuous batching on this many rows ("slots"): a row that stops hands its slot to the
+    next (prompt, sample) not yet started; the same completions as 0 (grpo_jax/sampling/sampler.py).
   """
   max_new_tokens: int
   temperature: float = 1.0
@@ -36,11 +38,12 @@ class SamplingConfig:
   stop_ids: tuple[int, ...] = ()
   pad_id: int = 0
   decode_segment: int = 0
+  slots: int = 0
 
   def __post_init__(self):
     # Accept any iterable of ints for stop_ids but store a tuple so the config stays hashable.
     object.__setattr__(self, "stop_ids", tuple(int(s) for s in self.stop_ids))
-    for name in ("max_new_tokens", "top_k", "pad_id", "decode_segment"):
+    for name in ("max_new_tokens", "top_k", "pad_id", "decode_segment", "slots"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"SamplingConfig.{name}={value!r}: expected an int")
@@ -53,7 +56,7 @@ class SamplingConfig:
   @classmethod
   def from_config(cls, sampling, **fields) -> "SamplingConfig":
     """From a run's `sampling` section (grpo_jax/settings.py's SamplingSettings, or the ConfigDict it is built
-    from: max_new_tokens, temperature, top_k, top_p, decode_segment); `fields` (the tokenizer's stop_ids and
+    from: max_new_tokens, temperature, top_k, top_p, decode_segment, slots); `fields` (the tokenizer's stop_ids and
     pad_id, greedy, ...) are set or replaced by the caller."""
     section = {f.name: getattr(sampling, f.name) for f in dataclasses.fields(cls) if hasattr(sampling, f.name)}
     return cls(**{**section, **fields})
