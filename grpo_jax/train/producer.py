@@ -71,6 +71,7 @@ class Producer:
     self.offset, self.count = rows
     self.all_true = all_true
     self.staleness = settings.rollout.staleness
+    self.decoder = _decoder(sampler)
     key = jax.random.key(settings.seed)
     self.base_key = key if sampler_mesh is None else jax.device_put(key, NamedSharding(sampler_mesh,
                                                                                         PartitionSpec()))
@@ -138,6 +139,7 @@ class Producer:
       position += g.prompts_per_step
       return columns
 
+    counted = (self.decoder.slot_steps, self.decoder.kept_slot_steps) if self.decoder else None
     with self._on_sampler():
       key = jax.random.fold_in(self.base_key, step)
       if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
@@ -145,6 +147,9 @@ class Producer:
                                           key, max_rounds=g.dynamic_sampling_max_rounds, all_done=self.all_true)
       else:
         rollout = collect_rollout(self.sampler, params, self.tokenizer, next_columns(), self.rollout_settings, key)
+    if counted and self.decoder.slot_steps > counted[0]:  # decode slot-steps that produced a kept token
+      rollout.metrics["sampling/slot_utilization"] = ((self.decoder.kept_slot_steps - counted[1])
+                                                      / (self.decoder.slot_steps - counted[0]))
     self._seconds["timing/sample_s"] += rollout.seconds[0]
     self._seconds["timing/reward_s"] += rollout.seconds[1]
     return rollout, position
@@ -153,3 +158,11 @@ class Producer:
     """Overlapped: the sampler's first device as the default one (where uncommitted arrays are made)."""
     return contextlib.nullcontext() if self.sampler_mesh is None else jax.default_device(
         self.sampler_mesh.devices.flat[0])
+
+
+def _decoder(sampler):
+  """The Sampler inside `sampler`'s wrappers (distributed.GlobalSampler, episodes.EpisodeSampler), whose slot-step
+  counters give sampling/slot_utilization; None for a sampler without them."""
+  while sampler is not None and not hasattr(sampler, "slot_steps"):
+    sampler = getattr(sampler, "sampler", None) or getattr(sampler, "turn_sampler", None)
+  return sampler

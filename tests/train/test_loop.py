@@ -114,9 +114,10 @@ def test_run_writes_metrics_samples_tensorboard_and_compiles_each_program_once(r
               "clip_ratio/low", "clip_ratio/high", "clip_ratio/region", "completions/mean_length",
               "completions/min_length", "completions/max_length", "completions/clipped_ratio",
               "learning_rate", "grad_norm", "step_time", "tokens_per_s", "logp_mismatch", "timing/sample_s",
-              "timing/reward_s", "timing/update_s", "timing/other_s"}
+              "timing/reward_s", "timing/update_s", "timing/other_s", "sampling/slot_utilization"}
   for r in records[1:]:
     assert expected <= set(r), expected - set(r)
+    assert 0 < r["sampling/slot_utilization"] <= 1
   evals = [r["step"] for r in records if "eval/accuracy" in r]
   assert evals == [0, 3, 6]
   assert all("eval/pass@2" in r for r in records if "eval/accuracy" in r)
