@@ -30,12 +30,29 @@ parameters reach its devices (X = parameter bytes / `--transfer_gbps`: device to
 effective for a 1-to-many copy; through host memory, PCIe ~ 20 GB/s). Inline staleness changes what is learned,
 not the step time. The figures printed are predictions; benchmarks/async_bench.py checks the model against a
 measurement on this machine's 2 CPU devices.
+
+The decode, from a distribution of completion lengths L_1..L_B (`--lengths`: a lognormal preset or a file), one
+token step of r rows taking t(r) = fixed + per_row * r (fixed: reading the weights and launching the step's
+kernels, what bounds an accelerator's decode; per_row: each row's own compute and cache reads):
+
+  static       every row of the batch until the longest stops:    D = max L * t(B)
+  continuous   `sampling.slots` = s rows at once, a row that stops hands its slot to the next (list scheduling in
+               row order): D = makespan * t(s), makespan >= sum L / s
+  partial      continuous, and unfinished rows carry over to the next batch (rollouts spanning updates): in the
+               steady state every slot is busy, D = sum L / s * t(s)
+
+Its utilization, sum L / (rows x steps), is `sampling/slot_utilization`. The sampling phase is then the prefill
+(`--prefill`) plus D, and the step follows the forms above, the weight copy X included (the best layout of each).
+`decode_modes` gives the three for a length distribution; `--decode` sets t(r) on the phases' devices.
 """
 from __future__ import annotations
 
 import argparse
+import heapq
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
+
+import numpy as np
 
 
 class Phases(NamedTuple):
@@ -77,6 +94,49 @@ def shared_pool_step(p: Phases, transfer_s: float = 0.0) -> float:
   return p.other + p.sample + p.reward + p.reference + p.update + transfer_s
 
 
+class Decode(NamedTuple):
+  """One token step of r rows takes fixed_s + per_row_s * r seconds (module docstring)."""
+  fixed_s: float
+  per_row_s: float
+
+  def step_s(self, rows: int) -> float:
+    return self.fixed_s + self.per_row_s * rows
+
+
+# Completion lengths (lognormal: median, sigma; capped at max_new_tokens) of the two cases the docs quote. Assumed,
+# not measured here: a 0.5B instruct model's GSM8K answers run a few hundred tokens; a reasoning model's a few
+# thousand, with a tail to the cap (DeepSeek-R1-style training).
+LENGTH_PRESETS = {"gsm8k": (180.0, 0.5, 512), "longtail": (1500.0, 1.0, 16384)}
+
+
+def lognormal_lengths(median: float, sigma: float, cap: int, rows: int, seed: int = 0) -> np.ndarray:
+  """[rows] completion lengths: lognormal(log median, sigma) rounded up, in [1, cap]."""
+  draws = np.random.default_rng(seed).lognormal(math.log(median), sigma, rows)
+  return np.clip(np.ceil(draws), 1, cap).astype(np.int64)
+
+
+def makespan(lengths: Sequence[int], slots: int) -> int:
+  """Token steps for `slots` slots to decode rows of `lengths`, each row taking the first free slot, in order."""
+  free = [0] * min(slots, len(lengths))
+  for length in lengths:
+    heapq.heappush(free, heapq.heappop(free) + int(length))
+  return max(free)
+
+
+def decode_modes(lengths: Sequence[int], slots: int, decode: Decode) -> dict[str, tuple[float, float]]:
+  """{mode: (decode seconds, slot utilization)} for static, continuous and partial decoding (module docstring)."""
+  lengths = np.asarray(lengths)
+  rows, total = len(lengths), float(lengths.sum())
+  steps = {"static": (int(lengths.max()), rows), "continuous": (makespan(lengths, slots), slots),
+           "partial": (total / slots, slots)}
+  return {mode: (n * decode.step_s(r), total / (n * r)) for mode, (n, r) in steps.items()}
+
+
+def with_decode(p: Phases, static_decode_s: float, decode_s: float) -> Phases:
+  """`p` with its sampling's static decode (`static_decode_s` of it) replaced by `decode_s`."""
+  return p._replace(sample=p.sample - static_decode_s + decode_s)
+
+
 def table(p: Phases, devices: int, transfer_s: float, efficiency: float = 1.0,
           sample_efficiency: float = 1.0) -> list[tuple[str, float]]:
   """(layout, predicted step seconds): sync on all devices, then each split of the overlapped run."""
@@ -102,6 +162,13 @@ def main(argv=None) -> None:
                       help="the update's and the reference's scaling efficiency at 8x the devices (1: perfect)")
   parser.add_argument("--sample_efficiency", type=float, default=0.5,
                       help="sampling's scaling efficiency at 8x the devices (latency-bound token steps)")
+  parser.add_argument("--lengths", default="gsm8k,longtail", help=f"completion-length presets {sorted(LENGTH_PRESETS)}")
+  parser.add_argument("--rows", type=int, default=256, help="rows of a rollout batch (prompts x G)")
+  parser.add_argument("--slots", type=int, default=128, help="continuous batching's slots (sampling.slots)")
+  # 2.3 s for 256 rows x 512 token steps of the 0.5B model on one H100 (a random model: no row stopped): 4.5 ms a
+  # step, taken here as a fixed 3.5 ms (weights and launches) plus 4 us per row.
+  parser.add_argument("--decode", default="3.5,0.004", help="fixed,per_row milliseconds of one token step")
+  parser.add_argument("--prefill", type=float, default=0.05, help="seconds of the sampling's prefill")
   args = parser.parse_args(argv)
   sample, reward, reference, update = map(float, args.phases.split(","))
   p = Phases(sample, reward, reference, update, args.measured_on)
@@ -116,7 +183,21 @@ def main(argv=None) -> None:
     print(f"{name:<40} {seconds:8.3f} {base / seconds:7.2f}x")
   best = min(rows[1:], key=lambda r: r[1]) if len(rows) > 1 else rows[0]
   print(f"recommended: {best[0]} ({base / best[1]:.2f}x the synchronous step)")
-
+  fixed_ms, per_row_ms = map(float, args.decode.split(","))
+  decode = Decode(fixed_ms / 1e3, per_row_ms / 1e3)
+  print(f"\ndecode on {p.devices} device(s): a token step of r rows {fixed_ms} ms + {per_row_ms} ms x r; {args.rows} "
+        f"rows, {args.slots} slots; sampling = prefill {args.prefill} s + the decode; the best of the layouts above")
+  print(f"{'lengths (lognormal)':<42} {'mode':<11} {'decode s':>9} {'util':>6} {'step s':>8} {'vs static':>10}")
+  for name in args.lengths.split(","):
+    median, sigma, cap = LENGTH_PRESETS[name]
+    label = f"{name}: median {median:g}, sigma {sigma:g}, cap {cap}"
+    modes = decode_modes(lognormal_lengths(median, sigma, cap, args.rows), args.slots, decode)
+    steps = {mode: min(seconds for _, seconds in table(p._replace(sample=args.prefill + decode_s), args.devices,
+                                                          transfer_s, args.efficiency, args.sample_efficiency))
+             for mode, (decode_s, _) in modes.items()}
+    for mode, (decode_s, utilization) in modes.items():
+      print(f"{label:<42} {mode:<11} {decode_s:9.3f} {utilization:6.2f} {steps[mode]:8.3f} "
+            f"{steps['static'] / steps[mode]:9.2f}x")
 
 if __name__ == "__main__":
   main()

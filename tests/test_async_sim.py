@@ -1,6 +1,7 @@
 """benchmarks/async_sim.py's step-time model against hand-worked numbers."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from benchmarks import async_sim
@@ -53,3 +54,24 @@ def test_no_benchmark_edits_sys_path():
   done = subprocess.run([sys.executable, os.path.join(folder, "async_bench.py"), "--help"], capture_output=True,
                         text=True, timeout=60)
   assert done.returncode == 0 and "Overlapped rollouts" in done.stdout, done.stderr
+
+
+def test_decode_modes_by_hand():
+  # Rows of 4, 1, 1, 2 token steps; a step of r rows takes 1 + 0.5 r seconds.
+  lengths, decode = [4, 1, 1, 2], async_sim.Decode(1.0, 0.5)
+  # Two slots: slot A takes the 4, slot B the 1, then the second 1 (free at 1), then the 2 (free at 2): ends at 4.
+  assert async_sim.makespan(lengths, 2) == 4
+  assert async_sim.makespan([1, 1, 1, 5], 2) == 6  # the long row starts late and sets the end
+  assert async_sim.makespan(lengths, 8) == 4      # more slots than rows: the longest row
+  modes = async_sim.decode_modes(lengths, 2, decode)
+  assert modes["static"] == pytest.approx((4 * 3.0, 8 / 16))       # 4 steps of 4 rows at 1 + 2 s
+  assert modes["continuous"] == pytest.approx((4 * 2.0, 8 / 8))    # 4 steps of 2 slots at 1 + 1 s
+  assert modes["partial"] == pytest.approx((8 / 2 * 2.0, 1.0))     # 8 tokens over 2 always-busy slots
+  lengths = async_sim.lognormal_lengths(180.0, 0.5, 512, 10_000)
+  assert lengths.min() >= 1 and lengths.max() == 512 and 170 <= np.median(lengths) <= 190
+
+
+def test_the_decode_table_prints_each_mode(capsys):
+  async_sim.main(["--lengths", "gsm8k", "--rows", "8", "--slots", "4"])
+  out = capsys.readouterr().out
+  assert all(f" {mode} " in out for mode in ("static", "continuous", "partial"))
