@@ -41,6 +41,10 @@ the named shape, which never stop early, so every row decodes all 512 tokens: th
   step_gemma3-1b     Gemma 3 1B's shape, same recipe, same measurements as the first part minus the profile
   moe_vs_dense       a Qwen3-30B-A3B-shaped stack (128 experts of 768, 8 per token; 8 layers) against a dense model
                      of its active size: decode tokens/s and update seconds, experts through ragged_dot and blocks
+  continuous_batching  static against continuous decoding (sampling.slots) on a long tail of completion lengths
+                     (benchmarks/continuous_batching_bench.py: 256 rows, 128 slots, up to 1024 tokens): tokens/s of
+                     both, utilization; what a token step costs at 256 and at 128 rows decides benchmarks/
+                     async_sim.py's --decode (fixed + per-row) and so whether continuous batching alone pays here
 
 benchmarks/roofline.py --measured campaign.json puts the step parts against the floor of the device.
 """
@@ -113,6 +117,7 @@ def parts(smoke: bool) -> list[dict]:
       # A Qwen3-30B-A3B-shaped layer stack (128 experts of 768, 8 per token) against a dense model of its active
       # size: decode tokens/s and the update through ragged_dot and through blocks (benchmarks/moe_bench.py).
       dict(name="moe_vs_dense", argv=["moe"], budget=120, minimum=60),
+      dict(name="continuous_batching", argv=["continuous"], budget=60, minimum=40),
   ]
 
 
@@ -216,6 +221,10 @@ def headline(r: dict) -> str:
   if r.get("update_plan"):
     bits.append("update plan: micro-batch {micro_batch}, remat {remat} (estimate {estimate_gib} GiB)"
                 .format(**r["update_plan"]))
+  if isinstance(r.get("continuous"), dict):
+    bits.append("continuous {:,.0f} tokens/s vs static {:,.0f} ({:.2f}x; utilization {:.0%} vs {:.0%})".format(
+        r["continuous"]["tokens_per_s"], r["static"]["tokens_per_s"], r["ratio"], r["continuous"]["utilization"],
+        r["static"]["utilization"]))
   if r.get("pallas_vs_einsum"):
     bits.append("one layer's decode attention {pallas_us} us (Pallas) vs {einsum_us} us (einsum), max |diff| "
                 "{max_abs_diff:.3g}".format(**r["pallas_vs_einsum"]))
@@ -583,6 +592,16 @@ def child_moe(args, result: Result) -> None:
   result.update(shape=shape, **moe_bench.measure(**shape, repeats=3, impls=("ragged", "blocks")))
 
 
+def child_continuous(args, result: Result) -> None:
+  """benchmarks/continuous_batching_bench.py: geometric lengths (mean ~256 tokens, cut at 1024) over 256 rows."""
+  import continuous_batching_bench
+  shape = (dict(prompts=4, group=2, slots=4, new_tokens=16, stop_ids=64) if args.smoke else
+           dict(prompts=32, group=8, slots=128, new_tokens=1024, stop_ids=4))
+  out = continuous_batching_bench.measure(**shape, repeats=3)
+  result.update(shape=shape, **{k: v for k, v in out.items() if k != "lengths"},
+                lengths=dict(mean=float(out["lengths"].mean()), max=int(out["lengths"].max())))
+
+
 def child_trl(args, result: Result) -> None:
   """TRL's GRPOTrainer on a random checkpoint of the named shape, the recipe's settings and prompts."""
   import torch
@@ -647,7 +666,8 @@ def main(argv=None) -> int:
   p.add_argument("--only", default="", help="comma-separated part names (default: all)")
   p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--result", help=argparse.SUPPRESS)
-  p.add_argument("kind", nargs="?", choices=("step", "sampler", "head", "trl", "tests", "moe"), help=argparse.SUPPRESS)
+  p.add_argument("kind", nargs="?", choices=("step", "sampler", "head", "trl", "tests", "moe", "continuous"),
+                 help=argparse.SUPPRESS)
   p.add_argument("paths", nargs="*", help=argparse.SUPPRESS)
   p.add_argument("--model", default="qwen2.5-0.5b", help=argparse.SUPPRESS)
   p.add_argument("--steps", type=int, default=3, help=argparse.SUPPRESS)
@@ -665,7 +685,7 @@ def main(argv=None) -> int:
     faulthandler.dump_traceback_later(args.deadline - 5, exit=False)
   result = Result(args.result)
   {"step": child_step, "sampler": child_sampler, "head": child_head, "trl": child_trl, "tests": child_tests,
-   "moe": child_moe}[args.kind](args, result)
+   "moe": child_moe, "continuous": child_continuous}[args.kind](args, result)
   return 0
 
 
