@@ -24,11 +24,28 @@ Sliding-window layers (Gemma 3) keep only their window: their cache is a ring bu
 min(sliding_window, S) slots (`transformer.init_cache`), so a long completion pays global-attention memory in
 global layers alone.
 
+Continuous batching (`SamplingConfig.slots` > 0): the static decode runs all B rows until the last one stops,
+so with a long tail of completion lengths most of its row-steps emit masked pads (`Sampler.slot_steps` and
+`kept_slot_steps` measure that). With slots, the prefill keeps the R prompts' caches (not repeated G times), and
+the decode runs `slots` rows at a time: every `stop_check_every` steps each idle slot takes the next row not
+yet started, in (prompt, sample) order, copying its prompt's cache; a slot holding row b at token t feeds token
+t - 1 at cache slot P + t - 1 with row b's rotary angles and draws token t from u[t, b], the static decode's
+uniform (the per-row cache index is `Transformer.__call__`'s [B] cache_index). A row's cache, inputs and uniforms
+are those of its static row, so the completions are the static decode's (bitwise on XLA:CPU, tested); the slots
+take as many token steps as the longest row at least, and about sum(lengths) / slots when rows are many. It wins
+when lengths vary: each step costs `slots` rows instead of B (benchmarks/continuous_batching_bench.py). Not with decode
+segments (a segment's width needs every row at one step). MoE experts are recorded for every token fed, which
+here excludes the stop token and the pads after it (zeros there; the static decode records what its forward of
+those chose).
+
 Devices: when the parameters live on a mesh of several devices (or `mesh=` is given), the batch is split
 along the mesh's 'data' and 'fsdp' axes, so that each device decodes its own rows (data parallel, parameters
 as they are sharded); the batch bucket is rounded up to a multiple of data * fsdp, and the results are
 gathered for the host. On a CPU this is also how both cores get used: with two host devices
 (`--xla_force_host_platform_device_count=2`) each core runs its own decode loop over half of the batch.
+Continuous batching splits its slots the same way (`slots` must be a multiple of data * fsdp), but any slot may
+take any row: XLA's partitioner moves the rows with collectives (per refill, an all-reduce of the slots' cache;
+per step, small gathers of the output rows). Slots confined to their device's rows (shard_map) would need none.
 
 Output widths: completions are always C = max_new_tokens wide (columns after every row stopped hold pad_id,
 mask 0), so the trainer sees one completion shape per run. Prompts come back left-padded to the bucketed

@@ -4,6 +4,9 @@ static decode's row, so both decodes give the same completions, bitwise; and the
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -14,6 +17,7 @@ from grpo_jax.errors import ConfigError
 from grpo_jax.model import ModelConfig, Transformer
 from grpo_jax.model.config import FULL, LINEAR, SLIDING
 from grpo_jax.sampling import Sampler, SamplingConfig
+from tests.virtual_devices import REPO, env_with_devices
 
 V, C, G = 97, 20, 3
 # 5 prompts of very different lengths, left padded to 12: 6 prompt rows in the batch bucket, B = 18 rows.
@@ -135,3 +139,28 @@ def test_refusals():
   with pytest.raises(ValueError, match=r"sampling.slots=3 must be a multiple of the 2 devices the batch is split "
                                        r"over \(mesh axes data/fsdp\)"):
     sampler.generate(state, PROMPTS, jax.random.key(0), repeats=G)
+
+
+MESH_WORKER = """
+import dataclasses, json, jax, numpy as np
+from grpo_jax.model import sharding
+from grpo_jax.sampling import Sampler, SamplingConfig
+from tests.sampling.test_continuous_batching import G, PROMPTS, STOPS, _model
+graphdef, state = _model("dense")
+params = sharding.shard_state(state, sharding.make_mesh(2, 1))
+cfg = SamplingConfig(max_new_tokens=20, temperature=0.7, stop_ids=STOPS, pad_id=0)
+samplers = {slots: Sampler(graphdef, dataclasses.replace(cfg, slots=slots), prompt_bucket_min=8) for slots in (0, 4)}
+out = {slots: s.generate(params, PROMPTS, jax.random.key(1), repeats=G) for slots, s in samplers.items()}
+same = {f: bool(np.array_equal(getattr(out[0], f), getattr(out[4], f)))
+        for f in ("completion_BxC", "completion_mask_BxC", "logp_BxC", "truncated_B")}
+print(json.dumps(dict(same, slots_per_device=samplers[4].last_cache_sharding.shard_shape((4, 2, 8, 32))[0])))
+"""
+
+
+def test_two_devices_split_the_slots_and_give_the_static_completions():
+  """On 2 devices (each decoding 2 of the 4 slots) the continuous decode samples what the static one samples there."""
+  proc = subprocess.run([sys.executable, "-c", MESH_WORKER], env=env_with_devices(2), capture_output=True, text=True,
+                        timeout=300, cwd=REPO)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result.pop("slots_per_device") == 2 and all(result.values()), result
