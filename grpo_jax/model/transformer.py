@@ -352,7 +352,8 @@ class Attention(nnx.Module):
                                 jnp.swapaxes(v, 1, 2).astype(dt), attn_mask_BxTxS, cfg.attention, scale)
     if T == 1 and cfg.decode_attention == "pallas":
       # A ring's slots are all filled once it wraps (the mask says which are); the others up to cache_index.
-      filled = v.shape[2] if ring else jnp.max(cache_index) + 1  # a [B] index: the mask says the rest
+      # A [B] index (rows at their own slots): up to the furthest row; the mask hides the rest from the others.
+      filled = v.shape[2] if ring else (cache_index if jnp.ndim(cache_index) == 0 else jnp.max(cache_index)) + 1
       return decode_attention(q_BxTxKxQxH[:, 0], k, v, attn_mask_BxTxS[:, 0], filled, scale)[:, None]
     # The query is put in [B, K, Q, T, H] too, so that both dots are batched over (B, K) with every operand and
     # result in place; with q as [B, T, K, Q, H] XLA on CPU swapped the dot operands for T = 1 and decoding ran

@@ -105,6 +105,19 @@ def test_continuous_equals_static_for_rings_experts_and_linear_attention(kind):
     assert not continuous.experts_BxTxLxk[~fed_BxT].any()
 
 
+def test_pallas_decode_attention_reads_up_to_the_furthest_slot():
+  """model.decode_attention="pallas" (Pallas' interpreter on a CPU): one kernel call over the slots' rows, which
+  stand at different cache positions; it reads up to the furthest one and the mask hides the rest."""
+  cfg = ModelConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
+                    head_dim=16, max_position_embeddings=128, decode_attention="pallas")
+  graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=jax.random.key(3))))
+  sampling = SamplingConfig(max_new_tokens=8, temperature=0.7, stop_ids=(5, 17, 30, 40, 41, 42), pad_id=0)
+  static, continuous = (Sampler(graphdef, dataclasses.replace(sampling, slots=slots), prompt_bucket_min=8).generate(
+      state, PROMPTS[:3], jax.random.key(1), repeats=2) for slots in (0, 2))
+  assert len(set(static.lengths_B.tolist())) > 1
+  _assert_same(static, continuous)
+
+
 def _continuous_steps(lengths, slots: int, every: int) -> int:
   """The continuous decode's token steps, by hand: rows in order (those with tokens left after the prefill's),
   idle slots refilled in slot order every `every` steps."""
