@@ -33,10 +33,11 @@ t - 1 at cache slot P + t - 1 with row b's rotary angles and draws token t from 
 uniform (the per-row cache index is `Transformer.__call__`'s [B] cache_index). A row's cache, inputs and uniforms
 are those of its static row, so the completions are the static decode's (bitwise on XLA:CPU, tested); the slots
 take as many token steps as the longest row at least, and about sum(lengths) / slots when rows are many. It wins
-when lengths vary: each step costs `slots` rows instead of B (benchmarks/continuous_batching_bench.py). Not with decode
-segments (a segment's width needs every row at one step). MoE experts are recorded for every token fed, which
-here excludes the stop token and the pads after it (zeros there; the static decode records what its forward of
-those chose).
+when lengths vary: each step costs `slots` rows instead of B (benchmarks/continuous_batching_bench.py). Refills
+wait for the chunk's end (no copy, no test inside the chunk's static loop), so a slot freed mid-chunk idles up to
+`stop_check_every` - 1 steps: for batches of mostly very short rows, lower it. Not with decode segments (a
+segment's width needs every row at one step). MoE experts are recorded for every token fed, which here excludes
+the stop token and the pads after it (zeros there; the static decode records what its forward of those chose).
 
 Devices: when the parameters live on a mesh of several devices (or `mesh=` is given), the batch is split
 along the mesh's 'data' and 'fsdp' axes, so that each device decodes its own rows (data parallel, parameters
@@ -163,6 +164,10 @@ class Sampler:
   of it; batch sizes likewise up to batch_bucket_step. `prompt_widths` (ascending) replaces the length buckets
   by a fixed list: prompts are padded to the smallest width that holds the longest (the trainer uses the same
   widths as the update, `grpo.length_buckets`).
+
+  `slot_steps` and `kept_slot_steps` count, over every `generate` call, the decode's token steps times the rows
+  they ran (static: the row bucket; continuous batching: the slots) and those that emitted a kept token (mask 1;
+  the prefill's first token is not a decode step): their ratio is the slot utilization.
 
   Early stop: the decode loop ends once every row has emitted a stop id, tested every `stop_check_every`
   steps (so up to that many - 1 extra steps run, all masked). Between tests the token steps run in a loop of a
