@@ -137,7 +137,8 @@ class Save(Hook):
 
   def __call__(self, done: StepDone) -> None:
     s = self.run.settings
-    if done.step % s.checkpoint.every == 0 or done.step == s.num_steps or done.stop:
+    due = done.step % s.checkpoint.every == 0 or done.step == s.num_steps or done.stop
+    if due and self.workdir.saved_step != done.step:  # (a step saved before its hooks: Workdir.save_on_request)
       self.workdir.writer.flush()
       self.workdir.save(self.run, done.state)
 

@@ -26,7 +26,7 @@ from grpo_jax.train.export import write_hf_model
 from grpo_jax.train.inputs import RunInputs
 from grpo_jax.train.layout import committed_steps
 from grpo_jax.train.preemption import Preemption
-from grpo_jax.train.run import Run, RunState
+from grpo_jax.train.run import Run, RunState, Unfinished
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
 from grpo_jax.train.workdir import Summary
@@ -96,7 +96,15 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
       # Batch t is sampled by the policy after max(0, t - 1 - k) updates, inline (before the update, on the same
       # devices) or overlapped (the last one during the update, on the sampler's devices): the same batches.
       producer = run.producer
-      producer.sync(state.params)
+      if state.unfinished is not None:  # saved during the overlapped sampling, before the step's hooks ran
+        u = state.unfinished
+        state = state._replace(unfinished=None)
+        producer.resume_behind(u.sampler_leaves, u.policy_step, state.params, state.step)
+        done = hooks_lib.StepDone(state.step, state, u.rollout, _step_metrics(u.rollout, u.metrics, u.seconds))
+        for hook in hooks:
+          hook(done)
+      else:
+        producer.sync(state.params, state.step)
       producer.take_seconds()  # (the first copy belongs to the start)
       for step in range(state.step + 1, settings.num_steps + 1):
         if preempted := preemption.stop_requested():
@@ -108,9 +116,10 @@ def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeS
         if preempted := preemption.stop_requested():  # drop the new rollouts: the update would donate the state
           break
         rollout, sampled = sampled.pending[0], sampled._replace(pending=sampled.pending[1:])
+        during = producer.during_update(step)
         state, update_metrics = run.update(sampled, run.prepare(rollout, sampled, step), step,
-                                           producer.during_update(step))
-        producer.sync(state.params)
+                                           during and _rescued(during, wd, run, preemption, rollout, t0))
+        producer.sync(state.params, step)
         update_metrics.update(producer.take_seconds())
         metrics = _step_metrics(rollout, update_metrics, time.perf_counter() - t0)
         done = hooks_lib.StepDone(step, state, rollout, metrics)
@@ -169,9 +178,10 @@ def _restore(run: Run, wd: Workdir) -> RunState | None:
         "counted in wall_s_total")
   params, ref_state = run.policy.from_checkpoint(restored.state, meta, wd.files.warmstart)
   log(f"[resume] restored step {restored.step} from {wd.checkpointer.directory}")
-  pending = run.restored_pending(restored.pending, meta.get("pending", []))
+  pending, unfinished = run.restored_pending(restored.pending, meta)
   return RunState(params, restored.state["opt_state"], ref_state, restored.step, int(meta["data_position"]),
-                  meta["initial_eval"], run_id, float(meta.get("elapsed_s", 0.0)) if own else 0.0, pending)
+                  meta["initial_eval"], run_id, float(meta.get("elapsed_s", 0.0)) if own else 0.0, pending,
+                  unfinished)
 
 
 def _start(run: Run, wd: Workdir) -> RunState:
@@ -201,6 +211,20 @@ def _start(run: Run, wd: Workdir) -> RunState:
   if (settings.warmstart.enabled or settings.warmstart.init_checkpoint) and not start_saved:
     wd.save_starting_point(params, data_position, initial_eval, history)
   return run.new_state(policy.from_base(params), 0, data_position, initial_eval, run_id)
+
+
+def _rescued(during: Callable, wd, run: Run, preemption: Preemption, rollout, t0: float) -> Callable:
+  """Run.update's `meanwhile`: the overlapped sampling `during(state)`, in which a signal saves the state after
+  the update at once, its step unfinished (its hooks run when the run resumes), with the sampler's policy for the
+  batch it was sampling."""
+  def meanwhile(before: RunState, updated: Callable) -> RunState:
+    def after_update():
+      state, metrics = updated()
+      return state, Unfinished(rollout, metrics, time.perf_counter() - t0, run.producer.sampler_leaves(),
+                               run.producer.params_step)
+    with wd.save_on_request(run, after_update, preemption):
+      return during(before)
+  return meanwhile
 
 
 def _step_metrics(rollout, step_metrics: dict, step_time: float) -> dict[str, Any]:

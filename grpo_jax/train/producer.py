@@ -75,7 +75,9 @@ class Producer:
     key = jax.random.key(settings.seed)
     self.base_key = key if sampler_mesh is None else jax.device_put(key, NamedSharding(sampler_mesh,
                                                                                         PartitionSpec()))
-    self.params = None  # what the sampler reads (`sync`)
+    self.params = None  # what the sampler reads (`sync`), the policy after `params_step` updates
+    self.params_step = 0
+    self._then = None  # (params, step) to sync after the next `fill` (`resume_behind`)
     self._frozen = None  # overlapped: the sampler's copy of what never trains (a LoRA base)
     self._seconds = collections.Counter()
 
@@ -88,18 +90,42 @@ class Producer:
     spent, self._seconds = {k: float(self._seconds[k]) for k in TIMED if k in self._seconds}, collections.Counter()
     return spent
 
-  def sync(self, params) -> None:
-    """Gives the sampler `params`: themselves inline (read, never donated), else a copy on its devices of the
-    trainable part in the compute dtype (device to device), joined with the frozen part copied once."""
+  def sync(self, params, step: int) -> None:
+    """Gives the sampler `params`, the policy after `step` updates: themselves inline (read, never donated), else
+    a copy on its devices of the trainable part in the compute dtype (device to device), joined with the frozen
+    part copied once."""
+    self.params_step = step
     if not self.overlapped:
       self.params = params
       return
     t0 = time.perf_counter()
-    if self._frozen is None and (frozen := self.policy.frozen_part(params)) is not None:
-      self._frozen = self._to_sampler(frozen)
+    self._copy_frozen(params)
     trainable = jax.block_until_ready(self._to_sampler(self.policy.trainable_part(params)))
     self.params = self.policy.joined(trainable, self._frozen)
     self._seconds["timing/sync_s"] += time.perf_counter() - t0
+
+  def sampler_leaves(self) -> list:
+    """The trainable part of what the sampler reads, as leaves (a checkpoint's copy of it: `resume_behind`)."""
+    return jax.tree.leaves(self.policy.trainable_part(self.params))
+
+  def resume_behind(self, leaves: list, step: int, params, params_step: int) -> None:
+    """Overlapped, restored from a save during the sampling: the sampler takes back its policy after `step`
+    updates (`leaves`, as `sampler_leaves` gave them) for the batches not yet pending, then (after the next
+    `fill`) `params`, the policy after `params_step` updates."""
+    current = self.policy.trainable_part(params)
+    trainable = jax.tree.unflatten(jax.tree.structure(current), leaves)
+    if self.overlapped:
+      self._copy_frozen(params)
+      trainable = jax.device_put(trainable, sharding_lib.param_shardings(trainable, self.sampler_mesh))
+      self.params = self.policy.joined(trainable, self._frozen)
+    else:  # resumed inline (rollout.sampler_devices may change on a resume): laid out as the trainer's
+      trainable = jax.device_put(trainable, jax.tree.map(lambda x: x.sharding, current))
+      self.params = self.policy.joined(trainable, self.policy.frozen_part(params))
+    self.params_step, self._then = step, (params, params_step)
+
+  def _copy_frozen(self, params) -> None:
+    if self._frozen is None and (frozen := self.policy.frozen_part(params)) is not None:
+      self._frozen = self._to_sampler(frozen)
 
   def _to_sampler(self, tree):
     """`tree` cast for compute and laid out on the sampler's mesh by its own axes (`make_meshes`)."""
@@ -109,7 +135,11 @@ class Producer:
   def fill(self, state, step: int):
     """`state` with the batches of steps `step` .. `step` + k pending, those not yet sampled sampled now with
     the sampler's parameters (overlapped, the last one is left to `during_update`)."""
-    return self.ahead(state, step, step + self.staleness - self.overlapped)
+    state = self.ahead(state, step, step + self.staleness - self.overlapped)
+    if self._then is not None:
+      self.sync(*self._then)
+      self._then = None
+    return state
 
   def during_update(self, step: int) -> Callable | None:
     """Overlapped: state -> state with the batch of step + 1 + k pending, sampled while update `step` runs."""
@@ -118,12 +148,12 @@ class Producer:
     return lambda state: self.ahead(state, step + 1, step + self.staleness)
 
   def ahead(self, state, step: int, last: int):
-    """`state` with the batches of steps `step` .. `last` pending, sampling those not yet sampled (by the policy
-    after state.step updates: rollout/policy_step)."""
+    """`state` with the batches of steps `step` .. `last` pending, sampling those not yet sampled (by the
+    sampler's policy: rollout/policy_step)."""
     pending, position = list(state.pending), state.data_position
     while step + len(pending) <= last:
       rollout, position = self.sample(self.params, position, step + len(pending))
-      rollout.metrics["rollout/policy_step"] = state.step
+      rollout.metrics["rollout/policy_step"] = self.params_step
       pending.append(rollout)
     return state._replace(pending=tuple(pending), data_position=position)
 

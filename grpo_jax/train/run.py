@@ -47,6 +47,18 @@ class RunState(NamedTuple):
   # Rollouts sampled ahead (rollout.staleness > 0), for steps step + 1, step + 2, ... in order: host arrays, saved
   # with the checkpoint. data_position is past their rows.
   pending: tuple = ()
+  unfinished: Any = None     # restored from a save during the overlapped sampling: `Unfinished`
+
+
+class Unfinished(NamedTuple):
+  """A step saved during the overlapped sampling (a signal: Workdir.save_on_request) before its hooks ran: its
+  batch and update metrics, which the resumed run logs, and the sampler's policy (the leaves of the trainable part
+  as the sampler holds them, after `policy_step` updates), which samples the batches not yet pending."""
+  rollout: Any
+  metrics: dict
+  seconds: float
+  sampler_leaves: list
+  policy_step: int
 
 
 class Run:
@@ -117,9 +129,10 @@ class Run:
   def checkpoint_arrays(self, state: RunState) -> dict:
     return self.policy.checkpoint_arrays(state.params, state.opt_state, state.ref_params)
 
-  def save_checkpoint(self, checkpointer, state: RunState, elapsed_s: float, cfg_json: str) -> None:
-    """Saves `state` as checkpoint `state.step`. elapsed_s: seconds this run (its run id) has spent up to this
-    checkpoint, over all its processes."""
+  def save_checkpoint(self, checkpointer, state: RunState, elapsed_s: float, cfg_json: str,
+                      unfinished: Unfinished | None = None) -> None:
+    """Saves `state` as checkpoint `state.step` (with what the step left `unfinished`, if saved before its hooks
+    ran). elapsed_s: seconds this run (its run id) has spent up to this checkpoint, over all its processes."""
     key_data = jax.random.key_data(jax.random.key(self.settings.seed))
     meta = {"step": int(state.step), "run_id": state.run_id, "data_position": int(state.data_position),
             "seed": int(self.settings.seed), "rng_key_data": np.asarray(key_data).tolist(),
@@ -132,14 +145,26 @@ class Run:
     # With several processes each array is the global batch, each process's rows where its devices hold them.
     pending = {str(i): distributed.put_batch(arrays, self.mesh) if several else arrays
                for i, (arrays, _) in enumerate(saved)}
+    if unfinished is not None:  # (one process: the sampler's own devices need it)
+      pending["unfinished"], info = saved_rollout(unfinished.rollout)
+      pending["sampler"] = {str(i): np.asarray(x) for i, x in enumerate(unfinished.sampler_leaves)}
+      meta["unfinished"] = {"rollout": info, "metrics": {k: float(v) for k, v in unfinished.metrics.items()},
+                            "seconds": unfinished.seconds, "policy_step": unfinished.policy_step}
     with self.time_split.phase("checkpoint"):
       checkpointer.save(state.step, self.checkpoint_arrays(state), meta, pending=pending or None)
 
-  def restored_pending(self, arrays: dict | None, infos: list[dict]) -> tuple:
-    """The inverse of `save_checkpoint`'s pending rollouts: this process's rows, texts and metrics."""
+  def restored_pending(self, arrays: dict | None, meta: dict) -> tuple[tuple, Unfinished | None]:
+    """The inverse of `save_checkpoint`'s pending rollouts (this process's rows, texts and metrics) and of what
+    a step saved before its hooks left unfinished (or None)."""
     own = lambda info: info["by_process"][jax.process_index()] if "by_process" in info else info
-    return tuple(restored_rollout(distributed.local_batch(arrays[str(i)], self.mesh), own(info))
-                 for i, info in enumerate(infos))
+    pending = tuple(restored_rollout(distributed.local_batch(arrays[str(i)], self.mesh), own(info))
+                    for i, info in enumerate(meta.get("pending", [])))
+    u = meta.get("unfinished")
+    if u is None:
+      return pending, None
+    leaves = [arrays["sampler"][str(i)] for i in range(len(arrays["sampler"]))]
+    return pending, Unfinished(restored_rollout(arrays["unfinished"], u["rollout"]), u["metrics"], u["seconds"],
+                               leaves, u["policy_step"])
 
   def prepare(self, rollout, state: RunState, step: int) -> RolloutBatch:
     """The rollout's batch on the mesh for update `step`, with the reference log-probs of `state` (the reference
@@ -160,22 +185,31 @@ class Run:
     return batch
 
   def update(self, state: RunState, batch: RolloutBatch, step: int,
-             meanwhile: Callable[[RunState], RunState] | None = None) -> tuple[RunState, dict]:
-    """The state after update `step` on `batch`. `meanwhile(state)` (overlapped rollouts) runs on the host while
-    the update runs on the trainer's devices, and gives the state's pending rollouts and data position;
-    timing/update_s is the update's wall time less what `meanwhile` took (its own seconds: the producer's)."""
+             meanwhile: Callable | None = None) -> tuple[RunState, dict]:
+    """The state after update `step` on `batch`. `meanwhile(state, updated)` (overlapped rollouts) runs on the
+    host while the update runs on the trainer's devices, and gives the state's pending rollouts and data position
+    (`updated()`: what this returns, waiting for the update); timing/update_s is the update's wall time less what
+    `meanwhile` took (its own seconds: the producer's)."""
     t0 = time.perf_counter()
-    params, opt_state, metrics = self.train_step(state.params, state.opt_state, batch)  # dispatched, not waited for
+    outputs = self.train_step(state.params, state.opt_state, batch)  # dispatched, not waited for
     producing = 0.0
     if meanwhile is not None:
       t1 = time.perf_counter()
-      state = meanwhile(state)
+      before = state
+      state = meanwhile(state, lambda: self.updated(before, outputs, step))
       producing = time.perf_counter() - t1
-    metrics = jax.device_get(metrics)  # waits for the update
+    state, metrics = self.updated(state, outputs, step)
+    metrics["timing/update_s"] = time.perf_counter() - t0 - producing
+    return state, metrics
+
+  def updated(self, state: RunState, outputs, step: int) -> tuple[RunState, dict]:
+    """(`state` after update `step` of `outputs` = the train step's (params, opt_state, metrics), its metrics);
+    waits for the update."""
+    params, opt_state, metrics = outputs
+    metrics = jax.device_get(metrics)
     if "offpolicy/ratio_sq" in metrics:  # the spread of pi_proximal / pi_behaviour over the batch's tokens
       mean, square = float(metrics["offpolicy/ratio"]), float(metrics.pop("offpolicy/ratio_sq"))
       metrics["offpolicy/ratio_std"] = max(square - mean * mean, 0.0) ** 0.5
-    metrics["timing/update_s"] = time.perf_counter() - t0 - producing
     metrics["learning_rate"] = self.schedule((step - 1) * self.settings.updates_per_step)  # the step's first
     ref = state.ref_params
     every = self.settings.grpo.ref_reset_every

@@ -155,9 +155,9 @@ class Workdir:
     """Seconds this run (its run id) has spent up to now, over all its processes."""
     return state.wall_before + time.time() - self.time_split.t_start
 
-  def save(self, run, state) -> None:
-    """Checkpoint `state.step` (asynchronous: `checkpointer.wait()` commits it)."""
-    run.save_checkpoint(self.checkpointer, state, self.elapsed_s(state), self.cfg_json)
+  def save(self, run, state, unfinished=None) -> None:
+    """Checkpoint `state.step` (asynchronous: `checkpointer.wait()` commits it); `unfinished`: run.Unfinished."""
+    run.save_checkpoint(self.checkpointer, state, self.elapsed_s(state), self.cfg_json, unfinished)
     self.saved_step = state.step
 
   def last_eval(self, state) -> dict:
@@ -195,8 +195,10 @@ class Workdir:
     """Within it (a rollout keeping the main thread, which hears a signal only when XLA returns), a stop request
     wakes a thread that saves `state` at once, records the preemption and ends the process with EXIT_PREEMPTED
     once the checkpoint is committed. Leaving waits for such a save in flight: the update then donates `state`.
-    With one process only (a save is collective), and only when `state` is not saved already."""
-    if preemption.collective or self.saved_step == state.step:
+    `state` may also be a callable giving (the state, what its step left unfinished: run.Unfinished), called by
+    the thread (the rollout overlapped with an update: the state after it, which the call waits for). With one
+    process only (a save is collective), and only when `state` is not saved already."""
+    if preemption.collective or (not callable(state) and self.saved_step == state.step):
       yield
       return
     wake, turn = threading.Event(), threading.Lock()  # whoever takes `turn` first: this save or the way out
@@ -205,9 +207,11 @@ class Workdir:
       wake.wait()
       if not turn.acquire(blocking=False):  # the rollout ended first
         return
+      nonlocal state
       try:
+        state, unfinished = state() if callable(state) else (state, None)
         self.writer.flush()  # (a store's rows are written at flushes) the rows up to this step, then the step
-        self.save(run, state)
+        self.save(run, state, unfinished)
         self.checkpointer.wait()
         self._record_preemption(state, preemption.reason, preemption)
       except BaseException as e:  # pylint: disable=broad-except  (the loop's own path saves at its next safe point)

@@ -5,13 +5,15 @@
 POINT (the N-th time it is reached; see KILL_POINTS and SIGNAL_POINTS) is found by wrapping the function that
 marks it, so the package carries no test hooks. Without POINT the run goes to the end (an uninterrupted run, or
 a resume). SIGNAL instead of the SIGKILL: "term" sends SIGTERM to this process, "term_group" to its whole
-process group (start it in a session of its own), "int" SIGINT; the run goes on to stop by itself.
+process group (start it in a session of its own), "int" SIGINT; the run goes on to stop by itself; "term_stall"
+sends SIGTERM and then never returns from the call (the rescue save must end the process).
 """
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import time
 
 NUM_STEPS = 6
 STALENESS_VARIABLE = "FAULT_RUNNER_STALENESS"  # rollout.staleness of the run (0 when unset)
@@ -51,6 +53,9 @@ def _kill():
     os.kill(os.getpid(), signal.SIGKILL)
   elif action == "term_group":
     os.killpg(os.getpgrp(), signal.SIGTERM)
+  elif action == "term_stall":  # SIGTERM, then this call never ends: only a save at once ends the process
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(600)
   else:
     os.kill(os.getpid(), {"term": signal.SIGTERM, "int": signal.SIGINT}[action])
 

@@ -210,9 +210,9 @@ def test_the_sampler_gets_the_adapters_in_the_compute_dtype_and_the_base_once():
   params = run.initial_params
   moved = jax.tree.map(lambda x: x + 1, params)  # a later policy: adapters and (for this check) base all changed
   with jax.transfer_guard("disallow"):
-    producer.sync(params)
+    producer.sync(params, 0)
     first = producer.params
-    producer.sync(moved)
+    producer.sync(moved, 1)
   second = producer.params
   base_first, base_second = run.policy.base_part(first), run.policy.base_part(second)
   assert all(a is b for a, b in zip(jax.tree.leaves(base_first), jax.tree.leaves(base_second)))
