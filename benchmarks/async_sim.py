@@ -115,11 +115,12 @@ def lognormal_lengths(median: float, sigma: float, cap: int, rows: int, seed: in
   return np.clip(np.ceil(draws), 1, cap).astype(np.int64)
 
 
-def makespan(lengths: Sequence[int], slots: int) -> int:
-  """Token steps for `slots` slots to decode rows of `lengths`, each row taking the first free slot, in order."""
+def makespan(lengths: Sequence[int], slots: int, every: int = 1) -> int:
+  """Token steps for `slots` slots to decode rows of `lengths`, each row taking the first free slot, in order; a
+  slot is refilled (and the decode ends) at a multiple of `every` steps (the sampler's `stop_check_every`)."""
   free = [0] * min(slots, len(lengths))
   for length in lengths:
-    heapq.heappush(free, heapq.heappop(free) + int(length))
+    heapq.heappush(free, -(-(heapq.heappop(free) + int(length)) // every) * every)
   return max(free)
 
 

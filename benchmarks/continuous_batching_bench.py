@@ -20,9 +20,11 @@ import dataclasses
 import statistics
 import time
 
+import async_sim  # run as a script (or by gpu_campaign.py): this folder is sys.path[0]
+
 
 def measure(*, prompts: int, group: int, slots: int, new_tokens: int, stop_ids: int, repeats: int,
-            prompt: int = 32) -> dict:
+            prompt: int = 32, step_factor: float = 1.0) -> dict:
   """{"static" / "continuous": {"seconds", "tokens_per_s", "utilization"}, "tokens", "lengths", "ratio"}."""
   import jax
   import numpy as np
@@ -57,6 +59,24 @@ def measure(*, prompts: int, group: int, slots: int, new_tokens: int, stop_ids: 
          for name, ts in times.items()}
   out.update(tokens=int(lengths.sum()), lengths=lengths,
              ratio=out["continuous"]["tokens_per_s"] / out["static"]["tokens_per_s"])
+  # async_sim's model of the continuous decode: the list-scheduling makespan of these lengths over the slots
+  # (refilled every stop_check_every steps) times a token step of `slots` rows, timed here as a static decode of
+  # that many rows (its seconds over its steps, the prefill amortized in them), times `step_factor`: what a
+  # continuous step costs more (refills, per-row cache writes), measured by an earlier run (measured_factor).
+  static = samplers["static"]
+  few = prompt_ids[:max(1, slots // group)]
+  static.generate(state, few, key, repeats=group)  # compile
+  step_times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    static.generate(state, few, key, repeats=group)
+    step_times.append((time.perf_counter() - t) / static.last_num_steps)
+  step_s = statistics.median(step_times)
+  steps = async_sim.makespan(lengths, slots, static.stop_check_every)
+  predicted = steps * step_s * step_factor
+  out["model"] = {"step_s_at_slots": step_s, "predicted_s": predicted, "step_factor": step_factor,
+                  "error": predicted / out["continuous"]["seconds"] - 1,
+                  "measured_factor": out["continuous"]["seconds"] / (steps * step_s)}
   return out
 
 
@@ -68,11 +88,13 @@ def main(argv=None):
   parser.add_argument("--new-tokens", type=int, default=384)
   parser.add_argument("--stop-ids", type=int, default=16, help="stop ids among the 1024 tokens (mean length ~1024/n)")
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--step-factor", type=float, default=1.0,
+                      help="async_sim's cost of a continuous token step over a static one of as many rows")
   args = parser.parse_args(argv)
   import jax
   import numpy as np
   r = measure(prompts=args.prompts, group=args.group, slots=args.slots, new_tokens=args.new_tokens,
-              stop_ids=args.stop_ids, repeats=args.repeats)
+              stop_ids=args.stop_ids, repeats=args.repeats, step_factor=args.step_factor)
   lengths = r["lengths"]
   print(f"{len(lengths)} rows ({args.prompts} prompts x {args.group}), {args.slots} slots, 32 prompt tokens, "
         f"max {args.new_tokens} new; {jax.devices()[0].platform}, jax {jax.__version__}")
@@ -82,6 +104,11 @@ def main(argv=None):
     print(f"  {name:10s} {r[name]['tokens_per_s']:9,.0f} tokens/s  {r[name]['seconds']:6.2f} s  slot utilization "
           f"{r[name]['utilization']:.0%}")
   print(f"  continuous / static: {r['ratio']:.2f}x")
+  m = r["model"]
+  print(f"  async_sim's continuous decode: makespan over {args.slots} slots x {m['step_s_at_slots'] * 1e3:.2f} ms a "
+        f"static step of {args.slots} rows x {m['step_factor']:g} = {m['predicted_s']:.2f} s predicted, "
+        f"{r['continuous']['seconds']:.2f} s measured ({100 * m['error']:+.1f}%); a continuous step costs "
+        f"{m['measured_factor']:.2f}x a static one here")
 
 
 if __name__ == "__main__":
