@@ -190,7 +190,7 @@ class StepRig:
     from grpo_jax.train import distributed
     from grpo_jax.train.build import build_reward_fns, build_tokenizer_and_task, make_samplers
     from grpo_jax.train.offload import RefOffloader
-    from grpo_jax.train.rollout import RolloutSettings
+    from grpo_jax.train.rollout import RolloutSpec
     from grpo_jax.train.state import init_opt_state
     from grpo_jax.train.step import make_logprob_fn
     paths = testing.ensure_fixtures()
@@ -220,7 +220,7 @@ class StepRig:
                                                 chunk_size=config.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=settings.prompt_repeats))
     self.sampler = distributed.GlobalSampler(make_samplers(graphdef, settings, self.tokenizer)[0], 0)
-    self.settings = RolloutSettings.from_settings(settings, build_reward_fns(settings))
+    self.settings = RolloutSpec.from_settings(settings, build_reward_fns(settings))
     jax.block_until_ready((self.params, self.opt_state, self.ref_params))
     log(f"[memory_fit] AdamW state and reference placed: {_gib(peak_in_use())} GiB")
 

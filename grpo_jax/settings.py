@@ -346,7 +346,7 @@ def check_objective(s: Section) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProducerSettings:
+class RolloutSettings:
   """Rollouts ahead of the update (the `rollout` section): the sampler as a producer of batches."""
   staleness: int = 0              # k: update t learns from the batch the policy of k updates earlier sampled (the
                                   # first steps from the starting policy); 0: sample, then update. Batch t always
@@ -518,7 +518,7 @@ class Settings:
                                   # trainer's process (rewards that share its memory, e.g. a reward model).
   sampling: SamplingSettings = _section(SamplingSettings)
   grpo: GrpoSettings = _section(GrpoSettings)
-  rollout: ProducerSettings = _section(ProducerSettings)
+  rollout: RolloutSettings = _section(RolloutSettings)
   optim: OptimSettings = _section(OptimSettings)
   warmstart: WarmstartSettings = _section(WarmstartSettings)
   eval: EvalSettings = _section(EvalSettings)

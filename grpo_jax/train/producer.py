@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import errors
 from grpo_jax.model import sharding as sharding_lib
-from grpo_jax.train.rollout import Rollout, RolloutSettings, collect_dynamic_rollout, collect_rollout
+from grpo_jax.train.rollout import Rollout, RolloutSpec, collect_dynamic_rollout, collect_rollout
 
 TIMED = ("timing/sample_s", "timing/reward_s", "timing/sync_s")
 
@@ -62,7 +62,7 @@ class Producer:
   parameters; `fill(state, step)` returns `state` with the batches the update of `step` needs pending (the first
   is its own), `during_update(step)` what to sample while it runs (overlapped) or None."""
 
-  def __init__(self, settings, task, tokenizer, sampler, rollout_settings: RolloutSettings, policy,
+  def __init__(self, settings, task, tokenizer, sampler, rollout_settings: RolloutSpec, policy,
                sampler_mesh, cast: Callable, rows: tuple[int, int], all_true: Callable[[bool], bool]):
     """`sampler_mesh`: the sampler's own devices (None: inline); `cast`: parameters -> the compute dtype; `rows`:
     (offset, count) of this process's prompts in a step's batch; `all_true`: the processes' collective AND."""

@@ -64,7 +64,7 @@ class Scoring(NamedTuple):
                              fallback=self.fallback, isolation=self.isolation)
 
 
-class RolloutSettings(NamedTuple):
+class RolloutSpec(NamedTuple):
   """What a rollout needs besides the sampler and the prompts: built once per run (`from_settings`; the defaults
   and the meaning of each field are grpo_jax/settings.py's)."""
   group_size: int                 # G
@@ -76,7 +76,7 @@ class RolloutSettings(NamedTuple):
   mask_truncated: bool            # DAPO: completions that hit max_new_tokens get no loss
 
   @classmethod
-  def from_settings(cls, settings, reward_fns: Sequence[RewardSpec]) -> "RolloutSettings":
+  def from_settings(cls, settings, reward_fns: Sequence[RewardSpec]) -> "RolloutSpec":
     """From the run's settings (grpo_jax/settings.py)."""
     g = settings.grpo
     return cls(group_size=g.group_size, max_prompt_length=settings.sampling.max_prompt_length,
@@ -132,7 +132,7 @@ class Scored(NamedTuple):
   seconds: tuple[float, float] = (0.0, 0.0)  # wall time of (sampling, reward functions)
 
 
-def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSettings,
+def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSpec,
                      key) -> Scored:
   """Samples G completions for each of the R prompts in `columns["prompt"]` and scores them."""
   G = settings.group_size
@@ -262,7 +262,7 @@ def episode_metrics(out: EpisodeResult, prefix: str = "episodes/") -> dict[str, 
   return metrics
 
 
-def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSettings,
+def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSpec,
                   num_tokens: int | None = None) -> Rollout:
   """The update's batch from scored groups: advantages, and the loss mask (DAPO overlong filtering)."""
   out, st = scored.sample, settings
@@ -281,7 +281,7 @@ def build_rollout(scored: Scored, metrics: dict[str, Any], settings: RolloutSett
   return Rollout(batch, metrics, scored.prompts, scored.completions, scored.rewards_B, num_tokens, scored.seconds)
 
 
-def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSettings,
+def collect_rollout(sampler, params, tokenizer, columns: dict[str, list], settings: RolloutSpec,
                     key) -> Rollout:
   """Samples G completions for each of the R prompts in `columns["prompt"]`, scores them, and builds the batch
   (metrics: `rollout_metrics`)."""
@@ -302,7 +302,7 @@ def select_signal_groups(zero_std_R: np.ndarray, num_groups: int) -> tuple[np.nd
 
 
 def collect_dynamic_rollout(sampler, params, tokenizer, next_columns: Callable[[], dict[str, list]],
-                            settings: RolloutSettings, key, *, max_rounds: int,
+                            settings: RolloutSpec, key, *, max_rounds: int,
                             all_done: Callable[[bool], bool] = lambda done: done) -> Rollout:
   """DAPO dynamic sampling (docs/algorithms.md): groups whose rewards are all equal are dropped, and further batches of
   prompts (`next_columns()`, which also advances the data position) are sampled at the same shapes, so nothing

@@ -25,7 +25,7 @@ from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
 from grpo_jax.train.producer import Producer, make_meshes
-from grpo_jax.train.rollout import RolloutSettings, restored_rollout, saved_rollout, trim_padding
+from grpo_jax.train.rollout import RolloutSpec, restored_rollout, saved_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.step import RolloutBatch, check_prompt_runs, make_logprob_fn, make_train_step
@@ -102,7 +102,7 @@ class Run:
                                                 chunk_size=settings.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=repeats))
     sampler, greedy_sampler, eval_sampler = make_samplers(graphdef, settings, self.tokenizer)
-    self.rollout_settings = RolloutSettings.from_settings(settings, build.build_reward_fns(settings, inputs))
+    self.rollout_settings = RolloutSpec.from_settings(settings, build.build_reward_fns(settings, inputs))
     self.base_key = jax.random.key(settings.seed)
     # evaluate(params, step) -> metrics; evaluate.seconds[step]: its time
     self.evaluate = RunEvaluation(settings, self.task, self.tokenizer, greedy_sampler, eval_sampler,

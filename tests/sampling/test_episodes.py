@@ -20,7 +20,7 @@ from grpo_jax.rewards import get_reward
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.sampling.episodes import EpisodeResult, EpisodeSampler, hung_env_calls
 from grpo_jax.sampling.sampler import SampleResult
-from grpo_jax.train.rollout import (RolloutSettings, Scoring, build_rollout, episode_metrics, rollout_metrics,
+from grpo_jax.train.rollout import (RolloutSpec, Scoring, build_rollout, episode_metrics, rollout_metrics,
                                     sample_and_score)
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
@@ -120,7 +120,7 @@ def test_episode_assembly_by_hand():
     seen.update(zip(completions, transcript))
     return [0.0] * len(completions)
 
-  settings = RolloutSettings(group_size=2, max_prompt_length=8, scoring=Scoring(
+  settings = RolloutSpec(group_size=2, max_prompt_length=8, scoring=Scoring(
       [("exact_match", get_reward("exact_match"), 1.0), ("remember", remember, 1.0)], timeout_s=10.0, fallback=0.0,
       isolation="thread"), advantage="grpo", std_ddof=1, advantage_eps=1e-4, mask_truncated=False)
   columns = {"prompt": ["12*34=", "99*99="], "answer": ["408", "9801"]}

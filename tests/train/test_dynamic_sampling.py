@@ -65,7 +65,7 @@ def _blocks(kinds_per_block):
 
 def _collect(next_columns, max_rounds, advantage="grpo"):
   sampler = FakeSampler()
-  settings = rollout_lib.RolloutSettings(group_size=G, max_prompt_length=P,
+  settings = rollout_lib.RolloutSpec(group_size=G, max_prompt_length=P,
                                          scoring=rollout_lib.Scoring([("kind", kind_reward, 1.0)], 10.0, 0.0,
                                                                      "thread"),
                                          advantage=advantage, std_ddof=1, advantage_eps=1e-4, mask_truncated=False)
