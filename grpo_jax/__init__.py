@@ -13,6 +13,6 @@ Shape letters. Array names end in their shape (`completion_mask_BxC`, `q_DxNxH`)
   H  head dimension    Hh  half of it (rotary tables)
 
 A letter stands for one size; `x` joins them (`BxT` is [B, T]); a trailing `_B` names a per-row vector.
-The statistics of held-out evaluations (stats/, train/evaluation.py) count other things with three of the letters:
-P prompts, N samples per prompt, S seeds (`correct_PxN`, `scores_SxP`).
+The statistics of held-out evaluations (stats/, train/evaluation.py, train/eval_figures.py) count other things with
+three of the letters: P prompts, N samples per prompt, S seeds (`correct_PxN`, `scores_SxP`).
 """

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 def same_definition(a: Callable, b: Callable) -> bool:
   """True for two functions defined by the same code: same module and qualified name."""
   key = lambda f: (getattr(f, "__module__", None), getattr(f, "__qualname__", None))
-  return key(a) == key(b) and key(a) != (None, None)
+  return key(a) == key(b) and None not in key(a)  # an instance has its class's module but no qualified name
 
 
 REGISTRIES: list[Registry] = []  # every Registry, in the order they were created

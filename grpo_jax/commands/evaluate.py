@@ -12,7 +12,8 @@ correct or not, so a gain can be read as format / brevity (fewer cut off) or ari
 right). `--samples N` adds N completions per prompt at `--temperature`: avg@N (their mean accuracy), pass@k for
 each k of `--pass_k 1,4,16` (Chen et al.'s unbiased estimator: the chance that k samples hold a right answer,
 the headroom a short run can sharpen greedy accuracy towards) and maj@k for each k of `--maj_k 4,16` (majority
-vote over all k-subsets of the N, ties split evenly). Every figure has its 95% interval over prompts and the
+vote over all k-subsets of the N, ties split evenly), as grpo_jax/train/eval_figures.py registers them (a
+figure's config.eval key is its option). Every figure has its 95% interval over prompts and the
 method's name; `--out FILE.jsonl` writes one row per prompt (each sample's answer, reward and correctness) from
 which all of them can be recomputed. The run's own config (WORKDIR/config.json) gives the task, model, prompts
 and lengths.
@@ -22,7 +23,6 @@ and lengths.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 
@@ -30,11 +30,11 @@ import jax
 
 from grpo_jax import compile_cache, errors, hash_seed
 from grpo_jax.commands import exit_on_mistake
-from grpo_jax.data import reasoning_gym as gym_data
+from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
 from grpo_jax.sweep.spec import load_module
-from grpo_jax.train import build, checks
+from grpo_jax.train import build, checks, eval_figures
 from grpo_jax.train.evaluation import evaluate, write_rows
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
 from grpo_jax.train.rollout import scoring_of
@@ -54,8 +54,9 @@ def run(argv=None) -> None:
   parser.add_argument("--examples", type=int, default=4, help="completions to print")
   parser.add_argument("--samples", type=int, default=None,
                       help="N completions per prompt at --temperature (default: the largest k asked for, else 0)")
-  parser.add_argument("--pass_k", type=_ks, default=(), help="pass@k for each k, comma-separated (k <= N)")
-  parser.add_argument("--maj_k", type=_ks, default=(), help="maj@k for each k, comma-separated (k <= N)")
+  for f in (f for f in eval_figures.figures() if f.ks):
+    parser.add_argument(f"--{f.ks}", type=_ks, default=(), help=f"{f.name.split('<')[0]}k for each k, "
+                        "comma-separated (k <= N)")
   parser.add_argument("--temperature", type=float, default=None,
                       help="the samples' temperature (default: the run's sampling.temperature)")
   parser.add_argument("--out", default=None, help="FILE.jsonl: one row per prompt with every sample's answer, "
@@ -71,9 +72,10 @@ def run(argv=None) -> None:
     args.base, args.workdir = True, args.config
   else:
     config = load_run_config(args.workdir)  # checked when the run started
-  samples = max((*args.pass_k, *args.maj_k), default=0) if args.samples is None else args.samples
+  ks = {key: getattr(args, key) for key in eval_figures.asked(config.eval)}
   with config.eval.ignore_type():
-    config.eval.samples, config.eval.pass_k, config.eval.maj_k = samples, args.pass_k, args.maj_k
+    config.eval.samples = max((k for v in ks.values() for k in v), default=0) if args.samples is None else args.samples
+    config.eval.update(ks)
   config.eval.temperature = config.sampling.temperature if args.temperature is None else args.temperature
   settings = checks.validate(config) if args.config else Settings.from_config(config)  # eval.* checked here
   size = args.size or settings.eval.size
@@ -103,11 +105,10 @@ def run(argv=None) -> None:
         greedy, params, tokenizer, columns, scoring_of(settings, build.build_reward_fns(settings)),
         accuracy_reward=settings.eval.accuracy_reward, batch_size=batch_size,
         max_prompt_length=settings.sampling.max_prompt_length, key=jax.random.key(0), return_details=True,
-        samples=settings.eval.samples, pass_k=settings.eval.pass_k, maj_k=settings.eval.maj_k, sampler=sampler,
+        samples=settings.eval.samples, ks=eval_figures.asked(settings.eval), sampler=sampler,
         sample_completions=True, on_batch=batch_lines())
   print(f"[eval] done in {time.perf_counter() - t0:.1f} s ({compiled.describe()})", file=sys.stderr, flush=True)
-  constant = gym_data.constant_answer(columns,
-                                      full_credit=settings.eval.accuracy_reward == gym_data.FULL_CREDIT_REWARD)
+  constant = tasks.constant_answer(settings, columns)
   completions = details["completions"]
   correct, finished = details["accuracy"] >= 1.0, details["finished"]
   n = len(completions)
@@ -141,21 +142,15 @@ def _ks(text: str) -> tuple[int, ...]:
 
 
 def figure_lines(metrics: dict, methods: dict, samples: int, temperature: float) -> str:
-  """Each figure with its 95% interval and the interval's method, one per line."""
-  names = ["eval/accuracy", "eval/full_credit"] + sorted(
-      (k for k in metrics if re.fullmatch(r"eval/(avg|pass|maj)@\d+", k)), key=_figure_order)
+  """Each figure (`methods`' keys, in the order evaluate computed them) with its 95% interval and the interval's
+  method, one per line."""
   lines = ["  95% intervals over prompts (wilson: Wilson's score interval, for a 0/1 score per prompt; bca: a BCa "
            "bootstrap over prompts, a prompt's samples kept together):"]
-  for name in names:
-    where = "greedy" if name in ("eval/accuracy", "eval/full_credit") else f"{samples} samples at T {temperature:g}"
+  for name in methods:
+    where = "greedy" if eval_figures.figure_of(name).greedy else f"{samples} samples at T {temperature:g}"
     lines.append(f"    {name.split('/', 1)[1]:<12} {metrics[name]:.3f}  [{metrics[name + '/lo']:.3f}, "
                  f"{metrics[name + '/hi']:.3f}]  {methods[name]}, {where}")
   return "\n".join(lines)
-
-
-def _figure_order(name: str):
-  kind, k = name.split("/", 1)[1].split("@")
-  return ("avg", "pass", "maj").index(kind), int(k)
 
 
 def batch_lines(every_s: float = 10.0, stream=None):

@@ -34,8 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from grpo_jax.data.tasks import (CONSTANT_ANSWER_METRIC, RENDER_KEYS, DatasetTask, needs_tokenizer, register_task,
-                                 validate_rendered)
+from grpo_jax.data.tasks import RENDER_KEYS, DatasetTask, needs_tokenizer, register_task, validate_rendered
 from grpo_jax.rewards.reasoning_gym import INSTALL_HINT, VERSION, GymError, import_gym, score_answer  # noqa: F401
 
 PREFIX = "reasoning_gym:"
@@ -246,13 +245,6 @@ def constant_answer(columns: Mapping[str, Sequence], full_credit: bool = False) 
   return max(((a, mean_score(a)) for a in frequent), key=lambda pair: pair[1])
 
 
-def constant_answer_metrics(columns: Mapping[str, Sequence], accuracy_reward: str) -> dict[str, float]:
-  """{CONSTANT_ANSWER_METRIC: the best constant answer's held-out score by `accuracy_reward`'s measure (full
-  credit only for reasoning_gym_full_credit)} for reasoning-gym rows, else {}."""
-  best = constant_answer(columns, full_credit=accuracy_reward == FULL_CREDIT_REWARD)
-  return {} if best is None else {CONSTANT_ANSWER_METRIC: best[1]}
-
-
 # --- The task, a plug-in (grpo_jax/data/tasks.py) ---------------------------------------------------------------------
 
 def _check(settings, in_memory_dataset: bool) -> None:
@@ -266,12 +258,10 @@ def _stop_ids(settings, tokenizer) -> tuple[int, ...]:
   return closing_tag_ids(tokenizer) if settings.task.answer_only else ()
 
 
-def _baselines(settings, eval_columns) -> dict[str, float]:
-  """What one constant answer scores on the held-out rows, the floor to read accuracy against (step 0)."""
-  return constant_answer_metrics(eval_columns, settings.eval.accuracy_reward)
-
-
-@register_task(PREFIX + "<dataset>", check=_check, stop_ids=_stop_ids, baselines=_baselines,
+@register_task(PREFIX + "<dataset>", check=_check, stop_ids=_stop_ids,
+               # by the accuracy reward's measure: full credit only for reasoning_gym_full_credit
+               constant_answer=lambda settings, columns: constant_answer(
+                   columns, full_credit=settings.eval.accuracy_reward == FULL_CREDIT_REWARD),
                takes=("options", "answer_only", "train_size", "train_seed", "heldout_size", "heldout_seed",
                       *RENDER_KEYS))  # any reasoning-gym dataset: "reasoning_gym:leg_counting"
 def _reasoning_gym(settings, tokenizer, log) -> DatasetTask:

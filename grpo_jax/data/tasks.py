@@ -11,17 +11,18 @@ A task offers
 
 Tasks are plug-ins of equal standing: each registers itself in `TASKS` under its `config.task.name`,
 
-    @register_task("name", check=..., stop_ids=..., baselines=..., takes=(...))
+    @register_task("name", check=..., stop_ids=..., constant_answer=..., takes=(...))
     def build(settings, tokenizer, log): ...   # -> a task; tokenizer: the checkpoint's (model.hf_path) or None
 
 where `settings` is the run's frozen settings tree (grpo_jax/settings.py: `settings.task`, `settings.seed`, ...),
 with what it brings besides its rows: `takes`, its section of `config.task`, the keys it reads ("rows": it also
 takes a notebook's datasets in memory); `check(settings, in_memory_dataset)`, its checks of them (ConfigError
 naming key and value, run by `validate_config`); `stop_ids(settings, tokenizer)`, token ids that also end its
-completions; and `baselines(settings, eval_columns)`, step-0 metrics to read accuracy against (e.g.
-CONSTANT_ANSWER_METRIC). `config.task` stays one flat section for the user (experiment files, `--config.task.X`),
-the union of the tasks' keys; a key that the named task does not take must keep its default, or the run is
-refused before anything starts (a `task.num_digits` set for a dataset task would otherwise be ignored silently).
+completions; and `constant_answer(settings, eval_columns)`, (answer, score) of the best single answer, the floor
+to read accuracy against (logged at step 0 as CONSTANT_ANSWER_METRIC, printed by grpo-evaluate). `config.task`
+stays one flat section for the user (experiment files, `--config.task.X`), the union of the tasks' keys; a key
+that the named task does not take must keep its default, or the run is refused before anything starts (a
+`task.num_digits` set for a dataset task would otherwise be ignored silently).
 The built-in plug-ins (`BUILTIN_TASKS`):
   "addition", "chain_sum", "tool_arithmetic"  generated tasks with character tokens (`synthetic.py`);
   "dataset"   question/answer rows from local files (`datasets.py`) or a notebook's rows, rendered with a prompt
@@ -69,7 +70,7 @@ class TaskPlugin:
   build: Callable
   check: Callable | None = None
   stop_ids: Callable | None = None
-  baselines: Callable | None = None
+  constant_answer: Callable | None = None
   takes: frozenset = frozenset()
 
   def __call__(self, settings, tokenizer, log, **rows):
@@ -77,7 +78,7 @@ class TaskPlugin:
 
 
 def register_task(name: str, *, check: Callable | None = None, stop_ids: Callable | None = None,
-                  baselines: Callable | None = None, takes: Sequence[str] = (), overwrite: bool = False):
+                  constant_answer: Callable | None = None, takes: Sequence[str] = (), overwrite: bool = False):
   """Decorator: registers the builder `build(settings, tokenizer, log[, train_rows, heldout_rows])` as the task
   `name` (a name ending in "<...>" is a pattern, e.g. "reasoning_gym:<dataset>"), with what it brings besides
   rows (module docstring); returns the builder unchanged. `takes`: the keys of `config.task` it reads besides
@@ -88,7 +89,7 @@ def register_task(name: str, *, check: Callable | None = None, stop_ids: Callabl
                      f"({', '.join(task_keys())}) or 'rows'")
 
   def decorator(build: Callable) -> Callable:
-    plugin = TaskPlugin(build, check, stop_ids, baselines, frozenset(takes))
+    plugin = TaskPlugin(build, check, stop_ids, constant_answer, frozenset(takes))
     old = TASKS._entries.get(name)  # pylint: disable=protected-access
     # A reloaded module (a re-run notebook cell) replaces its own task silently, as Registry.register does.
     same = old is not None and same_definition(old.build, build)
@@ -223,10 +224,10 @@ def task_stop_ids(settings, tokenizer) -> tuple[int, ...]:
   return tuple(plugin.stop_ids(settings, tokenizer)) if plugin.stop_ids else ()
 
 
-def eval_baselines(settings, eval_columns: dict) -> dict[str, float]:
-  """The configured task's step-0 metrics on its held-out columns (e.g. CONSTANT_ANSWER_METRIC), or {}."""
+def constant_answer(settings, eval_columns: dict) -> tuple[str, float] | None:
+  """(answer, score) of the configured task's best single answer on these held-out columns, or None."""
   plugin = TASKS.get(settings.task.name)
-  return dict(plugin.baselines(settings, eval_columns)) if plugin.baselines else {}
+  return plugin.constant_answer(settings, eval_columns) if plugin.constant_answer else None
 
 
 def task_keys() -> tuple[str, ...]:

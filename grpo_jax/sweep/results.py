@@ -15,6 +15,8 @@ an evaluation row and a step re-logged after a resume both land on their step):
                   trainer's `wall_s` in summary.json, whichever is larger (runner.member_wall_s: an attempt
                   killed without a trace records no end); without either, the sum of `step_time`,
   steps           the last step logged,
+  final:<figure>  every other evaluation figure it logged (grpo_jax/train/eval_figures.py, e.g. `eval/pass@4`), at
+                  the last step that has it,
   mean:<metric>   for metrics asked for with --mean_of: the mean over the steps that logged it.
 """
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from grpo_jax import storage
-from grpo_jax.data.reasoning_gym import CONSTANT_ANSWER_METRIC
+from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.sweep import runner
 from grpo_jax.sweep import spec as spec_lib
+from grpo_jax.train.eval_figures import figure_of
 from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
 
@@ -77,6 +80,8 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
       "steps_per_s": 1.0 / np.median(step_time) if step_time.size and np.median(step_time) > 0 else math.nan,
       "wall_s": wall_s,
       "steps": float(max(rows)) if rows else math.nan,
+      **{f"final:{key}": of(key, last) for key in dict.fromkeys(k for row in rows.values() for k in row)
+         if key not in (EVAL_ACC, FULL_CREDIT) and figure_of(key)},
       **{f"mean:{key}": of(key, mean) for key in extra},
   }
 

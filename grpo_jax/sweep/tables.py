@@ -50,9 +50,11 @@ def mean_std(values: Iterable[float]) -> SeedStat:
 
 
 def columns_of(runs: Sequence[MemberRun]):
-  """COLUMNS plus a `mean:<metric>` column per extra metric the runs were loaded with."""
-  extra = runs[0].extra if runs else ()
-  return COLUMNS + [(f"mean:{key}", f"mean {key}", "{:.3g}") for key in extra]
+  """COLUMNS, a `final:<figure>` column per further evaluation figure some run logged, and a `mean:<metric>` column
+  per extra metric the runs were loaded with."""
+  figures = dict.fromkeys(c for m in runs for c in m.summary if c.startswith("final:"))
+  return (COLUMNS + [(c, f"final {c.split('/', 1)[1]}", "{:.3f}") for c in figures]
+          + [(f"mean:{key}", f"mean {key}", "{:.3g}") for key in (runs[0].extra if runs else ())])
 
 
 def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
@@ -63,7 +65,7 @@ def group_table(runs: Sequence[MemberRun]) -> list[dict[str, Any]]:
     row: dict[str, Any] = {"group": group, "members": len(members), "done": len(done),
                            "failed": sum(m.status == "failed" for m in members)}
     for column, _, _ in columns_of(runs):
-      row[column] = mean_std(m.summary[column] for m in done)
+      row[column] = mean_std(m.summary.get(column, math.nan) for m in done)
     table.append(row)
   return table
 
@@ -100,7 +102,7 @@ def paired_table(runs: Sequence[MemberRun], baseline: str,
     pairs = same_seed_pairs(members, grouped[baseline])
     row: dict[str, Any] = {"group": group, "pairs": len(pairs)}
     for column in columns:
-      differences = [m.summary[column] - b.summary[column] for m, b in pairs]
+      differences = [m.summary.get(column, math.nan) - b.summary.get(column, math.nan) for m, b in pairs]
       row[column], row[column + "_poi"] = comparisons.paired(differences), comparisons.improvement(differences)
       row[column + "_holm"] = math.nan  # exploratory unless primary
       row[column + "_wins"] = row[column].wins
@@ -447,4 +449,5 @@ def groups_csv(runs: Sequence[MemberRun]) -> str:
 def members_csv(runs: Sequence[MemberRun]) -> str:
   columns = [column for column, _, _ in columns_of(runs)] + ["steps"]
   return _csv(["name", "group", "status", *columns, "error"],
-              ([m.name, m.group, m.status, *(m.summary[c] for c in columns), _last_line(m.error)] for m in runs))
+              ([m.name, m.group, m.status, *(m.summary.get(c, math.nan) for c in columns), _last_line(m.error)]
+               for m in runs))

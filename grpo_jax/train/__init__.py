@@ -5,6 +5,7 @@
   policy.py      what is trained: full fine-tuning, or LoRA adapters on a frozen base
   offload.py     reference parameters parked in host memory between uses
   evaluation.py  held-out greedy accuracy, avg@N, pass@k, maj@k with intervals, per-prompt rows
+  eval_figures.py the evaluation figures, each registered once: name, estimator, interval, config key
   warmstart.py   supervised warm start (teacher-forced cross-entropy)
   optim.py       AdamW + warmup/cosine schedule + global-norm clipping
   state.py       optimizer state placed like the parameters

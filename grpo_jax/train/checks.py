@@ -20,7 +20,7 @@ from grpo_jax.model import lora
 from grpo_jax.registry import REGISTRIES, Registry
 from grpo_jax.rewards import registry as rewards
 from grpo_jax.settings import Settings
-from grpo_jax.train import warmstart
+from grpo_jax.train import eval_figures, warmstart  # noqa: F401 -- eval_figures: its FIGURES is in registries()
 
 
 def registries() -> dict[str, Registry]:

@@ -1,15 +1,8 @@
-"""Held-out evaluation: greedy accuracy, and avg@N, pass@k and maj@k from N samples per prompt, each figure
-with its 95% interval.
-
-accuracy = mean over held-out prompts of the accuracy reward (e.g. exact_match, 0/1) of the greedy completion;
-full_credit = the share of them whose accuracy reward is >= 1 (the same for a 0/1 reward; lower where a verifier
-gives partial credit, as reasoning-gym's default one does for an answer inside a longer line).
-With `samples` = N > 0, N completions per prompt at the evaluation's temperature give avg@N (their mean accuracy
-reward), pass@k for each k of `pass_k` and maj@k for each k of `maj_k` (correct = accuracy reward >= 1; the
-answer a completion votes for is the accuracy reward's answer key, grpo_jax/rewards/registry.py); the estimators
-are exact (grpo_jax/stats/estimators.py). Every figure F comes with F/lo and F/hi, its 95% interval over prompts
-(Wilson for a 0/1 score per prompt, else a BCa bootstrap over prompts with a prompt's N samples kept together;
-grpo_jax/stats/intervals.py).
+"""Held-out evaluation: the figures of eval_figures.py (greedy accuracy and full credit; with `samples` = N > 0,
+N completions per prompt at the evaluation's temperature give avg@N, pass@k, maj@k), each with its 95% interval
+over prompts (Wilson for a 0/1 score per prompt, else a BCa bootstrap over prompts with a prompt's N samples kept
+together; grpo_jax/stats/intervals.py). Full credit is lower than accuracy where a verifier gives partial credit,
+as reasoning-gym's default one does for an answer inside a longer line.
 Prompts go through the sampler in fixed-size batches (the last one padded by repetition), so evaluation
 compiles one sampler program however many prompts there are. `RunEvaluation` is a training run's: its held-out
 and transfer sets, fixed once.
@@ -27,7 +20,7 @@ from grpo_jax import compile_cache, storage
 from grpo_jax.data import tasks
 from grpo_jax.rewards.registry import answer_key
 from grpo_jax.sampling.episodes import EpisodeResult
-from grpo_jax.stats import estimators, intervals
+from grpo_jax.train.eval_figures import asked, computed
 from grpo_jax.train.rollout import Scoring, encode_prompts, episode_metrics, grade, repeat_columns
 
 
@@ -48,46 +41,17 @@ def _generate_all(sampler, params, prompt_ids: list[list[int]], batch_size: int,
   return type(outs[0])(*[None if xs[0] is None else np.concatenate(xs) for xs in zip(*outs)])
 
 
-def with_interval(name: str, values_P: np.ndarray, methods: dict | None = None) -> dict[str, float]:
-  """{name: the mean over prompts, name/lo, name/hi: its 95% interval over prompts}; methods[name]: the
-  interval's method."""
-  ci = intervals.over_prompts(values_P)
-  if methods is not None:
-    methods[name] = ci.method
-  return {name: float(np.mean(values_P)), f"{name}/lo": ci.lo, f"{name}/hi": ci.hi}
-
-
-def greedy_figures(accuracy_P: np.ndarray, methods: dict | None = None) -> dict[str, float]:
-  """eval/accuracy and eval/full_credit (the share with accuracy reward >= 1), with their intervals."""
-  return {**with_interval("eval/accuracy", accuracy_P, methods),
-          **with_interval("eval/full_credit", (accuracy_P >= 1.0).astype(np.float64), methods)}
-
-
 def _jsonable(answer):
   return None if answer is None else answer if isinstance(answer, (str, int, float, bool)) else str(answer)
 
 
-def sampled_figures(scores_PxN: np.ndarray, answers_PxN: Sequence[Sequence], pass_k: Sequence[int] = (),
-                    maj_k: Sequence[int] = (), methods: dict | None = None) -> dict[str, float]:
-  """eval/avg@N, eval/pass@k and eval/maj@k with their intervals, from each prompt's N accuracy rewards and
-  answer keys."""
-  scores_PxN = np.asarray(scores_PxN, np.float64)
-  correct_PxN = scores_PxN >= 1.0
-  n = scores_PxN.shape[1]
-  figures = with_interval(f"eval/avg@{n}", estimators.avg_at_n_P(scores_PxN), methods)
-  for k in pass_k:
-    figures.update(with_interval(f"eval/pass@{k}", estimators.pass_at_k_P(correct_PxN, k), methods))
-  for k in maj_k:
-    figures.update(with_interval(f"eval/maj@{k}", estimators.maj_at_k_P(answers_PxN, correct_PxN, k), methods))
-  return figures
-
-
 def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scoring: Scoring, *,
              accuracy_reward: str, batch_size: int, max_prompt_length: int, key, samples: int = 0,
-             pass_k: Sequence[int] = (), maj_k: Sequence[int] = (), sampler=None, return_details: bool = False,
+             ks: dict | None = None, sampler=None, return_details: bool = False,
              sample_completions: bool = False, on_batch: Callable[[int, int], None] | None = None) -> dict:
-  """Metrics 'eval/accuracy', 'eval/full_credit' (each with /lo and /hi), 'eval/reward', 'eval/mean_length'
-  and, with `samples` = N > 0 (drawn by `sampler`), 'eval/avg@N', 'eval/pass@k', 'eval/maj@k' with intervals.
+  """Metrics 'eval/reward', 'eval/mean_length' and the greedy figures ('eval/accuracy', 'eval/full_credit', each
+  with /lo and /hi); with `samples` = N > 0 (drawn by `sampler`), the sampled ones at the k's that `ks` asks for
+  (eval_figures.asked: {"pass_k": (1, 4), ...}).
 
   With `return_details`, (metrics, details): details["completions"] (the greedy texts), ["accuracy"] (each
   prompt's accuracy reward), ["finished"] (bool: a stop token came within max_new_tokens), ["methods"] (each
@@ -103,7 +67,8 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
   result, completions, _ = grade(tokenizer, out, texts, other, scoring)
   accuracy = np.asarray(result.per_fn[accuracy_reward], np.float64)
   methods: dict[str, str] = {}
-  metrics = {**greedy_figures(accuracy, methods), "eval/reward": float(np.mean(result.total)),
+  metrics = {**computed(accuracy[:, None], [[key_of(c)] for c in completions], greedy=True, methods=methods),
+             "eval/reward": float(np.mean(result.total)),
              "eval/mean_length": float(np.mean(out.lengths_B))}
   if isinstance(out, EpisodeResult):
     metrics.update(episode_metrics(out, prefix="eval/episodes/"))
@@ -118,7 +83,7 @@ def evaluate(greedy_sampler, params, tokenizer, columns: dict[str, list], scorin
     scores_PxN = np.asarray(result_n.per_fn[accuracy_reward], np.float64).reshape(-1, samples)
     answers = [key_of(c) for c in completions_n]
     answers_PxN = [answers[i:i + samples] for i in range(0, len(answers), samples)]
-    metrics.update(sampled_figures(scores_PxN, answers_PxN, pass_k, maj_k, methods))
+    metrics.update(computed(scores_PxN, answers_PxN, greedy=False, ks=ks, methods=methods))
     sampled = (scores_PxN, answers_PxN, [completions_n[i:i + samples] for i in range(0, len(answers), samples)])
   if return_details:
     rows = prompt_rows(texts, other.get("answer"), completions, accuracy, key_of, sampled, sample_completions)
@@ -152,15 +117,13 @@ def write_rows(path: str, rows: Sequence[dict]) -> None:
   storage.write_text(path, "".join(json.dumps(row) + "\n" for row in rows), atomic=True)
 
 
-def figures_of_rows(rows: Sequence[dict], pass_k: Sequence[int] = (), maj_k: Sequence[int] = ()) -> dict:
-  """The figures of `evaluate` recomputed from its rows (what a reader of a --out file can do): greedy accuracy
-  and full credit, and avg@N, pass@k, maj@k from the samples when the rows have them."""
-  accuracy = np.asarray([r["greedy"]["reward"] for r in rows], np.float64)
-  figures = greedy_figures(accuracy)
+def figures_of_rows(rows: Sequence[dict], **ks: Sequence[int]) -> dict:
+  """The figures of `evaluate` recomputed from its rows (what a reader of a --out file can do): the greedy ones,
+  and the sampled ones at the k's of `ks` (pass_k=(1, 4), ...) when the rows have samples."""
+  figures = computed([[r["greedy"]["reward"]] for r in rows], [[r["greedy"]["answer"]] for r in rows], greedy=True)
   if rows and rows[0].get("samples"):
-    scores = np.asarray([[s["reward"] for s in r["samples"]] for r in rows], np.float64)
-    answers = [[s["answer"] for s in r["samples"]] for r in rows]
-    figures.update(sampled_figures(scores, answers, pass_k, maj_k))
+    figures.update(computed([[s["reward"] for s in r["samples"]] for r in rows],
+                            [[s["answer"] for s in r["samples"]] for r in rows], greedy=False, ks=ks))
   return figures
 
 
@@ -176,8 +139,9 @@ class RunEvaluation:
     self.greedy_sampler, self.sampler = greedy_sampler, sampler
     self.log, self.time_split = log, time_split
     self.columns = task.eval_rows(settings.eval.size)
-    # the task's step-0 metrics, e.g. what one constant answer scores: the floor to read accuracy against
-    self.baselines = tasks.eval_baselines(settings, self.columns)
+    # what one constant answer scores (the task's plug-in), logged at step 0: the floor to read accuracy against
+    best = tasks.constant_answer(settings, self.columns)
+    self.baselines = {} if best is None else {tasks.CONSTANT_ANSWER_METRIC: best[1]}
     self.transfer_columns = {name: task.transfer_rows(name, settings.eval.size)
                              for name in getattr(task, "transfer_sets", ())}
     self.seconds: dict[int, float] = {}
@@ -202,8 +166,7 @@ class RunEvaluation:
     kwargs = dict(accuracy_reward=e.accuracy_reward, max_prompt_length=self.settings.sampling.max_prompt_length,
                   batch_size=min(e.batch_size, e.size), key=jax.random.fold_in(self.base_key, 10_000_000 + step))
     metrics, details = evaluate(self.greedy_sampler, params, self.tokenizer, self.columns, self.scoring,
-                                samples=e.samples, pass_k=e.pass_k, maj_k=e.maj_k, sampler=self.sampler,
-                                return_details=True, **kwargs)
+                                samples=e.samples, ks=asked(e), sampler=self.sampler, return_details=True, **kwargs)
     if self.rows_path is not None:
       write_rows(self.rows_path(step), details["rows"])
     if step == 0:

@@ -1,7 +1,8 @@
 """Figures of training curves, for one run or many: the one drawing routine of the repository.
 
 `plot_runs` draws runs (their metrics.jsonl) as lines: reward, held-out accuracy, KL, entropy and completion
-length against the step (the run's curves.png, grpo-plot). `draw_panels` draws any panels of curves with
+length against the step, and each sampled evaluation figure a run logged (eval_figures.py: pass@k, ...), with its
+interval (the run's curves.png, grpo-plot). `draw_panels` draws any panels of curves with
 optional bands (mean ± std, or an interval (lo, hi): a held-out figure's logged 95% interval); the ablation
 report (grpo_jax/sweep/figures.py) uses it for its group figures.
 """
@@ -20,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from grpo_jax import storage
+from grpo_jax.train.eval_figures import figure_of
 from grpo_jax.train.layout import RunFiles
 from grpo_jax.train.metrics import read_jsonl
 
@@ -85,7 +87,8 @@ def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) ->
 def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | None = None,
               metrics: Sequence[str] | None = None, layout: dict | None = None) -> str:
   """Writes a PNG with one panel per metric and one line per run; returns out_path. The metrics are `metrics`
-  (names in metrics.jsonl) if given, else PANELS and those of OPTIONAL_PANELS that some run logged.
+  (names in metrics.jsonl) if given, else PANELS and those of OPTIONAL_PANELS and the sampled evaluation figures
+  that some run logged.
 
   A metric a run never logged (e.g. `kl` with beta = 0) leaves that run out of the panel.
   """
@@ -108,7 +111,9 @@ def plot_runs(workdirs: Sequence[str], out_path: str, labels: Sequence[str] | No
             f"they logged {', '.join(logged[:6])}, ... ({len(logged)} metrics, the keys of metrics.jsonl)"))
     chosen = [(name, name) for name in metrics]
   else:
-    chosen = list(PANELS) + [(k, t) for k, t in OPTIONAL_PANELS if any(k in r for rs in runs for r in rs)]
+    logged = dict.fromkeys(k for rs in runs for r in rs for k in r)
+    chosen = list(PANELS) + [(k, t) for k, t in OPTIONAL_PANELS if k in logged] + [
+        (k, f"held-out {k[5:]}") for k in logged if (f := figure_of(k)) and not f.greedy]
   panels = []
   for key, title in chosen:
     curves = []

@@ -216,9 +216,15 @@ def test_constant_answer_is_the_best_single_answer_by_the_datasets_own_verifier(
   share = collections.Counter(columns["answer"]).most_common(1)[0][1] / len(rows)
   assert score >= share and score < 1
   assert gym.constant_answer({"prompt": ["q"], "answer": ["1"]}) is None   # not reasoning-gym rows
-  assert gym.constant_answer_metrics(columns, "reasoning_gym") == {"eval/constant_answer": pytest.approx(score)}
+  # The task's plug-in gives it by the accuracy reward's measure (what training logs and grpo-evaluate prints).
+  import types
+  from grpo_jax.data import tasks
+  def settings(reward):
+    return types.SimpleNamespace(task=types.SimpleNamespace(name="reasoning_gym:aiw"),
+                                 eval=types.SimpleNamespace(accuracy_reward=reward))
+  assert tasks.constant_answer(settings("reasoning_gym"), columns) == (answer, pytest.approx(score))
   # By full credit alone, the best constant is the most frequent answer, scoring its share.
   assert gym.constant_answer(columns, full_credit=True) == (collections.Counter(columns["answer"]).most_common(1)[0][0],
                                                             pytest.approx(share))
-  assert gym.constant_answer_metrics(columns, gym.FULL_CREDIT_REWARD) == {"eval/constant_answer": pytest.approx(share)}
+  assert tasks.constant_answer(settings(gym.FULL_CREDIT_REWARD), columns)[1] == pytest.approx(share)
 
