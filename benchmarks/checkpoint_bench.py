@@ -50,8 +50,8 @@ def main(argv=None):
 
   from grpo_jax.commands import memory_estimate as me
   from grpo_jax.model import Transformer
-  from grpo_jax.train.checkpoint import Checkpointer
-  from grpo_jax.train.fingerprint import state_fingerprint
+  from grpo_jax.persist.checkpoint import Checkpointer
+  from grpo_jax.persist.fingerprint import state_fingerprint
 
   cfg = me.model_config(args.model, "float32", "float32")
   t0 = time.perf_counter()

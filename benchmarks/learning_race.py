@@ -67,7 +67,7 @@ def run_tunix(args, out: str) -> None:
 
 def curve(side: str, out: str) -> dict:
   """{"points": [(clock_s, accuracy, step)], "eval_s": grpo_jax's evaluation seconds, "first_step_s": ...}."""
-  from grpo_jax.train.metrics import read_jsonl
+  from grpo_jax.persist.metrics import read_jsonl
   rows = read_jsonl(os.path.join(out, "metrics.jsonl"))
   points, eval_s = [], 0.0
   if side == "grpo_jax":

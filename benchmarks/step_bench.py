@@ -81,7 +81,7 @@ def bench_config(args):
 
 def run_grpo_jax(args) -> dict:
   from grpo_jax.train.loop import train
-  from grpo_jax.train.metrics import read_jsonl
+  from grpo_jax.persist.metrics import read_jsonl
   workdir = os.path.join(args.out, args.side)
   config = bench_config(args)
   summary = train(config, workdir)

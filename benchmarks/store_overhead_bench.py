@@ -27,7 +27,7 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from grpo_jax import storage  # noqa: E402
-from grpo_jax.train.metrics import read_jsonl  # noqa: E402
+from grpo_jax.persist.metrics import read_jsonl  # noqa: E402
 from tests.storage import conftest as stores  # noqa: E402  (the test suite's emulator launchers)
 
 

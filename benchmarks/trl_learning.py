@@ -189,7 +189,7 @@ def evaluate_snapshots(out_dir: str, config, clock_by_step: dict, keep: bool = F
 
 def curve(workdir: str) -> tuple[list[float], list[float]]:
   """(training wall-clock seconds, held-out accuracy) at each evaluation of a grpo_jax or a TRL run."""
-  from grpo_jax.train.metrics import read_jsonl
+  from grpo_jax.persist.metrics import read_jsonl
   rows = read_jsonl(os.path.join(workdir, "metrics.jsonl"))
   if any("wall_s" in r for r in rows):          # this script's TRL record
     pts = [(r["wall_s"], r["eval/accuracy"]) for r in rows if "eval/accuracy" in r]
@@ -251,7 +251,7 @@ def main(argv=None):
   elif args.evaluate_only:
     config = load_experiment(args.config)
     config.seed = args.seed
-    from grpo_jax.train.metrics import read_jsonl
+    from grpo_jax.persist.metrics import read_jsonl
     records = read_jsonl(os.path.join(args.out, "train_log.jsonl"))
     evaluate_snapshots(args.out, config, {r["step"]: r for r in records}, args.keep_snapshots)
   else:

@@ -442,7 +442,7 @@ class EvalSettings:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSettings:
-  """Checkpoints (grpo_jax/train/checkpoint.py) and preemption (grpo_jax/train/preemption.py)."""
+  """Checkpoints (grpo_jax/persist/checkpoint.py) and preemption (grpo_jax/persist/preemption.py)."""
   every: int = resumable(100)     # steps; a checkpoint is also written at the end.
   keep: int = resumable(2)        # keep the last K checkpoints (>= 2 gives a fallback if the newest is bad).
   export_hf: bool = resumable(False)  # at the end, also write the policy as a Hugging Face model in WORKDIR/hf_model

@@ -3,7 +3,7 @@
 
 Local paths keep the standard library's behaviour exactly (`os`, `open`); URLs go through `etils.epath`, which
 picks fsspec's gcsfs / s3fs backends (TensorFlow's gfile only when TensorFlow is installed), the library orbax
-itself uses for its directories. Checkpoint arrays go through TensorStore (grpo_jax/train/checkpoint.py).
+itself uses for its directories. Checkpoint arrays go through TensorStore (grpo_jax/persist/checkpoint.py).
 
 Custom endpoints (emulators, S3-compatible stores) come from the standard variables: `AWS_ENDPOINT_URL` (boto3,
 s3fs) and `STORAGE_EMULATOR_HOST` (google-cloud-storage, gcsfs). TensorStore reads neither: `use_endpoints`

@@ -78,14 +78,14 @@ def test_mistakes_are_one_line():
 
 def test_outputs_stay_behind_and_an_upload_over_rays_cap_is_one_line(tmp_path):
   for path in ("scripts/a.py", "runs/av/m/metrics.jsonl", ".venv/bin/python", "x/checkpoints/3/state",
-               "models/q/model.safetensors", "workdir2/log", "grpo_jax/train/workdir.py", "pkg.egg-info/PKG-INFO"):
+               "models/q/model.safetensors", "workdir2/log", "grpo_jax/persist/workdir.py", "pkg.egg-info/PKG-INFO"):
     (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / path).write_text("x" * 10)
   env = {"RAY_RUNTIME_ENV_IGNORE_GITIGNORE": "1"}  # no checkout here: the excludes alone decide
   with pytest.MonkeyPatch.context() as patch:
     for k, v in env.items():
       patch.setenv(k, v)
-    assert runtime_env.upload_files(str(tmp_path)) == ["grpo_jax/train/workdir.py", "scripts/a.py"]
+    assert runtime_env.upload_files(str(tmp_path)) == ["grpo_jax/persist/workdir.py", "scripts/a.py"]
   out = _cli(env={"RAY_max_grpc_message_size": str(2**20)})  # this checkout is several MiB
   assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
   assert "over Ray's cap of 1 MiB for a job's working_dir" in out.stderr and "data " in out.stderr

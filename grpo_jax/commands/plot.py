@@ -7,7 +7,7 @@ figure.
 import argparse
 
 from grpo_jax.commands import exit_on_mistake
-from grpo_jax.train.layout import RunFiles
+from grpo_jax.persist.layout import RunFiles
 from grpo_jax.train.plotting import plot_runs
 
 

@@ -19,7 +19,7 @@ from grpo_jax import hash_seed
 from grpo_jax.commands.launch import catch_signals_while_starting
 from grpo_jax.errors import EXIT_USER_ERROR, Preempted, UserError
 from grpo_jax.train.loop import train
-from grpo_jax.train.preemption import exit_preempted
+from grpo_jax.persist.preemption import exit_preempted
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file, optionally FILE.py:PRESET.",
                                           lock_config=True)

@@ -5,7 +5,7 @@ It reads (reference, args, kwargs) requests from stdin, rebuilds the function on
 result) or ("error", exception); ("unloadable", message) when the function cannot be rebuilt here. The
 protocol uses a private copy of stdout; the reward's own prints go to stderr.
 
-SIGTERM and SIGINT are ignored: the trainer decides when a preempted run stops (grpo_jax/train/preemption.py),
+SIGTERM and SIGINT are ignored: the trainer decides when a preempted run stops (grpo_jax/persist/preemption.py),
 and a call it started finishes; the worker exits when the trainer closes its pipe or kills it.
 """
 from __future__ import annotations

@@ -14,8 +14,8 @@ from typing import Iterable, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import runner
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import read_jsonl
 
 
 @dataclasses.dataclass(frozen=True)

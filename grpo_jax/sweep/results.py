@@ -33,8 +33,8 @@ from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.sweep import runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.train.eval_figures import figure_of
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import read_jsonl
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
 FULL_CREDIT = "eval/full_credit"

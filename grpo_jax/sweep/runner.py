@@ -37,10 +37,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import spec as spec_lib
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.workdir_lock import wait_until_free
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.workdir_lock import wait_until_free
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 
 DONE, FAILED = "DONE", "FAILED"
 MEMBER_JSON, LOG, ATTEMPTS, SWEEP_JSON = "member.json", "train.log", "attempts.jsonl", "sweep.json"

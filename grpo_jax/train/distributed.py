@@ -221,14 +221,3 @@ def merge_metrics(metrics: dict[str, float]) -> dict[str, float]:
     else:
       out[k] = float(col.mean())
   return out
-
-
-class NullWriter:
-  """Stands in for the metrics writer on processes other than 0: everything written to it is dropped."""
-  metrics_path = None
-
-  def write(self, *args, **kwargs):
-    """Does nothing; so do write_samples, write_event, flush and close."""
-
-  write_samples = write_event = flush = close = write
-

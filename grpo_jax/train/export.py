@@ -22,8 +22,8 @@ from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.model import lora
-from grpo_jax.train.checkpoint import abstract_like, restore_lora_base, restore_params
-from grpo_jax.train.layout import RunFiles, committed_steps
+from grpo_jax.persist.checkpoint import abstract_like, restore_lora_base, restore_params
+from grpo_jax.persist.layout import RunFiles, committed_steps
 
 GENERATION_CONFIG = "generation_config.json"
 

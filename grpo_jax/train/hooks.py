@@ -87,7 +87,7 @@ class Evaluate(Hook):
 
 
 class Log(Hook):
-  """metrics.jsonl, samples, the progress bar and the curves (grpo_jax/train/workdir.py: Workdir.log_step)."""
+  """metrics.jsonl, samples, the progress bar and the curves (grpo_jax/persist/workdir.py: Workdir.log_step)."""
 
   def __init__(self, workdir, bar):
     self.workdir, self.bar = workdir, bar

@@ -14,23 +14,24 @@ import jax
 
 from grpo_jax import compile_cache, errors, precision
 from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
+from grpo_jax.persist import checkpoint as checkpoint_lib
+from grpo_jax.persist import metrics as metrics_lib
+from grpo_jax.persist import workdir as workdir_lib
+from grpo_jax.persist.layout import committed_steps
+from grpo_jax.persist.preemption import Preemption
+from grpo_jax.persist.workdir import Summary
+from grpo_jax.persist.workdir_lock import WorkdirLock
 from grpo_jax.settings import Settings
-from grpo_jax.train import checkpoint as checkpoint_lib
 from grpo_jax.train import checks
-from grpo_jax.train import hooks as hooks_lib
 from grpo_jax.train import distributed
+from grpo_jax.train import hooks as hooks_lib
 from grpo_jax.train import inputs as inputs_lib
-from grpo_jax.train import metrics as metrics_lib
-from grpo_jax.train import workdir as workdir_lib
 from grpo_jax.train.export import write_hf_model
 from grpo_jax.train.inputs import RunInputs
-from grpo_jax.train.layout import committed_steps
-from grpo_jax.train.preemption import Preemption
+from grpo_jax.train.plotting import CurvesRefresher
 from grpo_jax.train.run import Run, RunState, Unfinished
 from grpo_jax.train.timing import TimeSplit
 from grpo_jax.train.warmstart import run_warmstart
-from grpo_jax.train.workdir import Summary
-from grpo_jax.train.workdir_lock import WorkdirLock
 
 def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
           reward_weights: Sequence[float] | None = None, train_dataset=None, eval_dataset=None,
@@ -53,7 +54,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
     compile_cache.enable(settings.compile_cache_dir)
     main = distributed.is_main()    # only process 0 writes logs, metrics, samples and plots
     log_console = print if main else (lambda *args, **kwargs: None)
-    preemption.log, preemption.collective = log_console, jax.process_count() > 1
+    preemption.log, preemption.collective = log_console, distributed.all_true if jax.process_count() > 1 else None
     preemption.install()  # again: jax.distributed took SIGTERM for its own preemption notifier
     try:
       if main:  # the lock (a lease on a store) is the workdir's first file, before its saved config is compared
@@ -70,7 +71,7 @@ def train(config, workdir: str, *, reward_funcs: Sequence[Callable] = (),
 
 def _train(settings: Settings, config_json: str, workdir: str, time_split: TimeSplit, main: bool, log_console,
            inputs: RunInputs, preemption: Preemption) -> Summary:
-  wd = workdir_lib.Workdir(settings, config_json, workdir, main, log_console, time_split)
+  wd = workdir_lib.Workdir(settings, config_json, workdir, main, log_console, time_split, CurvesRefresher)
   run = Run(settings, inputs, log_console, time_split)
   if main:  # each held-out evaluation's per-prompt rows (grpo-report reads them)
     run.evaluate.rows_path = wd.files.eval_rows

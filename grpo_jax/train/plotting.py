@@ -22,8 +22,8 @@ import numpy as np
 
 from grpo_jax import storage
 from grpo_jax.train.eval_figures import figure_of
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import read_jsonl
 
 PANELS = (("reward", "reward"), ("eval/accuracy", "held-out accuracy"), ("kl", "KL to reference"),
           ("entropy", "entropy"), ("completions/mean_length", "completion length"))
@@ -160,6 +160,10 @@ class CurvesRefresher:
     except OSError as e:  # the helper is gone (its error is on stderr): curves.png waits for the run's end
       self.log(f"[plot] {self.path} is no longer refreshed while the run trains: {type(e).__name__}: {e}")
       self.enabled = False
+
+  def final(self) -> str:
+    """Draws the final figure in this process (after `close`); its path."""
+    return plot_runs([self.workdir], self.path)
 
   def close(self, timeout_s: float = 60.0) -> None:
     """Lets the helper finish its drawing and exit (the final drawing follows in the trainer's process)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from flax import nnx
 
 from grpo_jax.model import lora as lora_lib
-from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.persist import checkpoint as checkpoint_lib
 from grpo_jax.train.offload import RefOffloader
 
 class FullPolicy:

@@ -75,7 +75,7 @@ def test_config_errors_name_the_key(key, value, message):
 
 def test_the_test_preset_keeps_the_structure_and_trains_two_steps(tmp_path):
   from grpo_jax.train.loop import train
-  from grpo_jax.train.metrics import read_jsonl
+  from grpo_jax.persist.metrics import read_jsonl
   from tests.train.conftest import load_experiment
   full, tiny = load_experiment("chain_sum")(), load_experiment("chain_sum")("test")
   for key in ("task.name", "rewards", "eval.accuracy_reward", "warmstart.enabled", "grpo.beta", "grpo.advantage",

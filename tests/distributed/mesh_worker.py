@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, sharding
 from grpo_jax.sampling import Sampler, SamplingConfig
-from grpo_jax.train.checkpoint import Checkpointer
+from grpo_jax.persist.checkpoint import Checkpointer
 from grpo_jax.train.build import BatchPlacer
 from grpo_jax.train.offload import RefOffloader
 from grpo_jax.train.state import init_opt_state, opt_state_shardings

@@ -57,8 +57,9 @@ def main():
     config.distributed.process_id = pid
 
   from grpo_jax.errors import EXIT_PREEMPTED, Preempted
-  from grpo_jax.train import checkpoint, loop, run
-  from grpo_jax.train.layout import RunFiles
+  from grpo_jax.train import loop, run
+  from grpo_jax.persist import checkpoint
+  from grpo_jax.persist.layout import RunFiles
   run.make_optimizer = _momentum_sgd
   config.num_steps = 2 if resume else 3
   try:

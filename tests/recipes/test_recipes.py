@@ -12,7 +12,7 @@ from grpo_jax.settings import Settings
 from grpo_jax.data.datasets import DatasetError
 from grpo_jax.testing import gsm8k_records, write_jsonl
 from grpo_jax.train import loop
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 from tests.recipes.conftest import load_experiment
 
 RECIPES = {

@@ -98,7 +98,7 @@ def test_training_with_a_spinning_reward_is_bounded(tmp_path):
   from one to the next) within 60 s plus 3 s per step: far from a pile-up. The timeout is 0.3 s here (each
   spinning call burns a core for it; 16 s alone instead of 23 with 1 s): a pile-up shows in the thread counts."""
   from grpo_jax.train import loop
-  from grpo_jax.train.metrics import read_jsonl
+  from grpo_jax.persist.metrics import read_jsonl
   from tests.train.conftest import load_experiment
   c = load_experiment("default")("test")
   c.num_steps, c.eval.every, c.checkpoint.every = 2, 2, 2

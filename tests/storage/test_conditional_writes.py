@@ -1,10 +1,10 @@
-"""The emulators honour the conditional writes the workdir lease is built on (grpo_jax/train/lease.py): create
+"""The emulators honour the conditional writes the workdir lease is built on (grpo_jax/persist/lease.py): create
 only if absent, replace only the version that was read. Without them two launches could both take a lease."""
 from __future__ import annotations
 
 import pytest
 
-from grpo_jax.train import lease as lease_lib
+from grpo_jax.persist import lease as lease_lib
 
 
 def _check_conditional_writes(url: str) -> None:

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from grpo_jax import errors
-from grpo_jax.train import lease as lease_lib
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.workdir_lock import WorkdirLock
+from grpo_jax.persist import lease as lease_lib
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.workdir_lock import WorkdirLock
 
 
 def test_a_second_launch_is_refused_in_one_line_and_the_lease_is_released_at_the_end(store):

@@ -3,8 +3,8 @@ before each checkpoint save), so a kill loses none up to the saved step; a resum
 from __future__ import annotations
 
 from grpo_jax import storage
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import MetricsWriter, read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import MetricsWriter, read_jsonl
 
 
 def test_rows_up_to_the_last_flush_survive_a_kill_and_a_resume_drops_the_rest(store):

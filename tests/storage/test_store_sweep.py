@@ -12,7 +12,7 @@ import pytest
 from grpo_jax import storage
 from grpo_jax.commands import plot as plot_command
 from grpo_jax.sweep import progress, report, runner, spec
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from grpo_jax import storage
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 from tests.train.conftest import ROOT
 from tests.train.test_faults import _timing
 

@@ -102,7 +102,8 @@ def _kill_in_warmstart_step(nth):
 def arm(point: str, nth: int) -> None:
   import orbax.checkpoint as ocp
 
-  from grpo_jax.train import checkpoint, producer, run
+  from grpo_jax.train import producer, run
+  from grpo_jax.persist import checkpoint
   if point == "warmstart_step":
     _kill_in_warmstart_step(nth)
   elif point == "after_warmstart_save":           # the warm start is saved, checkpoint 0 is not
@@ -156,7 +157,7 @@ def main(argv):
   try:
     loop.train(config(), workdir)
   except Preempted:
-    from grpo_jax.train.preemption import exit_preempted
+    from grpo_jax.persist.preemption import exit_preempted
     exit_preempted()
 
 

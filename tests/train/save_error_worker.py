@@ -10,7 +10,7 @@ import time
 import jax
 
 from grpo_jax.errors import CheckpointSaveError
-from grpo_jax.train.checkpoint import Checkpointer
+from grpo_jax.persist.checkpoint import Checkpointer
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails with EFBIG instead of killing us
 ck = Checkpointer(sys.argv[1], keep=2)

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.train import checkpoint, fingerprint, layout
-from grpo_jax.train.checkpoint import Checkpointer, restore_params, save_initial_state
-from grpo_jax.train.fingerprint import state_fingerprint
+from grpo_jax.persist import checkpoint, fingerprint, layout
+from grpo_jax.persist.checkpoint import Checkpointer, restore_params, save_initial_state
+from grpo_jax.persist.fingerprint import state_fingerprint
 from tests.virtual_devices import run_worker
 
 
@@ -232,7 +232,7 @@ def test_the_loop_stops_at_the_step_a_save_failed(tmp_path, monkeypatch):
   one at step 2) stops the run at step 3 with its history on disk, not at the next checkpoint."""
   from grpo_jax.errors import CheckpointSaveError
   from grpo_jax.train import loop
-  from grpo_jax.train.metrics import read_jsonl
+  from grpo_jax.persist.metrics import read_jsonl
   from tests.train.conftest import load_experiment
 
   config = load_experiment("default")("test")

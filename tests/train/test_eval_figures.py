@@ -14,7 +14,7 @@ from grpo_jax.commands import evaluate as evaluate_command
 from grpo_jax.sweep import results, tables
 from grpo_jax.train import eval_figures, loop, plotting
 from grpo_jax.train.evaluation import figures_of_rows
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 from tests.train.conftest import load_experiment
 
 

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from grpo_jax.train import evaluation
-from grpo_jax.train.layout import RunFiles
+from grpo_jax.persist.layout import RunFiles
 
 
 def test_rows_are_replaced_atomically_and_listed_by_step(tmp_path, monkeypatch):

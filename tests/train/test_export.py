@@ -17,7 +17,7 @@ from grpo_jax.data.tasks import stop_ids
 from grpo_jax.model import hf_io
 from grpo_jax.sampling import Sampler, SamplingConfig
 from grpo_jax.train import loop
-from grpo_jax.train.layout import RunFiles
+from grpo_jax.persist.layout import RunFiles
 from tests.model.helpers import jax_logits, torch_logits
 from tests.train.conftest import ROOT
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from grpo_jax.errors import EXIT_PREEMPTED
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 from tests.train.conftest import ROOT
 from tests.train.fault_runner import KILL_POINTS, SAMPLER_DEVICES_VARIABLE, SIGNAL_POINTS, STALENESS_VARIABLE
 

@@ -18,14 +18,14 @@ from grpo_jax.commands import plot as plot_command
 from grpo_jax.rewards import register_reward
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, checks, loop
-from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.persist import checkpoint as checkpoint_lib
 from grpo_jax.train import producer as producer_lib
 from grpo_jax.train import run as run_lib
 from grpo_jax.train.inputs import RunInputs
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import read_jsonl
 from grpo_jax.train.timing import TimeSplit
-from grpo_jax.train.workdir_lock import WorkdirLock
+from grpo_jax.persist.workdir_lock import WorkdirLock
 from tests.storage.conftest import gcs, gcs_server  # noqa: F401  (fixtures: a donor workdir on gs://)
 from tests.train.conftest import load_experiment
 
@@ -437,7 +437,7 @@ def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_poli
   assert "finished " in printed and printed.count("] ...") == 2
   # The exported directory holds the checkpoint's parameters in the Hugging Face layout.
   from flax import nnx
-  from grpo_jax.train.checkpoint import restore_params
+  from grpo_jax.persist.checkpoint import restore_params
   exported_state = nnx.state(hf_io.from_pretrained(out))
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), exported_state)
   saved, _ = restore_params(os.path.join(workdir, "checkpoints"), NUM_STEPS, abstract)

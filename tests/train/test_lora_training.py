@@ -18,12 +18,12 @@ from grpo_jax.algo.objective import LossConfig
 from grpo_jax.model import ModelConfig, Transformer, hf_io
 from grpo_jax.model import lora
 from grpo_jax.model import sharding as sharding_lib
-from grpo_jax.train import checkpoint as checkpoint_lib
+from grpo_jax.persist import checkpoint as checkpoint_lib
 from grpo_jax.train import export as export_lib
 from grpo_jax.settings import Settings
 from grpo_jax.train import build, loop
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import read_jsonl
 from grpo_jax.train.step import RolloutBatch, make_train_step
 from grpo_jax.train import checks
 from grpo_jax.model.transformer import cast_for_compute

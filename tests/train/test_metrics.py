@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from grpo_jax.train.metrics import MetricsWriter, read_jsonl
+from grpo_jax.persist.metrics import MetricsWriter, read_jsonl
 from grpo_jax import config as config_lib
 from grpo_jax.settings import OptimSettings, Settings
 from grpo_jax.train.optim import learning_rate_schedule
@@ -66,7 +66,7 @@ def test_progress_off_a_terminal_is_a_line_per_interval(monkeypatch):
   `every_s`, and the last step's."""
   import io
 
-  from grpo_jax.train.metrics import ProgressBar
+  from grpo_jax.persist.metrics import ProgressBar
   err = io.StringIO()
   monkeypatch.setattr("sys.stderr", err)
   bar = ProgressBar(total=6, initial=1, enabled=True, every_s=3600.0)

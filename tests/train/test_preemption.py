@@ -1,4 +1,4 @@
-"""grpo_jax/train/preemption.py: signals, the deadline, the clouds' early warnings; the reward worker's calm.
+"""grpo_jax/persist/preemption.py: signals, the deadline, the clouds' early warnings; the reward worker's calm.
 
 A whole run stopped by SIGTERM / SIGINT at each point and resumed: tests/train/test_faults.py; two processes,
 one signalled: tests/distributed/test_multihost.py."""
@@ -19,8 +19,8 @@ from grpo_jax import errors
 from grpo_jax.config import get_config
 from grpo_jax.train.checks import validate
 from grpo_jax.rewards import isolation
-from grpo_jax.train import preemption as preemption_lib
-from grpo_jax.train.preemption import Preemption
+from grpo_jax.persist import preemption as preemption_lib
+from grpo_jax.persist.preemption import Preemption
 from tests.train.conftest import ROOT
 
 
@@ -62,7 +62,7 @@ def test_previous_handlers_come_back():
 
 _STUCK = """
 import time
-from grpo_jax.train.preemption import Preemption
+from grpo_jax.persist.preemption import Preemption
 with Preemption({deadline}, lambda line: print(line, flush=True)) as p:
   with p.deferred():
     print("ready", flush=True)
@@ -86,7 +86,7 @@ _COMPILING = """
 import os, signal, sys, threading
 import jax, jax.numpy as jnp
 from grpo_jax import errors
-from grpo_jax.train.preemption import Preemption, exit_preempted
+from grpo_jax.persist.preemption import Preemption, exit_preempted
 
 def deep(x):  # 300 matmuls unrolled: a second or more of XLA's compile
   for i in range(300):
@@ -206,7 +206,7 @@ def test_the_reward_worker_finishes_its_call_through_sigterm_and_sigint():
 
 def test_the_preempted_row_leaves_curves_and_reports_as_they_were(tmp_path):
   from grpo_jax.sweep import results
-  from grpo_jax.train.metrics import MetricsWriter
+  from grpo_jax.persist.metrics import MetricsWriter
   from grpo_jax.train.plotting import plot_runs
   writer = MetricsWriter(str(tmp_path), tensorboard=False)
   for step in range(4):

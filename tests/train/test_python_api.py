@@ -10,8 +10,8 @@ import pytest
 
 from grpo_jax import testing
 from grpo_jax.train import loop
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.metrics import read_jsonl
 from tests.train.conftest import ROOT
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from grpo_jax.train import loop
-from grpo_jax.train.metrics import read_jsonl
+from grpo_jax.persist.metrics import read_jsonl
 from tests.train.conftest import load_experiment
 
 wandb = pytest.importorskip("wandb", reason="wandb is in the test extra: pip install -e '.[test]'")

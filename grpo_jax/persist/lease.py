@@ -122,7 +122,7 @@ class Lease:
   """The lease on `url` (WORKDIR/.lease) while the `with` block runs; `ttl_s` seconds without renewal make it
   stale. `on_lost` is called (from the renewing thread) if another run took it over: by default the process
   ends at once (exit code 2), saving nothing: the workdir is the other run's now. (Interrupting the main thread
-  would look like Ctrl-C, whose handler saves a checkpoint: grpo_jax/train/preemption.py.)"""
+  would look like Ctrl-C, whose handler saves a checkpoint: grpo_jax/persist/preemption.py.)"""
 
   def __init__(self, url: str, ttl_s: float, *, clock: Callable[[], float] = time.time,
                on_lost: Callable[[], None] | None = None):

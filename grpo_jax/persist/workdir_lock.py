@@ -2,7 +2,7 @@
 
   local           an exclusive `flock` on WORKDIR/.lock, held while the run lives; the kernel drops it when the
                   process dies, however it dies, so a stale lock never blocks a resume.
-  gs://, s3://    a lease object WORKDIR/.lease (grpo_jax/train/lease.py): renewed while the run lives, taken
+  gs://, s3://    a lease object WORKDIR/.lease (grpo_jax/persist/lease.py): renewed while the run lives, taken
                   over once not renewed for `ttl_s` (checkpoint.lease_ttl_s), or at once by a launch on the same
                   host whose holder's pid is gone.
 
@@ -17,8 +17,8 @@ import time
 
 from grpo_jax import errors, storage
 from grpo_jax.settings import CheckpointSettings
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.lease import Lease
+from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.lease import Lease
 
 DEFAULT_TTL_S = CheckpointSettings.lease_ttl_s  # the default of config.checkpoint.lease_ttl_s
 

@@ -1,6 +1,6 @@
 """A run's workdir: the check before a resume, and `Workdir`, the one object through which the loop writes there
 (config.json, run id, starting point, checkpoints, metrics, samples, curves, summary.json at the end). The files'
-names: grpo_jax/train/layout.py.
+names: grpo_jax/persist/layout.py.
 """
 from __future__ import annotations
 
@@ -17,12 +17,10 @@ import numpy as np
 from grpo_jax import config as config_lib
 from grpo_jax import errors
 from grpo_jax import storage
-from grpo_jax.train import metrics as metrics_lib
-from grpo_jax.train import checkpoint as checkpoint_lib
-from grpo_jax.train import preemption as preemption_lib
-from grpo_jax.train.distributed import NullWriter
-from grpo_jax.train.layout import RunFiles
-from grpo_jax.train.plotting import CurvesRefresher, plot_runs
+from grpo_jax.persist import metrics as metrics_lib
+from grpo_jax.persist import checkpoint as checkpoint_lib
+from grpo_jax.persist import preemption as preemption_lib
+from grpo_jax.persist.layout import RunFiles
 
 
 @dataclasses.dataclass
@@ -73,15 +71,16 @@ class Workdir:
   metrics.jsonl and samples (process 0 writes files; every process takes part in a checkpoint), the curves, the
   run's clock and summary.json. The loop writes the workdir through it alone.
 
-    wd = Workdir(settings, cfg_json, path, main, log, time_split)  # config.json written, no history opened yet
+    wd = Workdir(settings, cfg_json, path, main, log, time_split, CurvesRefresher)  # config.json written
     wd.open_history(state, fresh)                      # metrics.jsonl (TensorBoard, W&B) from the state's step on
     wd.log_step(step, metrics, rollout, bar); wd.save(run, state)
     wd.close()                                         # also when interrupted
   """
 
-  def __init__(self, settings, cfg_json: str, path: str, main: bool, log, time_split):
+  def __init__(self, settings, cfg_json: str, path: str, main: bool, log, time_split, curves):
     """`settings`: the run's (grpo_jax/settings.py); `cfg_json`: its config as the user wrote it, in JSON (what
-    config.json and each checkpoint's metadata keep)."""
+    config.json and each checkpoint's metadata keep); `curves`: the class that draws curves.png
+    (grpo_jax/train/plotting.py's CurvesRefresher)."""
     self.settings, self.path, self.main, self.log, self.time_split = settings, path, main, log, time_split
     self.cfg_json, self.files = cfg_json, RunFiles(path)
     storage.makedirs(path)
@@ -90,7 +89,7 @@ class Workdir:
       storage.write_text(self.files.config, cfg_json)
     k = settings.checkpoint
     self.checkpointer = checkpoint_lib.Checkpointer(self.files.checkpoints, k.keep, k.verify, k.async_save)
-    self.curves = CurvesRefresher(path, self.files.curves, settings.log.plot and main, log=log)
+    self.curves = curves(path, self.files.curves, settings.log.plot and main, log=log)
     self.writer = None
     self.saved_step: int | None = None  # the newest checkpoint this process started from or saved
 
@@ -148,7 +147,7 @@ class Workdir:
                                              resume_step=None if fresh else state.step,
                                              wandb=metrics_lib.wandb_init_kwargs(lg, self.path, state.run_id,
                                                                                  self.cfg_json))
-                   if self.main else NullWriter())
+                   if self.main else metrics_lib.NullWriter())
     self.saved_step = None if fresh else state.step
 
   def elapsed_s(self, state) -> float:
@@ -252,7 +251,7 @@ class Workdir:
 
   def finish(self, state, last_eval: dict) -> Summary:
     """The plot and summary.json of a run that reached its last step (or was stopped by a callback)."""
-    plot_path = plot_runs([self.path], self.files.curves) if self.settings.log.plot and self.main else None
+    plot_path = self.curves.final() if self.settings.log.plot and self.main else None
     this_process = time.time() - self.time_split.t_start
     summary = Summary(accuracy_before=state.initial_eval["eval/accuracy"], accuracy_after=last_eval["eval/accuracy"],
                       steps=state.step, wall_s=state.wall_before + this_process, plot_path=plot_path,

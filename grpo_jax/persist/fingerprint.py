@@ -1,5 +1,5 @@
 """A fingerprint of a training state, computed where its arrays live: what a checkpoint stores to tell, on
-restore, that the bytes read back are the bytes saved (grpo_jax/train/checkpoint.py) and what the recorded CPU
+restore, that the bytes read back are the bytes saved (grpo_jax/persist/checkpoint.py) and what the recorded CPU
 fingerprints of tests/train/ compare.
 
 Each array is read as uint32 words (8-byte items and PRNG keys as two), and two wrap-around sums are taken on

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from grpo_jax import storage
-from grpo_jax.train.layout import RunFiles
+from grpo_jax.persist.layout import RunFiles
 
 
 def _plain(value: Any):
@@ -225,3 +225,13 @@ def wandb_init_kwargs(lg, workdir: str, run_id: str, cfg_json: str) -> dict | No
   return dict(project=lg.wandb_project, entity=lg.wandb_entity or None, mode=lg.wandb_mode,
               name=lg.wandb_name or storage.basename(workdir), id=run_id,
               config=json.loads(cfg_json))
+
+
+class NullWriter:
+  """Stands in for the metrics writer on processes other than 0: everything written to it is dropped."""
+  metrics_path = None
+
+  def write(self, *args, **kwargs):
+    """Does nothing; so do write_samples, write_event, flush and close."""
+
+  write_samples = write_event = flush = close = write

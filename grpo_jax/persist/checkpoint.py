@@ -15,7 +15,7 @@ the previous checkpoints. A save that fails in the background (a full disk) is r
 the loop calls every step, so the run stops within a step of it instead of training on without checkpoints
 (CheckpointSaveError: one line, the history kept; freeing the space and running again resumes). On restore
 the newest checkpoint is tried first; if it cannot be read, or its bytes do not match the stored fingerprint
-(grpo_jax/train/fingerprint.py), a warning is issued, it is moved aside to `<dir>_damaged/`, and the
+(grpo_jax/persist/fingerprint.py), a warning is issued, it is moved aside to `<dir>_damaged/`, and the
 next older one is tried.
 """
 from __future__ import annotations
@@ -31,8 +31,8 @@ import orbax.checkpoint as ocp
 
 from grpo_jax import storage
 from grpo_jax.errors import CheckpointSaveError
-from grpo_jax.train.fingerprint import state_fingerprint
-from grpo_jax.train.layout import committed_steps, damaged_dir
+from grpo_jax.persist.fingerprint import state_fingerprint
+from grpo_jax.persist.layout import committed_steps, damaged_dir
 
 logger = logging.getLogger(__name__)
 

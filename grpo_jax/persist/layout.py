@@ -1,4 +1,4 @@
-"""The files of a run's workdir, named here and nowhere else: the trainer writes them (grpo_jax/train/workdir.py
+"""The files of a run's workdir, named here and nowhere else: the trainer writes them (grpo_jax/persist/workdir.py
 and the writers it holds), the sweep, the reports and the commands read them, from any machine and without JAX.
 `RunFiles(workdir)` holds their paths (local, gs:// or s3://: grpo_jax/storage.py):
 

@@ -16,7 +16,7 @@ same path (grpo_jax/train/loop.py):
   handler only when the main thread comes back from XLA. So the signal also wakes a thread
   (`signal.set_wakeup_fd`) that records the request at once and sets the events the loop asked to hear it on
   (`notify`): the loop's own thread then saves the last completed state beside the sampler
-  (`Workdir.save_on_request`, grpo_jax/train/workdir.py). What is saved, and when, is the loop's.
+  (`Workdir.save_on_request`, grpo_jax/persist/workdir.py). What is saved, and when, is the loop's.
 - A watchdog thread ends the process `deadline_s` after the signal if it is still alive (an update longer than
   the deadline: on a slow machine, raise the deadline where the cloud allows, or checkpoint more often), with
   whatever checkpoints are committed by then: orbax writes each into a temporary directory first.
@@ -46,7 +46,6 @@ import urllib.request
 from typing import Callable
 
 from grpo_jax import errors, signals
-from grpo_jax.train import distributed
 
 NOTICES = ("", "gce", "aws")
 NOTICE_POLL_S = 5.0
@@ -59,12 +58,13 @@ class Preemption:
   Args:
     deadline_s: seconds from the first request to the process's exit at the latest (the watchdog).
     log: prints one line (the trainer's console: train.log in a sweep).
-    collective: True with several JAX processes: `stop_requested` asks every process.
+    collective: with several JAX processes, their AND of a flag (train/distributed.py's all_true), through
+      which `stop_requested` asks every process; None with one.
     notice: "" (none), "gce" or "aws": a thread polls the cloud's metadata server for an early warning.
   """
 
-  def __init__(self, deadline_s: float, log: Callable[[str], None] = print, *, collective: bool = False,
-               notice: str = ""):
+  def __init__(self, deadline_s: float, log: Callable[[str], None] = print, *,
+               collective: Callable[[bool], bool] | None = None, notice: str = ""):
     if notice not in NOTICES:
       raise errors.ConfigError(f"checkpoint.preemption_notice={notice!r} is not one of {list(NOTICES)}")
     self.deadline_s = float(deadline_s)
@@ -164,7 +164,7 @@ class Preemption:
     """Whether to stop now. A collective with several processes: every process must call it at the same points,
     and all get the same answer."""
     local = self.reason is not None
-    return not distributed.all_true(not local) if self.collective else local
+    return not self.collective(not local) if self.collective else local
 
   def raise_if_requested(self) -> None:
     """Raises `Preempted` if a stop was requested (a point where stopping loses nothing)."""
