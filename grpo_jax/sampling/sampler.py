@@ -39,6 +39,19 @@ wait for the chunk's end (no copy, no test inside the chunk's static loop), so a
 segment's width needs every row at one step). MoE experts are recorded for every token fed, which here excludes
 the stop token and the pads after it (zeros there; the static decode records what its forward of those chose).
 
+Keyed rows and pieces (`generate(..., row_keys=, prefixes=, budget=)`), for rollouts that span updates: with
+`row_keys` ([B] jax keys), row b's completion token j draws uniform(fold_in(row_keys[b], j)) (`_Keyed.uniforms`)
+instead of the call key's table, so a row's tokens depend on its key and context alone, not on its batch, position,
+slot or call. `budget` caps the new tokens per row (a per-row cap in the decode's `done` test; rows that reach it
+come back `unfinished_B`), and `prefixes` continues rows: row b's prefix of k_b completion tokens is prefilled
+with its prompt (no KV cache survives a call, so a paused row is just token ids, and may continue under other
+weights), and its new tokens start at index k_b, drawing the uniforms of k_b, k_b + 1, ..., until k_b + new = C.
+Pieces of budgets 3, 5 and the rest give the one call's tokens; their log-probs differ by float rounding only (the
+prefix's keys and values come from a prefill rather than token steps: 4.8e-7 in float32; tests/sampling/
+test_decode_pieces.py). The keyed mode compiles its own prefill and decode (once per shape; `budget` is an input,
+not a shape); a prefixed call's prompt width is that of prompt + prefix. Prefixes need `repeats` = 1, and a
+prefixed result has no experts (the prefix's routing would be the new weights').
+
 Devices: when the parameters live on a mesh of several devices (or `mesh=` is given), the batch is split
 along the mesh's 'data' and 'fsdp' axes, so that each device decodes its own rows (data parallel, parameters
 as they are sharded); the batch bucket is rounded up to a multiple of data * fsdp, and the results are
@@ -86,6 +99,11 @@ class SampleResult(NamedTuple):
   # expert layer (int16, [B, P + C, layers, k]; the last completion column, never fed back, holds zeros). None
   # for a dense model.
   experts_BxTxLxk: np.ndarray | None = None
+  # Keyed rows (`generate(row_keys=...)`, else None): the completion columns start_B .. lengths_B - 1 are this call's
+  # new tokens (those before are the row's prefix, logp 0 there); unfinished rows reached the call's budget without
+  # a stop id, before max_new_tokens (a row is stopped, truncated or unfinished).
+  start_B: np.ndarray | None = None       # int32, the prefix's length
+  unfinished_B: np.ndarray | None = None  # bool
 
 
 def decode_segments(P: int, C: int, segment: int) -> list[tuple[int, int]]:
@@ -138,6 +156,20 @@ class _Decoding(NamedTuple):
   experts_BxCxLxk: jax.Array | None = None
 
 
+class _Keyed(NamedTuple):
+  """Keyed rows (`generate(row_keys=...)`), given to the prefill and decode programs instead of the call's key."""
+  key_data_BxK: jax.Array  # uint32: jax.random.key_data of each row's key
+  start_B: jax.Array       # int32: completion tokens the row already has (its prefix, fed as part of its prompt)
+  cap_B: jax.Array         # int32: at most this many new tokens, min(budget, C - start)
+
+  def uniforms(self, n: int) -> jax.Array:
+    """[n, B]: the uniforms of each row's next n tokens, u[t, b] = uniform(fold_in(key_b, start_b + t)): keyed by
+    (row, index in the whole completion), so neither the batch, nor the row's position, nor the piece matters."""
+    draw = lambda key, j: jax.random.uniform(jax.random.fold_in(key, j))
+    return jax.vmap(jax.vmap(draw, (None, 0)), (0, 0), out_axes=1)(
+        jax.random.wrap_key_data(self.key_data_BxK), self.start_B[:, None] + jnp.arange(n)[None])
+
+
 class _Slots(NamedTuple):
   """Continuous batching's slots (S of them)."""
   row_S: jax.Array    # int32: the row each slot decodes; B when idle
@@ -157,7 +189,7 @@ class Sampler:
   `state` may be the trainer's live parameters: it is read, never donated or copied. On a mesh the batch is
   split along 'data'/'fsdp' (see the module docstring); `mesh=` sets it when the state is on one device.
   Each (batch bucket, prompt-length bucket, repeats) compiles one prefill, one decode and one small
-  rotary-table program; `trace_counts` counts them.
+  rotary-table program, and keyed rows (`row_keys`) one more prefill and decode; `trace_counts` counts them.
 
   prompt_bucket_min / prompt_bucket_step and batch_bucket_step set the buckets (see `buckets.bucket_size`):
   lengths round up along 2^k and 1.5 x 2^k from prompt_bucket_min up to prompt_bucket_step, then to multiples
@@ -220,7 +252,7 @@ class Sampler:
     return nnx.merge(self.graphdef, state).rope_tables(positions_from_mask(prompt_mask_BxP))
 
   def _prefill_fn(self, state, prompt_RxP, prompt_mask_RxP, row_valid_B, key, rope_cos_sin, mesh, repeats,
-                  keep_prompts=False):
+                  keep_prompts=False, keyed: _Keyed | None = None):
     """Writes the R prompts' keys/values into a fresh cache, repeats each prompt's cache rows and last logits
     `repeats` = G times (B = R x G rows), and samples every row's first completion token. `keep_prompts`
     (continuous batching): the cache keeps its R rows, which slots copy when a row starts."""
@@ -248,19 +280,22 @@ class Sampler:
       experts = None if experts is None else jnp.repeat(experts, repeats, axis=0)
     else:
       logits_BxV = logits_RxV
-    token_B, logp_B = select_next_token(logits_BxV, jax.random.uniform(jax.random.fold_in(key, 0), (B,)), cfg)
+    u_B = jax.random.uniform(jax.random.fold_in(key, 0), (B,)) if keyed is None else keyed.uniforms(1)[0]
+    token_B, logp_B = select_next_token(logits_BxV, u_B, cfg)
     token_B = jnp.where(row_valid_B, token_B, cfg.pad_id)
+    ends_B = self._is_stop(token_B) if keyed is None else self._is_stop(token_B) | (keyed.cap_B <= 1)
     state0 = _Decoding(
         step=jnp.ones((), jnp.int32),
         tokens_BxC=jnp.full((B, C), cfg.pad_id, jnp.int32).at[:, 0].set(token_B),
         mask_BxC=jnp.zeros((B, C), jnp.int32).at[:, 0].set(row_valid_B.astype(jnp.int32)),
         logp_BxC=jnp.zeros((B, C), jnp.float32).at[:, 0].set(jnp.where(row_valid_B, logp_B, 0.0)),
-        done_B=~row_valid_B | self._is_stop(token_B), prompt_experts_BxPxLxk=experts,
+        done_B=~row_valid_B | ends_B, prompt_experts_BxPxLxk=experts,
         experts_BxCxLxk=None if experts is None else jnp.zeros((B, C, *experts.shape[2:]), experts.dtype))
     return cache, state0
 
-  def _decode_fn(self, state, cache, dec: _Decoding, prompt_mask_BxP, key, mesh):
-    """Emits tokens 1..C-1 (one per iteration) until every row is done or C tokens exist."""
+  def _decode_fn(self, state, cache, dec: _Decoding, prompt_mask_BxP, key, mesh, keyed: _Keyed | None = None):
+    """Emits tokens 1..C-1 (one per iteration) until every row is done or C tokens exist; keyed rows end at
+    their cap too."""
     self.trace_counts["decode"] += 1
     cfg = self.cfg
     # Cast once per call, before the loop: each token step then reads the weights in the compute dtype.
@@ -270,7 +305,7 @@ class Sampler:
     prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1).astype(jnp.int32)
     # Every step's uniforms and rotary tables at once, before the loop: one kernel each per call rather than
     # per step (and the tables are not re-evaluated inside each layer's fused kernels).
-    u_CxB = jax.random.uniform(jax.random.fold_in(key, 1), (C, B))
+    u_CxB = jax.random.uniform(jax.random.fold_in(key, 1), (C, B)) if keyed is None else keyed.uniforms(C)
     # Step t feeds the token emitted at step t - 1, at position prompt_len + t - 1.
     rope_BxC = model.rope_tables(prompt_len_B[:, None] + jnp.arange(C)[None, :] - 1)
 
@@ -318,9 +353,10 @@ class Sampler:
       token_B = jnp.where(active_B, token_B, cfg.pad_id)
       logp_B = jnp.where(active_B, logp_B, 0.0)
       put = lambda buf_BxC, col_B: jax.lax.dynamic_update_index_in_dim(buf_BxC, col_B, t, axis=1)
+      ends_B = self._is_stop(token_B) if keyed is None else self._is_stop(token_B) | (t + 1 >= keyed.cap_B)
       d = d._replace(step=t + 1, tokens_BxC=put(d.tokens_BxC, token_B),
                      mask_BxC=put(d.mask_BxC, active_B.astype(jnp.int32)), logp_BxC=put(d.logp_BxC, logp_B),
-                     done_B=d.done_B | (active_B & self._is_stop(token_B)))
+                     done_B=d.done_B | (active_B & ends_B))
       if routing:  # the experts of token t - 1, fed at this step
         d = d._replace(experts_BxCxLxk=jax.lax.dynamic_update_index_in_dim(
             d.experts_BxCxLxk, _stacked_experts(routing)[:, 0], t - 1, axis=1))
@@ -336,7 +372,8 @@ class Sampler:
       width, start = S, end
     return cache, _replicate(dec, mesh)
 
-  def _continuous_fn(self, state, prompt_cache, dec: _Decoding, prompt_mask_BxP, key, mesh, repeats, slots):
+  def _continuous_fn(self, state, prompt_cache, dec: _Decoding, prompt_mask_BxP, key, mesh, repeats, slots,
+                     keyed: _Keyed | None = None):
     """Emits tokens 1..C-1 of every row on `slots` = S rows at a time: each slot decodes one row until it stops,
     then takes the next row not yet started (its prompt's cache copied from `prompt_cache`, R = B / G rows).
     Row b's token t is drawn from u[t, b] of the static decode's table, so the tokens are the static decode's."""
@@ -346,7 +383,8 @@ class Sampler:
     B, P = prompt_mask_BxP.shape
     C, S, W = cfg.max_new_tokens, slots, cfg.max_new_tokens + prompt_mask_BxP.shape[1]
     prompt_len_B = jnp.sum(prompt_mask_BxP, axis=1).astype(jnp.int32)
-    u_CxB = jax.random.uniform(jax.random.fold_in(key, 1), (C, B))  # the static decode's tables, read per slot
+    # the static decode's tables, read per slot
+    u_CxB = jax.random.uniform(jax.random.fold_in(key, 1), (C, B)) if keyed is None else keyed.uniforms(C)
     rope_BxC = model.rope_tables(prompt_len_B[:, None] + jnp.arange(C)[None, :] - 1)
     key_ok_BxW = jnp.pad(prompt_mask_BxP.astype(bool), ((0, 0), (0, C)), constant_values=True)
     # The rows left to decode after the prefill's token, in (prompt, sample) order; a slot's row is B when idle.
@@ -391,7 +429,8 @@ class Sampler:
       if routing:  # the experts of token t - 1, fed at this step
         d = d._replace(experts_BxCxLxk=d.experts_BxCxLxk.at[row_S, t_S - 1].set(
             _stacked_experts(routing)[:, 0], mode="drop"))
-      ends_S = busy_S & (stop_S | (t_S == C - 1))
+      last_S = t_S == C - 1 if keyed is None else t_S + 1 >= keyed.cap_B[b_S]
+      ends_S = busy_S & (stop_S | last_S)
       return cache, d, sl._replace(row_S=jnp.where(ends_S, B, sl.row_S), t_S=jnp.where(ends_S, 1, t_S + busy_S),
                                    steps=sl.steps + 1)
 
@@ -414,14 +453,16 @@ class Sampler:
 
   # ---- host side ----
 
-  def shapes_for(self, num_prompts: int, longest_prompt: int, batch_ways: int = 1) -> tuple[int, int]:
+  def shapes_for(self, num_prompts: int, longest_prompt: int, batch_ways: int = 1,
+                 beyond_widths: bool = False) -> tuple[int, int]:
     """(prompt-row bucket, prompt-length bucket) that `generate` compiles for; the row bucket is a multiple of
-    `batch_ways`, the number of devices the batch is split over."""
+    `batch_ways`, the number of devices the batch is split over. `beyond_widths`: a prompt longer than the widest
+    `prompt_widths` takes the length buckets (a prompt plus its prefix, which the update never sees as a prompt)."""
     rows = bucket_size(num_prompts, 1, self.batch_bucket_step)
     rows = -(-rows // batch_ways) * batch_ways
-    if self.prompt_widths is None:
+    fits = [w for w in self.prompt_widths or () if w >= longest_prompt]
+    if self.prompt_widths is None or not fits and beyond_widths:
       return rows, bucket_size(longest_prompt, self.prompt_bucket_min, self.prompt_bucket_step)
-    fits = [w for w in self.prompt_widths if w >= longest_prompt]
     if not fits:
       raise ValueError(f"Sampler.generate: a prompt of {longest_prompt} tokens is longer than the widest prompt "
                        f"width {self.prompt_widths[-1]}")
@@ -441,13 +482,55 @@ class Sampler:
         raise ValueError(f"Sampler.generate: prompt {i} has token id {lo if lo < 0 else hi} outside "
                          f"[0, vocab_size={V})")
 
-  def generate(self, state, prompts: list[list[int]], key: jax.Array, repeats: int = 1) -> SampleResult:
+  def _keyed(self, row_keys, prefixes, budget, prompts, repeats, num_rows) -> tuple[np.ndarray, ...]:
+    """The keyed rows' (key data, start, cap) for the batch's b rows, checked."""
+    b, C = len(prompts) * repeats, self.cfg.max_new_tokens
+    if row_keys is None:
+      if prefixes is not None or budget is not None:
+        raise ValueError("Sampler.generate: prefixes and budget need row_keys (a continued row draws its tokens "
+                         "from its own key)")
+      return None
+    if isinstance(row_keys, jax.Array) and jax.dtypes.issubdtype(row_keys.dtype, jax.dtypes.prng_key):
+      row_keys = jax.random.key_data(row_keys)
+    key_data = np.asarray(row_keys).astype(np.uint32)
+    want = jax.random.key_data(jax.random.key(0)).shape
+    if key_data.shape != (b, *want):
+      raise ValueError(f"Sampler.generate: row_keys has shape {key_data.shape[:1]} (key data {key_data.shape}); "
+                       f"expected one key of the default PRNG per row: {b} = len(prompts) x repeats")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+      raise ValueError(f"Sampler.generate: budget={budget!r} must be an int >= 1")
+    start = np.zeros(b, np.int32)
+    if prefixes is not None:
+      if repeats > 1:
+        raise ValueError(f"Sampler.generate: prefixes cannot be combined with repeats={repeats} (a group's prefill "
+                         f"is shared, a prefix is one row's): give each row its prompt, repeats=1")
+      if len(prefixes) != b:
+        raise ValueError(f"Sampler.generate: {len(prefixes)} prefixes for {b} prompts")
+      for i, q in enumerate(prefixes):
+        if len(q) >= C or set(q) & set(self.cfg.stop_ids):
+          raise ValueError(f"Sampler.generate: prefix {i} ({len(q)} tokens) has nothing to continue: it is "
+                           f"max_new_tokens={C} long or holds a stop id")
+        if q and (min(q) < 0 or max(q) >= self._vocab_size):
+          raise ValueError(f"Sampler.generate: prefix {i} has a token id outside [0, vocab_size={self._vocab_size})")
+      start[:] = [len(q) for q in prefixes]
+    cap = np.minimum(C - start, budget or C)
+    pad = lambda x, fill: np.concatenate([x, np.full((num_rows - b, *x.shape[1:]), fill, x.dtype)])
+    return pad(key_data, 0), pad(start, 0), pad(cap, 1)
+
+  def generate(self, state, prompts: list[list[int]], key: jax.Array, repeats: int = 1, *, row_keys=None,
+               prefixes: list[list[int]] | None = None, budget: int | None = None) -> SampleResult:
     """Samples `repeats` completions of each prompt: rows r * repeats .. r * repeats + repeats - 1 continue
-    prompts[r] (a GRPO group: repeats = G, one prefill per prompt)."""
+    prompts[r] (a GRPO group: repeats = G, one prefill per prompt).
+
+    Keyed rows (see the module docstring): `row_keys` ([B] jax keys, B = len(prompts) x repeats) replaces `key`:
+    row b's completion token j draws uniform(fold_in(row_keys[b], j)). `prefixes` (with repeats=1): row b's
+    completion tokens so far, fed after its prompt; its new tokens continue at index len(prefixes[b]) up to
+    max_new_tokens in all. `budget`: at most this many new tokens per row (the rest come back unfinished)."""
     if not isinstance(repeats, int) or repeats < 1:
       raise ValueError(f"Sampler.generate: repeats={repeats!r} must be an int >= 1")
     prompts = [list(map(int, p)) for p in prompts]
     self._check_prompts(state, prompts)
+    prefixes = None if prefixes is None else [list(map(int, q)) for q in prefixes]
     mesh = self.mesh if self.mesh is not None else state_mesh(state)
     ways = 1 if mesh is None else math.prod(mesh.shape[a] for a in _batch_axes(mesh))
     rows, P = self.shapes_for(len(prompts), max(len(p) for p in prompts), ways)
@@ -455,23 +538,34 @@ class Sampler:
     if slots % ways:
       raise ValueError(f"Sampler.generate: sampling.slots={self.cfg.slots} must be a multiple of the {ways} devices "
                        f"the batch is split over (mesh axes {'/'.join(_batch_axes(mesh))}): set it to one")
+    keyed = self._keyed(row_keys, prefixes, budget, prompts, repeats, rows * repeats)
     prompt_RxP, prompt_mask_RxP = left_pad(prompts, P, rows, self.cfg.pad_id)
-    prompt_mask_BxP = np.repeat(prompt_mask_RxP, repeats, axis=0)
+    # The prefill's prompts: with prefixes, each prompt followed by its prefix (a KV cache is never kept across
+    # calls: a continued row's context is prefilled again, possibly with other weights).
+    context_RxW, context_mask_RxW = prompt_RxP, prompt_mask_RxP
+    if prefixes:
+      contexts = [p + q for p, q in zip(prompts, prefixes)]
+      W = self.shapes_for(len(prompts), max(map(len, contexts)), ways, beyond_widths=True)[1]
+      context_RxW, context_mask_RxW = left_pad(contexts, W, rows, self.cfg.pad_id)
+    context_mask_BxW = np.repeat(context_mask_RxW, repeats, axis=0)
     b = len(prompts) * repeats
     row_valid_B = np.arange(rows * repeats) < b
-    inputs = (prompt_RxP, prompt_mask_RxP, row_valid_B, prompt_mask_BxP)
+    inputs = (context_RxW, context_mask_RxW, row_valid_B, context_mask_BxW, *(keyed or ()))
     if mesh is not None:
       # Every process holds the whole batch: each device takes its rows (works across processes too).
       split = NamedSharding(mesh, PartitionSpec(_batch_axes(mesh)))
       inputs = tuple(jax.make_array_from_callback(x.shape, split, lambda idx, x=x: x[idx]) for x in inputs)
+    keyed = None if keyed is None else _Keyed(*inputs[4:])
+    if keyed is not None and key is None:
+      key = jax.random.key(0)  # unused: the programs take it either way
     cache, dec = self._prefill(state, *inputs[:3], key, self._prompt_rope(state, inputs[1]), mesh=mesh,
-                               repeats=repeats, keep_prompts=bool(slots))
+                               repeats=repeats, keep_prompts=bool(slots), keyed=keyed)
     if slots:
       cache, dec, steps = self._continuous(state, cache, dec, inputs[3], key, mesh=mesh, repeats=repeats,
-                                           slots=slots)
+                                           slots=slots, keyed=keyed)
       steps = int(steps)
     else:
-      cache, dec = self._decode(state, cache, dec, inputs[3], key, mesh=mesh)
+      cache, dec = self._decode(state, cache, dec, inputs[3], key, mesh=mesh, keyed=keyed)
       steps = int(dec.step) - 1
     # how the last call split the cache over devices (the first leaf: a KV cache's keys or a linear layer's window)
     self.last_cache_sharding = jax.tree.leaves(cache)[0].sharding
@@ -481,10 +575,37 @@ class Sampler:
     self.slot_steps += (slots or rows * repeats) * steps
     self.kept_slot_steps += int(all_mask[:, 1:].sum())
     mask = all_mask[:b]
-    done = np.asarray(dec.done_B)[:b]
+    tokens, logp = np.asarray(dec.tokens_BxC)[:b], np.asarray(dec.logp_BxC)[:b]
+    experts = None if dec.experts_BxCxLxk is None or prefixes else np.concatenate(
+        [np.asarray(dec.prompt_experts_BxPxLxk)[:b], np.asarray(dec.experts_BxCxLxk)[:b]], axis=1)
+    prompt_BxP, prompt_mask_BxP = np.repeat(prompt_RxP[:len(prompts)], repeats, axis=0), context_mask_BxW[:b]
+    if keyed is None:
+      return SampleResult(
+          prompt_BxP=prompt_BxP, prompt_mask_BxP=prompt_mask_BxP, completion_BxC=tokens, completion_mask_BxC=mask,
+          logp_BxC=logp, lengths_B=mask.sum(axis=1).astype(np.int32), truncated_B=~np.asarray(dec.done_B)[:b],
+          experts_BxTxLxk=experts)
+    return self._keyed_result(prompt_BxP, np.repeat(prompt_mask_RxP[:len(prompts)], repeats, axis=0), prefixes,
+                              tokens, mask, logp, experts)
+
+  def _keyed_result(self, prompt_BxP, prompt_mask_BxP, prefixes, new_BxC, new_mask_BxC, new_logp_BxC, experts):
+    """The keyed rows' SampleResult: each row's prefix then its new tokens (decoded from column 0 of the
+    decode's buffers), which the caller appends to what it holds."""
+    B, C = new_BxC.shape
+    start_B = np.array([len(q) for q in prefixes] if prefixes else [0] * B, np.int32)
+    new_B = new_mask_BxC.sum(axis=1).astype(np.int32)
+    lengths_B = start_B + new_B
+    # Column c of the whole completion is the decode's column c - start; the prefix fills the columns before.
+    source_BxC = np.arange(C)[None] - start_B[:, None]
+    is_new_BxC = (source_BxC >= 0) & (source_BxC < new_B[:, None])
+    take = lambda x_BxC, fill: np.where(is_new_BxC, np.take_along_axis(x_BxC, np.clip(source_BxC, 0, C - 1), 1), fill)
+    completion_BxC = take(new_BxC, self.cfg.pad_id)
+    for i, q in enumerate(prefixes or ()):
+      completion_BxC[i, :len(q)] = q
+    last_B = new_BxC[np.arange(B), np.maximum(new_B - 1, 0)]
+    stopped_B = (new_B > 0) & np.isin(last_B, self.cfg.stop_ids)
+    truncated_B = ~stopped_B & (lengths_B == C)
     return SampleResult(
-        prompt_BxP=np.repeat(prompt_RxP[:len(prompts)], repeats, axis=0), prompt_mask_BxP=prompt_mask_BxP[:b],
-        completion_BxC=np.asarray(dec.tokens_BxC)[:b], completion_mask_BxC=mask,
-        logp_BxC=np.asarray(dec.logp_BxC)[:b], lengths_B=mask.sum(axis=1).astype(np.int32),
-        truncated_B=~done, experts_BxTxLxk=None if dec.experts_BxCxLxk is None else np.concatenate(
-            [np.asarray(dec.prompt_experts_BxPxLxk)[:b], np.asarray(dec.experts_BxCxLxk)[:b]], axis=1))
+        prompt_BxP=prompt_BxP, prompt_mask_BxP=prompt_mask_BxP, completion_BxC=completion_BxC.astype(np.int32),
+        completion_mask_BxC=(np.arange(C)[None] < lengths_B[:, None]).astype(np.int32),
+        logp_BxC=take(new_logp_BxC, 0.0).astype(np.float32), lengths_B=lengths_B, truncated_B=truncated_B,
+        experts_BxTxLxk=experts, start_B=start_B, unfinished_B=~stopped_B & ~truncated_B)
