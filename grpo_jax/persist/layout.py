@@ -23,6 +23,14 @@ from __future__ import annotations
 from grpo_jax import storage
 
 
+TRAIN_LOG = "train.log"  # a sweep member's trainer output
+
+
+def sweep_file(sweep_dir: str) -> str:
+  """sweep.json: the sweep's plan, written by its runner into the sweep directory."""
+  return storage.join(sweep_dir, "sweep.json")
+
+
 class RunFiles:
   """The paths of the files of the run in `root` (module docstring)."""
 
@@ -37,6 +45,9 @@ class RunFiles:
                                                                              "hf_model"))
     self.checkpoints, self.warmstart = join("checkpoints"), join("warmstart")
     self.damaged = damaged_dir(self.checkpoints)
+    # A sweep member's workdir also holds the sweep runner's files (grpo_jax/sweep/runner.py says what each means).
+    self.member, self.train_log, self.attempts = map(join, ("member.json", TRAIN_LOG, "attempts.jsonl"))
+    self.done, self.failed = join("DONE"), join("FAILED")
 
   def eval_rows(self, step: int) -> str:
     return storage.join(self.eval_dir, f"step_{step}.jsonl")

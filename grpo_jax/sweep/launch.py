@@ -13,6 +13,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 from grpo_jax import storage
+from grpo_jax.persist.layout import sweep_file
 from grpo_jax.sweep import progress, ray_backend, runner, spec
 from grpo_jax.errors import UserError
 
@@ -60,7 +61,7 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
     resources = resources and ray_backend.MemberResources.parse(resources)
   if only is None:  # a job-array task (only=...) must not overwrite the full plan with its one member
     runner.write_plan(sweep_dir, config_spec, members, common)
-  elif not storage.exists(storage.join(sweep_dir, runner.SWEEP_JSON)):
+  elif not storage.exists(sweep_file(sweep_dir)):
     runner.write_plan(sweep_dir, config_spec, spec.load_sweep(config_spec), common)
   if backend == "ray":
     return ray_backend.run_members(

@@ -49,7 +49,7 @@ def _last_step(workdir: str) -> int:
 def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: float | None = None) -> MemberProgress:
   """A member's progress; `outcome` (the backend's word, e.g. 'skipped-done') wins over what the files say."""
   workdir = storage.join(sweep_dir, name)
-  rows = read_jsonl(storage.join(workdir, runner.ATTEMPTS))
+  rows = read_jsonl(RunFiles(workdir).attempts)
   starts = [r["start"] for r in rows if "start" in r and "rc" not in r]
   ended = {r.get("start") for r in rows if "rc" in r}
   open_starts = [s for s in starts if s not in ended]

@@ -34,6 +34,7 @@ import uuid
 from typing import Any, Mapping, Sequence
 
 from grpo_jax import signals, storage
+from grpo_jax.persist.layout import RunFiles
 from grpo_jax.sweep import progress, runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.errors import EXIT_PREEMPTED, UserError
@@ -437,7 +438,7 @@ def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:
   of the loss. A worker stopped by SIGTERM (a node shutting down) ended its attempt itself: preempted if its
   trainer saved its step (exit code 75), else a row with no time of its own records the preemption."""
   storage.makedirs(workdir)
-  path = storage.join(workdir, runner.ATTEMPTS)
+  path = RunFiles(workdir).attempts
   rows = runner.read_jsonl(path)
   ended = {r.get("start"): r for r in rows if "rc" in r}
   start = next((r["start"] for r in reversed(rows) if "rc" not in r and r.get("start") not in ended), None)

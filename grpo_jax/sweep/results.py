@@ -33,7 +33,7 @@ from grpo_jax.data.tasks import CONSTANT_ANSWER_METRIC
 from grpo_jax.sweep import runner
 from grpo_jax.sweep import spec as spec_lib
 from grpo_jax.train.eval_figures import figure_of
-from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.layout import RunFiles, sweep_file
 from grpo_jax.persist.metrics import read_jsonl
 
 REWARD, EVAL_ACC, KL, LENGTH, STEP_TIME = "reward", "eval/accuracy", "kl", "completions/mean_length", "step_time"
@@ -96,7 +96,7 @@ class MemberRun:
     self.status = runner.status(workdir)
     self.files = RunFiles(workdir)
     self.rows = read_metrics(self.files.metrics)
-    marker = runner.read_json(storage.join(workdir, runner.DONE if self.status == "done" else runner.FAILED))
+    marker = runner.read_json(RunFiles(workdir).done if self.status == "done" else RunFiles(workdir).failed)
     # A marker written before runner.member_wall_s existed may have missed an attempt killed without a trace.
     walls = [w for w in ((marker or {}).get("wall_s"), runner.member_wall_s(workdir)) if w]
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
@@ -122,14 +122,14 @@ def load_sweep_dir(sweep_dir: str, group_fn: Callable[[str, str], str] | None = 
   names get a column with their mean over steps."""
   if not storage.isdir(sweep_dir):
     raise FileNotFoundError(f"sweep directory {sweep_dir!r} does not exist")
-  planned = (runner.read_json(storage.join(sweep_dir, runner.SWEEP_JSON)) or {}).get("members", [])
+  planned = (runner.read_json(sweep_file(sweep_dir)) or {}).get("members", [])
   entries = [(m["name"], m.get("group"), m.get("overrides")) for m in planned]
   known = {name for name, _, _ in entries}
   for name in sorted(storage.listdir(sweep_dir)):
     workdir = storage.join(sweep_dir, name)
     if name in known or not storage.isdir(workdir):
       continue
-    info = runner.read_json(storage.join(workdir, runner.MEMBER_JSON))
+    info = runner.read_json(RunFiles(workdir).member)
     if info is None and not storage.exists(RunFiles(workdir).metrics):
       continue
     entries.append((name, (info or {}).get("group"), (info or {}).get("overrides")))

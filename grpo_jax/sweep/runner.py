@@ -37,13 +37,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import spec as spec_lib
-from grpo_jax.persist.layout import RunFiles
+from grpo_jax.persist.layout import TRAIN_LOG, RunFiles, sweep_file
 from grpo_jax.persist.workdir_lock import wait_until_free
 from grpo_jax.errors import EXIT_PREEMPTED, EXIT_USER_ERROR
 from grpo_jax.persist.metrics import read_jsonl
 
-DONE, FAILED = "DONE", "FAILED"
-MEMBER_JSON, LOG, ATTEMPTS, SWEEP_JSON = "member.json", "train.log", "attempts.jsonl", "sweep.json"
 ERROR_TAIL_LINES = 30
 # Preemptions retried per member in one sweep run: spot VMs may be reclaimed several times over a long member,
 # each retry resumes from the last checkpoint; a member on a cluster that keeps dying stops after this many.
@@ -57,14 +55,14 @@ def member_dir(sweep_dir: str, member: spec_lib.Member) -> str:
 
 def status(workdir: str) -> str:
   """'done', 'failed', 'unfinished' (has a log or metrics but no marker) or 'pending' (never started)."""
-  if storage.exists(storage.join(workdir, DONE)):
+  if storage.exists(RunFiles(workdir).done):
     return "done"
-  if storage.exists(storage.join(workdir, FAILED)):
+  if storage.exists(RunFiles(workdir).failed):
     return "failed"
   trainer = RunFiles(workdir)
   if storage.exists(trainer.summary):
     return "done"
-  if any(storage.exists(p) for p in (storage.join(workdir, LOG), storage.join(workdir, ATTEMPTS), trainer.metrics)):
+  if any(storage.exists(p) for p in (RunFiles(workdir).train_log, RunFiles(workdir).attempts, trainer.metrics)):
     return "unfinished"
   return "pending"
 
@@ -84,7 +82,7 @@ def _write_json(path: str, obj: Mapping[str, Any]) -> None:
 def write_plan(sweep_dir: str, config_spec: str, members: Sequence[spec_lib.Member],
                common: Mapping[str, Any]) -> None:
   """SWEEP_DIR/sweep.json: every member of the sweep, so the report can list those not started yet."""
-  _write_json(storage.join(sweep_dir, SWEEP_JSON),
+  _write_json(sweep_file(sweep_dir),
               {"config": config_spec, "common_overrides": dict(common),
                "members": [m.to_json() for m in members]})
 
@@ -96,7 +94,7 @@ def _tail(text: str, lines: int = ERROR_TAIL_LINES) -> str:
 def previous_wall_s(workdir: str) -> float:
   """Seconds spent in all earlier attempts of this member."""
   total = 0.0
-  for row in read_jsonl(storage.join(workdir, ATTEMPTS)):
+  for row in read_jsonl(RunFiles(workdir).attempts):
     with contextlib.suppress(ValueError, KeyError, TypeError):  # a start line, or a damaged one
       total += float(row["wall_s"])
   return total
@@ -118,7 +116,7 @@ INIT_KEY = "warmstart.init_checkpoint"
 
 def attempt_running(workdir: str) -> bool:
   """Whether the member's last attempt started and has not ended (or its process was lost without a trace)."""
-  rows = read_jsonl(storage.join(workdir, ATTEMPTS))
+  rows = read_jsonl(RunFiles(workdir).attempts)
   ended = {r.get("start") for r in rows if "rc" in r}
   return any("rc" not in r and r.get("start") not in ended for r in rows[-2:])
 
@@ -177,9 +175,9 @@ def prepare(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
                                        else f"{member.init_from} has no starting point yet; running its own warm start"))
   argv = spec_lib.train_command(train_cmd, config_spec, workdir,
                                 {**spec_lib.merge_overrides(common or {}, member), **init})
-  _write_json(storage.join(workdir, MEMBER_JSON), {**member.to_json(), "command": argv})
+  _write_json(RunFiles(workdir).member, {**member.to_json(), "command": argv})
   echo(f"[sweep] {member.name}: {'resuming' if before != 'pending' else 'starting'} "
-       f"(log: {storage.join(workdir, LOG)})")
+       f"(log: {RunFiles(workdir).train_log})")
   return workdir, argv
 
 
@@ -192,21 +190,21 @@ def _die_with_parent() -> None:
 
 
 def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None,
-            log_name: str = LOG, node: str = "", abort: Callable[[], bool] | None = None,
+            log_name: str = TRAIN_LOG, node: str = "", abort: Callable[[], bool] | None = None,
             tick: Callable[[], None] | None = None) -> tuple[int, int]:
   """Runs the trainer once, appending its output to WORKDIR/LOG_NAME; returns (exit code, log offset of this
   attempt). attempts.jsonl gets a line when the attempt starts and one with its exit code when it ends (a lost
   node leaves only the first). `abort()`, polled every second, stops the trainer early (rc -SIGTERM); `tick()`,
   called every second too, shows progress."""
-  storage.remove(storage.join(workdir, FAILED))
+  storage.remove(RunFiles(workdir).failed)
   wait_until_free(workdir)  # the trainer of an earlier attempt may still be saving and exiting
   with storage.AppendFile(storage.join(workdir, log_name)) as log:
     log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {spec_lib.shell_join(argv)}\n")
     log.flush()
     offset = log.tell()
     start = time.time()
-    if log_name == LOG:
-      append_jsonl(storage.join(workdir, ATTEMPTS), {"start": start, "node": node or os.uname().nodename})
+    if log_name == TRAIN_LOG:
+      append_jsonl(RunFiles(workdir).attempts, {"start": start, "node": node or os.uname().nodename})
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=cwd,
                             env=None if env is None else dict(env),
                             preexec_fn=_die_with_parent if sys.platform == "linux" else None)
@@ -232,8 +230,8 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
       _stop(proc)
       raise
     finally:  # also when interrupted: the attempt's time counts towards the member's
-      if log_name == LOG:
-        append_jsonl(storage.join(workdir, ATTEMPTS),
+      if log_name == TRAIN_LOG:
+        append_jsonl(RunFiles(workdir).attempts,
                      {"start": start, "wall_s": time.time() - start, "rc": proc.returncode,
                       "outcome": attempt_outcome(proc.returncode, stopped, aborted)})
   return rc, offset
@@ -275,13 +273,13 @@ def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=pri
   'preempted' (EXIT_PREEMPTED: no marker, the member stays unfinished and resumes from its last step)."""
   total_wall_s = member_wall_s(workdir)
   if rc == 0:
-    _write_json(storage.join(workdir, DONE), {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
+    _write_json(RunFiles(workdir).done, {"rc": 0, "wall_s": total_wall_s, "finished": time.time()})
     echo(f"[sweep] {member.name}: done ({total_wall_s:.1f}s in all)")
     return "done"
   if rc == EXIT_PREEMPTED:
     echo(f"[sweep] {member.name}: preempted (exit code {rc}): its trainer saved its last step")
     return "preempted"
-  error = _tail(storage.read_bytes(storage.join(workdir, LOG))[offset:].decode(errors="replace"))
+  error = _tail(storage.read_bytes(RunFiles(workdir).train_log)[offset:].decode(errors="replace"))
   mark_failed(workdir, rc, error)
   echo(f"[sweep] {member.name}: FAILED with exit code {rc}; last lines:\n{_tail(error, 5)}")
   return "failed"
@@ -289,7 +287,7 @@ def record(member: spec_lib.Member, workdir: str, rc: int, offset: int, echo=pri
 
 def mark_failed(workdir: str, rc: int | None, error: str) -> None:
   """FAILED: the exit code (None: the process was lost with its node), wall time so far and the error."""
-  _write_json(storage.join(workdir, FAILED), {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
+  _write_json(RunFiles(workdir).failed, {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
 
 
 def too_many_preemptions(member: spec_lib.Member, workdir: str, preemptions: int, max_preemptions: int,

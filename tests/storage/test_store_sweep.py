@@ -13,6 +13,7 @@ from grpo_jax import storage
 from grpo_jax.commands import plot as plot_command
 from grpo_jax.sweep import progress, report, runner, spec
 from grpo_jax.persist.metrics import read_jsonl
+from grpo_jax.persist.layout import RunFiles, sweep_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -32,25 +33,25 @@ def test_a_sweep_on_a_store_records_its_members_and_resumes_a_crashed_one(scheme
   assert runner.run_members(members, **kwargs) == {"ok_seed0": "done", "crash_seed0": "failed",
                                                    "shared_seed0": "done"}
   shared, donor = storage.join(sweep_dir, "shared_seed0"), storage.join(sweep_dir, "ok_seed0")
-  assert f"--config.warmstart.init_checkpoint={donor}" in runner.read_json(storage.join(shared, runner.MEMBER_JSON))[
+  assert f"--config.warmstart.init_checkpoint={donor}" in runner.read_json(RunFiles(shared).member)[
       "command"]
-  assert f"starting from {donor}'s warm start" in storage.read_text(storage.join(shared, runner.LOG))
+  assert f"starting from {donor}'s warm start" in storage.read_text(RunFiles(shared).train_log)
   crashed = storage.join(sweep_dir, "crash_seed0")
-  assert "RuntimeError: simulated crash" in runner.read_json(storage.join(crashed, runner.FAILED))["error"]
+  assert "RuntimeError: simulated crash" in runner.read_json(RunFiles(crashed).failed)["error"]
   assert runner.run_members(members, **kwargs) == {"ok_seed0": "skipped-done", "crash_seed0": "done",
                                                    "shared_seed0": "skipped-done"}
 
-  assert [m["name"] for m in json.loads(storage.read_text(storage.join(sweep_dir, runner.SWEEP_JSON)))["members"]] \
+  assert [m["name"] for m in json.loads(storage.read_text(sweep_file(sweep_dir)))["members"]] \
       == ["ok_seed0", "crash_seed0", "shared_seed0"]
-  assert not storage.exists(storage.join(crashed, runner.FAILED))
-  assert runner.read_json(storage.join(crashed, runner.DONE))["rc"] == 0
-  assert [r.get("rc") for r in read_jsonl(storage.join(crashed, runner.ATTEMPTS))] == [None, 1, None, 0]
-  log = storage.read_text(storage.join(crashed, runner.LOG))
+  assert not storage.exists(RunFiles(crashed).failed)
+  assert runner.read_json(RunFiles(crashed).done)["rc"] == 0
+  assert [r.get("rc") for r in read_jsonl(RunFiles(crashed).attempts)] == [None, 1, None, 0]
+  log = storage.read_text(RunFiles(crashed).train_log)
   assert log.count("===== sweep attempt") == 2
   assert "starting at step 0" in log and "starting at step 2" in log  # each attempt's own output, in order
   assert log.index("starting at step 0") < log.index("simulated crash") < log.index("starting at step 2")
   assert [r["step"] for r in read_jsonl(storage.join(crashed, "metrics.jsonl"))] == [0, 1, 2, 3]
-  member = runner.read_json(storage.join(crashed, runner.MEMBER_JSON))
+  member = runner.read_json(RunFiles(crashed).member)
   assert member["command"][member["command"].index("--workdir") + 1] == crashed
   seen = progress.read_member(sweep_dir, "crash_seed0")
   assert (seen.state, seen.step, seen.attempts) == ("done", 3, 2)

@@ -7,6 +7,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from grpo_jax.sweep import progress, ray_backend, runner, spec  # noqa: E402
 from grpo_jax.errors import UserError  # noqa: E402
+from grpo_jax.persist.layout import RunFiles  # noqa: E402
 from tests.sweep.conftest import REPO  # noqa: E402
 
 CPU1 = ray_backend.MemberResources.parse({"CPU": 1})
@@ -260,7 +262,7 @@ def test_preempted_members_are_resubmitted_apart_from_max_attempts_and_capped(tm
                                    resources=CPU1, init_kwargs=LOCAL, poll_s=0.2, echo=lines.append,
                                    max_attempts=1, max_preemptions=1)
   assert outcomes == {"once": "done", "always": "failed", "crash": "failed"}
-  ends = {n: [(r["rc"], r["outcome"]) for r in runner.read_jsonl(str(tmp_path / n / runner.ATTEMPTS)) if "rc" in r]
+  ends = {n: [(r["rc"], r["outcome"]) for r in runner.read_jsonl(RunFiles(str(tmp_path / n)).attempts) if "rc" in r]
           for n in outcomes}
   assert ends == {"once": [(75, "preempted"), (0, "done")], "always": [(75, "preempted")] * 2,
                   "crash": [(1, "failed")]}
@@ -281,10 +283,10 @@ def test_a_lost_attempt_gets_one_end_row(tmp_path):
   def ends(rows):
     work = tmp_path / str(len(list(tmp_path.iterdir())))
     work.mkdir()
-    (work / runner.ATTEMPTS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    Path(RunFiles(str(work)).attempts).write_text("".join(json.dumps(r) + "\n" for r in rows))
     ray_backend._end_lost_attempt(str(work), "preempted", lost)
     got = progress.read_member(str(tmp_path), work.name)
-    return [(r["start"], r["rc"], r["outcome"]) for r in runner.read_jsonl(str(work / runner.ATTEMPTS)) if "rc" in r], \
+    return [(r["start"], r["rc"], r["outcome"]) for r in runner.read_jsonl(RunFiles(str(work)).attempts) if "rc" in r], \
         (got.attempts, got.preempted)
 
   start = time.time() - 5

@@ -25,6 +25,7 @@ import yaml
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from grpo_jax.sweep import progress, ray_backend, report, run_sweep, runner, spec  # noqa: E402
+from grpo_jax.persist.layout import RunFiles
 from tests.sweep.conftest import REPO  # noqa: E402
 from tests.xla_compiler import fast_flags  # noqa: E402
 
@@ -55,7 +56,7 @@ def _overlaps(sweep_dir, names, killed_at=None):
   learned of the loss)."""
   events = []
   for name in names:
-    rows = runner.read_jsonl(os.path.join(sweep_dir, name, runner.ATTEMPTS))
+    rows = runner.read_jsonl(RunFiles(os.path.join(sweep_dir, name)).attempts)
     starts = [r["start"] for r in rows if "rc" not in r]
     ends = {r["start"]: r["start"] + r["wall_s"] for r in rows if "rc" in r and r["rc"] is not None}
     for start in starts:
@@ -183,7 +184,7 @@ def test_a_two_host_member_runs_on_two_nodes_as_one_world(tmp_path):
   logs = [open(os.path.join(two, name)).read() for name in ("train.log", "train.1.log")]
   assert outcomes == {"two": "done"}, logs[0][-3000:] + logs[1][-3000:]
   # One process on each node (STRICT_SPREAD), process 0 the only writer.
-  nodes = {r["node"] for r in runner.read_jsonl(os.path.join(two, runner.ATTEMPTS)) if "node" in r}
+  nodes = {r["node"] for r in runner.read_jsonl(RunFiles(os.path.join(two)).attempts) if "node" in r}
   assert len(nodes) == 1 and "[done]" in logs[0] and "[done]" not in logs[1]
   # The mesh's 4 devices exist only as one world of both processes (2 each): the run finishing proves it formed.
   # That world trains as one process does (same rewards, losses to 1e-4): tests/distributed/test_multihost.py.
@@ -346,7 +347,7 @@ def test_a_member_whose_node_dies_is_resubmitted_as_a_preemption(tmp_path, fake_
   finally:
     cluster.shutdown()
   assert killed and outcomes == {"m": "done"}
-  ends = [r for r in runner.read_jsonl(str(workdir / runner.ATTEMPTS)) if "rc" in r]
+  ends = [r for r in runner.read_jsonl(RunFiles(str(workdir)).attempts) if "rc" in r]
   # A worker that outlives its raylet for a moment may first end the attempt itself: a row of its own, "stopped"
   # (it stopped its trainer) or "failed" with a negative exit code (the trainer was killed by a signal with the
   # node). Either way the driver's rows follow: the lost attempt preempted, then the resubmitted one done.

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from grpo_jax.sweep import runner, spec
+from grpo_jax.persist.layout import RunFiles
 from tests.sweep.conftest import REPO
 
 
@@ -183,7 +184,7 @@ def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path,
   assert proc.returncode == 130 and "Traceback" not in err, err
   assert err.strip().splitlines()[-1].startswith("[sweep] interrupted (signal 15): the running member stopped")
   assert runner.status(str(sweep_dir / "slow")) == "unfinished"
-  (ended,) = [r for r in runner.read_jsonl(str(sweep_dir / "slow" / runner.ATTEMPTS)) if "rc" in r]
+  (ended,) = [r for r in runner.read_jsonl(RunFiles(str(sweep_dir / "slow")).attempts) if "rc" in r]
   assert ended["wall_s"] > 0   # the stopped attempt's time is counted
   assert (ended["rc"], ended["outcome"]) == ((75, "preempted") if handles_sigterm else (-signal.SIGTERM, "stopped"))
   again = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -193,7 +194,7 @@ def test_cli_stopped_by_sigterm_prints_one_line_and_the_member_resumes(tmp_path,
 
 
 def _ends(workdir):
-  return [(r["rc"], r["outcome"]) for r in runner.read_jsonl(os.path.join(workdir, runner.ATTEMPTS)) if "rc" in r]
+  return [(r["rc"], r["outcome"]) for r in runner.read_jsonl(RunFiles(os.path.join(workdir)).attempts) if "rc" in r]
 
 
 def test_a_preempted_attempt_is_retried_apart_from_max_attempts_and_capped(tmp_path, fake_train_cmd):
