@@ -58,16 +58,16 @@ def make_meshes(settings) -> tuple[jax.sharding.Mesh, jax.sharding.Mesh | None]:
 
 
 class Producer:
-  """Samples the batches of a run (module docstring). `sync(params)` gives the sampler the policy's current
+  """Samples the batches of a run (module docstring). `sync(params, step)` gives the sampler the policy's current
   parameters; `fill(state, step)` returns `state` with the batches the update of `step` needs pending (the first
   is its own), `during_update(step)` what to sample while it runs (overlapped) or None."""
 
-  def __init__(self, settings, task, tokenizer, sampler, rollout_settings: RolloutSpec, policy,
+  def __init__(self, settings, task, tokenizer, sampler, rollout_spec: RolloutSpec, policy,
                sampler_mesh, cast: Callable, rows: tuple[int, int], all_true: Callable[[bool], bool]):
     """`sampler_mesh`: the sampler's own devices (None: inline); `cast`: parameters -> the compute dtype; `rows`:
     (offset, count) of this process's prompts in a step's batch; `all_true`: the processes' collective AND."""
     self.settings, self.task, self.tokenizer, self.sampler = settings, task, tokenizer, sampler
-    self.rollout_settings, self.policy, self.sampler_mesh, self.cast = rollout_settings, policy, sampler_mesh, cast
+    self.rollout_spec, self.policy, self.sampler_mesh, self.cast = rollout_spec, policy, sampler_mesh, cast
     self.offset, self.count = rows
     self.all_true = all_true
     self.staleness = settings.rollout.staleness
@@ -173,10 +173,10 @@ class Producer:
     with self._on_sampler():
       key = jax.random.fold_in(self.base_key, step)
       if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
-        rollout = collect_dynamic_rollout(self.sampler, params, self.tokenizer, next_columns, self.rollout_settings,
+        rollout = collect_dynamic_rollout(self.sampler, params, self.tokenizer, next_columns, self.rollout_spec,
                                           key, max_rounds=g.dynamic_sampling_max_rounds, all_done=self.all_true)
       else:
-        rollout = collect_rollout(self.sampler, params, self.tokenizer, next_columns(), self.rollout_settings, key)
+        rollout = collect_rollout(self.sampler, params, self.tokenizer, next_columns(), self.rollout_spec, key)
     if counted and self.decoder.slot_steps > counted[0]:  # decode slot-steps that produced a kept token
       rollout.metrics["sampling/slot_utilization"] = ((self.decoder.kept_slot_steps - counted[1])
                                                       / (self.decoder.slot_steps - counted[0]))

@@ -102,11 +102,11 @@ class Run:
                                                 chunk_size=settings.model.logprob_chunk_size, micro_batch_size=micro,
                                                 prompt_repeats=repeats))
     sampler, greedy_sampler, eval_sampler = make_samplers(graphdef, settings, self.tokenizer)
-    self.rollout_settings = RolloutSpec.from_settings(settings, build.build_reward_fns(settings, inputs))
+    self.rollout_spec = RolloutSpec.from_settings(settings, build.build_reward_fns(settings, inputs))
     self.base_key = jax.random.key(settings.seed)
     # evaluate(params, step) -> metrics; evaluate.seconds[step]: its time
     self.evaluate = RunEvaluation(settings, self.task, self.tokenizer, greedy_sampler, eval_sampler,
-                                  self.rollout_settings.scoring, self.base_key, log, self.time_split)
+                                  self.rollout_spec.scoring, self.base_key, log, self.time_split)
     # Multi-host: this process loads prompts [offset, offset + count) of each step's rollout batch.
     self.offset, self.count = ((0, g.prompts_per_step) if jax.process_count() == 1 else
                                distributed.local_prompt_slice(self.mesh, g.prompts_per_step, g.group_size))
@@ -115,7 +115,7 @@ class Run:
     cast = None if same_dtype else jax.jit(lambda p: cast_for_compute(p, model_cfg))
     # Rollouts: batches sampled inline, or on the sampler's own devices during the update.
     self.producer = Producer(settings, self.task, self.tokenizer,
-                             distributed.GlobalSampler(sampler, self.offset * g.group_size), self.rollout_settings,
+                             distributed.GlobalSampler(sampler, self.offset * g.group_size), self.rollout_spec,
                              self.policy, self.sampler_mesh, cast or (lambda p: p), (self.offset, self.count),
                              distributed.all_true)
 

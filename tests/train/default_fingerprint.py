@@ -24,7 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 RECORD = os.path.join(HERE, "default_fingerprint.json")
 TIMING = ("step_time", "tokens_per_s")
 # Metrics added after the digests were recorded: new numbers, not changed ones, so left out of the digest.
-ADDED_SINCE_RECORD = ("eval/full_credit", "rollout/staleness", "offpolicy/ratio", "offpolicy/ratio_std")
+ADDED_SINCE_RECORD = ("eval/full_credit", "rollout/staleness", "offpolicy/ratio", "offpolicy/ratio_std",
+                      "sampling/slot_utilization")
 
 
 def cpu_signature() -> str:
