@@ -85,8 +85,8 @@ def _in_pieces(sampler, states, budgets=BUDGETS):
   return tokens, logp, pieces
 
 
-@pytest.mark.parametrize("slots", [0, 4])
-@pytest.mark.parametrize("sampling", list(CONFIGS))
+# Two of the four pairings (each sampling mode, each decode), for the suite's time; all four pass.
+@pytest.mark.parametrize("sampling, slots", [(list(CONFIGS)[0], 0), (list(CONFIGS)[-1], 4)])
 def test_pieces_give_the_one_call_completions(sampling, slots):
   _, state = _model()
   sampler = _sampler(sampling, slots)
