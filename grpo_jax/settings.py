@@ -359,11 +359,18 @@ class RolloutSettings:
   sampler_tensor: int = resumable(1)  # the sampler's own layout of its N devices: N / T data-parallel groups that
                                   # each hold the weights split over T devices by heads and MLP units (the
                                   # trainer's fsdp does not apply); must divide N.
+  decode_budget: int = 0          # B > 0: rollouts that span updates: a batch in flight is decoded B new tokens
+                                  # per policy, continued under each newer one (token i by the policy after
+                                  # min(p0 + i // B, t - 1) updates, p0 that of its first token); needs staleness
+                                  # >= 1. 0: each batch by one policy.
 
   def __post_init__(self):
     s = Section(self, "rollout")
-    s.at_least(0, "staleness", "sampler_devices")
+    s.at_least(0, "staleness", "sampler_devices", "decode_budget")
     s.at_least(1, "sampler_tensor")
+    if self.decode_budget and not self.staleness:
+      s.fail("decode_budget", "needs rollout.staleness >= 1 (a batch's tokens span the updates between its start "
+             "and its own update; at staleness 0 there are none): set staleness or decode_budget = 0")
     if self.sampler_devices and not self.staleness:
       s.fail("sampler_devices", "needs rollout.staleness >= 1 (the sampler works on the batch of a later step "
              "while the update runs)")
@@ -561,6 +568,16 @@ class Settings:
     if self.model.lora_rank and g.ref_reset_every:
       fail("grpo.ref_reset_every", "is not supported with LoRA (model.lora_rank > 0): the reference is the base "
            "model with the adapters off", g.ref_reset_every)
+    budget = self.rollout.decode_budget
+    if budget:  # rollouts that span updates: one process's single-turn batches of a fixed set of prompts
+      why = {"grpo.dynamic_sampling": g.dynamic_sampling and "its later rounds' prompts depend on finished groups",
+             "env.name": bool(self.env.name) and "an episode's turns wait on the environment",
+             "moe.routing_replay": self.moe.routing_replay and "a continued row's routing would be the new weights'",
+             "distributed.num_processes": self.distributed.num_processes > 1 and "one process only"}
+      for key, reason in why.items():
+        if reason:
+          fail("rollout.decode_budget", f"is not supported with {key} ({reason}): set rollout.decode_budget = 0",
+               budget)
     # The context is checked by `validate` after the task's checks (which say when a task needs model.hf_path),
     # and for a checkpoint once its config.json is read (grpo_jax/train/build.py): `check_context`.
 

@@ -166,9 +166,12 @@ class GlobalSampler:
   def __init__(self, sampler, row_start: int = 0):
     self.sampler, self.row_start = sampler, row_start
 
-  def generate(self, state, prompts: list[list[int]], key, repeats: int = 1):
+  def generate(self, state, prompts: list[list[int]], key, repeats: int = 1, **keyed):
+    """`keyed` (row_keys, prefixes, budget: `Sampler.generate`'s keyed rows) with one process only."""
     if jax.process_count() == 1:
-      return self.sampler.generate(state, prompts, key, repeats=repeats)
+      return self.sampler.generate(state, prompts, key, repeats=repeats, **keyed)
+    if keyed:
+      raise ValueError("GlobalSampler: keyed rows (row_keys, prefixes, budget) work in one process")
     if self.row_start % repeats:
       raise ValueError(f"GlobalSampler: row_start={self.row_start} splits a group of {repeats} rows")
     row_start = self.row_start // repeats  # in prompts

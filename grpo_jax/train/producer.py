@@ -28,6 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax import errors
 from grpo_jax.model import sharding as sharding_lib
+from grpo_jax.train import partial
 from grpo_jax.train.rollout import Rollout, RolloutSpec, collect_dynamic_rollout, collect_rollout
 
 TIMED = ("timing/sample_s", "timing/reward_s", "timing/sync_s")
@@ -40,6 +41,9 @@ def make_meshes(settings) -> tuple[jax.sharding.Mesh, jax.sharding.Mesh | None]:
   before anything is built."""
   m, n = settings.mesh, settings.rollout.sampler_devices
   devices = jax.devices()
+  if settings.rollout.decode_budget and jax.process_count() > 1:
+    raise errors.ConfigError(f"config.rollout.decode_budget={settings.rollout.decode_budget}: rollouts that span "
+                             f"updates work in one process (this run has {jax.process_count()}); set it to 0")
   if n and jax.process_count() > 1:
     raise errors.ConfigError(f"config.rollout.sampler_devices={n}: the sampler's own devices work in one process "
                              f"(this run has {jax.process_count()}); set it to 0 (inline rollouts)")
@@ -70,7 +74,7 @@ class Producer:
     self.rollout_spec, self.policy, self.sampler_mesh, self.cast = rollout_spec, policy, sampler_mesh, cast
     self.offset, self.count = rows
     self.all_true = all_true
-    self.staleness = settings.rollout.staleness
+    self.staleness, self.decode_budget = settings.rollout.staleness, settings.rollout.decode_budget
     self.decoder = _decoder(sampler)
     key = jax.random.key(settings.seed)
     self.base_key = key if sampler_mesh is None else jax.device_put(key, NamedSharding(sampler_mesh,
@@ -134,18 +138,68 @@ class Producer:
 
   def fill(self, state, step: int):
     """`state` with the batches of steps `step` .. `step` + k pending, those not yet sampled sampled now with
-    the sampler's parameters (overlapped, the last one is left to `during_update`)."""
+    the sampler's parameters (overlapped, the last one is left to `during_update`). With a decode budget
+    (grpo_jax/train/partial.py), the batches of `step` .. `step` + k in flight advanced a segment each (overlapped,
+    only the batch of `step`, finished: `during_update` advances the others), the first one complete."""
+    if self.decode_budget:
+      if self._then is not None:  # resumed behind: the segments the saved step's overlapped sampling had left
+        state = self.advance(state, step, step + self.staleness - 1)
+      self._sync_then()
+      return self.advance(state, step, step if self.overlapped else step + self.staleness)
     state = self.ahead(state, step, step + self.staleness - self.overlapped)
+    self._sync_then()
+    return state
+
+  def _sync_then(self) -> None:
     if self._then is not None:
       self.sync(*self._then)
       self._then = None
-    return state
 
   def during_update(self, step: int) -> Callable | None:
-    """Overlapped: state -> state with the batch of step + 1 + k pending, sampled while update `step` runs."""
+    """Overlapped: state -> state with the batch of step + 1 + k pending, sampled while update `step` runs (with a
+    decode budget: the batches of step + 1 .. step + k advanced a segment each, the last one started)."""
     if not self.overlapped:
       return None
+    if self.decode_budget:
+      return lambda state: self.advance(state, step + 1, step + self.staleness)
     return lambda state: self.ahead(state, step + 1, step + self.staleness)
+
+  def advance(self, state, first: int, last: int):
+    """`state` with the batches of steps `first` .. `last` pending, each one in flight advanced by a segment of the
+    sampler's policy (the policy after q = `params_step` updates) and those not yet started started: at most
+    `decode_budget` new tokens per row, none for the batch of step q + 1 (its last segment). A batch advanced by
+    q was last advanced by q - 1 or starts with q = max(0, t - 1 - k), so every token of batch t is sampled by a
+    policy within k updates of t - 1 (checked here)."""
+    pending, position, q, k = list(state.pending), state.data_position, self.params_step, self.staleness
+    for t in range(first, last + 1):
+      i = t - first
+      batch = pending[i] if i < len(pending) else None
+      if i < len(pending) and not isinstance(batch, partial.InFlight):
+        continue  # complete
+      expected = batch.policy + 1 if batch is not None else max(0, t - 1 - k)
+      if q != expected or not 0 <= t - 1 - q <= k:
+        raise AssertionError(f"batch {t}: a segment by policy {q}, where its schedule has {expected} (staleness {k})")
+      start = None
+      if batch is None:
+        columns = self.task.train_rows(position + self.offset, self.count)
+        with self._on_sampler():
+          key_data = partial.row_key_data(jax.random.fold_in(self.base_key, t),
+                                          len(columns["prompt"]) * self.rollout_spec.group_size)
+        start, position = (t, position, columns, key_data), position + self.settings.grpo.prompts_per_step
+        pending.append(None)
+      counted = (self.decoder.slot_steps, self.decoder.kept_slot_steps) if self.decoder else (0, 0)
+      with self._on_sampler():  # (the small programs of a complete batch's advantages too)
+        batch, seconds = partial.segment(self.sampler, self.params, self.tokenizer, self.rollout_spec, batch, q,
+                                         None if q == t - 1 else self.decode_budget, start)
+        if self.decoder:
+          batch = batch._replace(slot_steps=(batch.slot_steps[0] + self.decoder.slot_steps - counted[0],
+                                             batch.slot_steps[1] + self.decoder.kept_slot_steps - counted[1]))
+        self._seconds["timing/sample_s"] += seconds
+        if batch.done_B.all():
+          batch = partial.completed(batch, self.tokenizer, self.rollout_spec)
+          self._seconds["timing/reward_s"] += batch.seconds[1]
+      pending[i] = batch
+    return state._replace(pending=tuple(pending), data_position=position)
 
   def ahead(self, state, step: int, last: int):
     """`state` with the batches of steps `step` .. `last` pending, sampling those not yet sampled (by the

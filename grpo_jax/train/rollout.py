@@ -98,12 +98,17 @@ class Rollout(NamedTuple):
   num_tokens: int         # real prompt + completion tokens
   # Wall time of (sampling, reward functions): counted by the step that sampled it (producer.py), not saved.
   seconds: tuple[float, float] = (0.0, 0.0)
+  # Rollouts that span updates (grpo_jax/train/partial.py): the policy step that sampled each completion token
+  # (int32 [B, C], -1 past its end), else None.
+  policy_BxC: np.ndarray | None = None
 
 
 def saved_rollout(rollout: Rollout) -> tuple[dict[str, np.ndarray], dict]:
   """A pending rollout as a checkpoint keeps it: (its arrays, the rest as JSON)."""
   arrays = {k: np.asarray(v) for k, v in rollout.batch._asdict().items() if v is not None}
   plain = lambda v: v.item() if isinstance(v, np.generic) else v
+  if rollout.policy_BxC is not None:
+    arrays["policy_BxC"] = np.asarray(rollout.policy_BxC)
   return dict(arrays, rewards_B=np.asarray(rollout.rewards_B)), {
       "metrics": {k: plain(v) for k, v in rollout.metrics.items()}, "prompts": list(rollout.prompts),
       "completions": list(rollout.completions), "num_tokens": int(rollout.num_tokens)}
@@ -116,7 +121,7 @@ def restored_rollout(arrays: dict[str, np.ndarray], info: dict) -> Rollout:
   # (checkpoints before the producer counted time kept the sampling seconds among the metrics)
   metrics = {k: v for k, v in info["metrics"].items() if not k.startswith("timing/")}
   return Rollout(batch, metrics, list(info["prompts"]), list(info["completions"]),
-                 arrays["rewards_B"], int(info["num_tokens"]))
+                 arrays["rewards_B"], int(info["num_tokens"]), policy_BxC=arrays.get("policy_BxC"))
 
 
 class Scored(NamedTuple):
@@ -140,7 +145,13 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], setti
   prompt_ids = encode_prompts(tokenizer, texts, settings.max_prompt_length)
   t0 = time.perf_counter()
   out = sampler.generate(params, prompt_ids, key, repeats=G)  # one prefill per prompt, G rows each
-  t1 = time.perf_counter()
+  return scored_sample(tokenizer, out, columns, settings, time.perf_counter() - t0)
+
+
+def scored_sample(tokenizer, out, columns: dict[str, list], settings: RolloutSpec, sample_s: float = 0.0) -> Scored:
+  """Scores a sampler's result `out`, G rows for each of the prompts in `columns["prompt"]` (`sample_s`: the
+  seconds its sampling took)."""
+  G, texts = settings.group_size, list(columns["prompt"])
   if not np.all(np.isfinite(out.logp_BxC[out.completion_mask_BxC > 0])):
     # NaN/inf logits: the sampled ids are meaningless (possibly outside the vocabulary). Name the cause.
     raise FloatingPointError("the policy's log-probs of its own samples are not finite: its parameters overflow "
@@ -155,7 +166,7 @@ def sample_and_score(sampler, params, tokenizer, columns: dict[str, list], setti
   stats = jax.device_get(_group_stats(rewards_B, G, settings.std_ddof))
   return Scored(out, prompts_B, transcripts_B or graded_B, rewards_B,
                 {k: np.asarray(v) for k, v in result.per_fn.items()}, dict(result.failures),
-                np.asarray(stats.std_R), np.asarray(stats.zero_std_R), seconds=(t1 - t0, time.perf_counter() - t2))
+                np.asarray(stats.std_R), np.asarray(stats.zero_std_R), seconds=(sample_s, time.perf_counter() - t2))
 
 
 def grade(tokenizer, out, prompts_B: list[str], columns_B: dict[str, list],

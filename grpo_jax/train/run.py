@@ -24,6 +24,7 @@ from grpo_jax.train.inputs import RunInputs
 from grpo_jax.settings import Settings
 from grpo_jax.train.optim import learning_rate_schedule, make_optimizer
 from grpo_jax.train.policy import make_policy
+from grpo_jax.train.partial import restored_batch, saved_batch
 from grpo_jax.train.producer import Producer, make_meshes
 from grpo_jax.train.rollout import RolloutSpec, restored_rollout, saved_rollout, trim_padding
 from grpo_jax.train.state import init_opt_state, opt_state_shardings
@@ -45,7 +46,8 @@ class RunState(NamedTuple):
   run_id: str
   wall_before: float         # seconds earlier processes of this run spent, up to the restored checkpoint
   # Rollouts sampled ahead (rollout.staleness > 0), for steps step + 1, step + 2, ... in order: host arrays, saved
-  # with the checkpoint. data_position is past their rows.
+  # with the checkpoint (with rollout.decode_budget, batches still in flight too: grpo_jax/train/partial.py).
+  # data_position is past their rows.
   pending: tuple = ()
   unfinished: Any = None     # restored from a save during the overlapped sampling: `Unfinished`
 
@@ -138,7 +140,7 @@ class Run:
             "seed": int(self.settings.seed), "rng_key_data": np.asarray(key_data).tolist(),
             "initial_eval": state.initial_eval, "elapsed_s": float(elapsed_s), "config": json.loads(cfg_json),
             **self.policy.checkpoint_meta(state.params)}
-    saved = [saved_rollout(r) for r in state.pending]  # rollouts sampled ahead: part of the checkpoint
+    saved = [saved_batch(r) for r in state.pending]  # batches sampled ahead (or in flight): part of the checkpoint
     several = jax.process_count() > 1
     if saved:  # with several processes, each one's texts and (unmerged) metrics
       meta["pending"] = [{"by_process": distributed.allgather_json(info)} if several else info for _, info in saved]
@@ -157,7 +159,8 @@ class Run:
     """The inverse of `save_checkpoint`'s pending rollouts (this process's rows, texts and metrics) and of what
     a step saved before its hooks left unfinished (or None)."""
     own = lambda info: info["by_process"][jax.process_index()] if "by_process" in info else info
-    pending = tuple(restored_rollout(distributed.local_batch(arrays[str(i)], self.mesh), own(info))
+    columns_at = lambda position: self.task.train_rows(position + self.offset, self.count)  # noqa: E731
+    pending = tuple(restored_batch(distributed.local_batch(arrays[str(i)], self.mesh), own(info), columns_at)
                     for i, info in enumerate(meta.get("pending", [])))
     u = meta.get("unfinished")
     if u is None:
