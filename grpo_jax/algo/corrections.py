@@ -4,7 +4,9 @@ Three policies meet in an update: the behaviour policy π_behav that sampled the
 sampler's, `sampler_logp_BxT`), the proximal policy π_prox (the trainer's own log-probs at the parameters the
 update starts from: `old_logp_BxT`, or stop_gradient(π_θ) with one update per batch) and π_θ. With rollouts k
 updates ahead of the update (`rollout.staleness` = k) π_behav is π_prox of k updates ago; with k = 0 they differ
-only by the sampler's numerics (bfloat16 sampling, other kernels).
+only by the sampler's numerics (bfloat16 sampling, other kernels). π_behav is per token: with rollouts that span
+updates (`rollout.decode_budget`, grpo_jax/train/partial.py) each token's log-prob is that of the policy that
+sampled it, and a correction reads it token by token like any other.
 
 A correction is a pure function, registered by name (`grpo.correction`):
 

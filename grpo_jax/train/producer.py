@@ -4,6 +4,8 @@ devices while the update runs (overlapped: `rollout.sampler_devices` > 0).
 Batch t is step t's prompts (the training rows from the data position on) sampled with step t's key,
 fold_in(key(seed), t), by the policy after max(0, t - 1 - k) updates (k = `rollout.staleness`): the same batch
 whoever samples it and whenever. Batches sampled ahead wait in the run state's `pending`, which a checkpoint keeps.
+With `rollout.decode_budget` = B, batches span updates (`advance`, grpo_jax/train/partial.py): batch t starts with
+that policy and advances B tokens per row with each newer one, up to the policy after t - 1 updates.
 
 Overlapped, every array a sampler program reads lives on the sampler's devices or comes from the host: the
 weights, which `sync` copies there after each update (only what trains: a LoRA base is copied once; cast to the
