@@ -7,6 +7,7 @@ itself at a segment (tests/train/test_partial_rollouts.py):
 N: the N-th segment (`partial.segment` call); ACTION: "kill" (SIGKILL before it), or fault_runner's signal
 actions ("term": SIGTERM, the run stops by itself; "term_stall": SIGTERM and the segment never ends, so only a
 save at once ends the process). Without N the run goes to the end (an uninterrupted run, or a resume).
+Overlapped runs go under `jax.transfer_guard_device_to_device("disallow")`.
 Overlapped (SAMPLER_DEVICES 1, with 2 devices), segments 2, 3, 5, 6, 8, 9 run during updates 1, 1, 2, 2, 3, 3.
 """
 from __future__ import annotations
@@ -36,10 +37,12 @@ def main(argv):
     from grpo_jax.train import partial
     fault_runner._ACTION[0] = argv[3]
     fault_runner._kill_on_call(partial, "segment", int(argv[2]))
+  import jax
   from grpo_jax.train import loop
   from grpo_jax.errors import Preempted
-  try:
-    loop.train(config(sampler_devices), workdir)
+  try:  # overlapped: no implicit copy between the devices (a sampler program reading the trainer's arrays)
+    with jax.transfer_guard_device_to_device("disallow" if sampler_devices else "allow"):
+      loop.train(config(sampler_devices), workdir)
   except Preempted:
     from grpo_jax.persist.preemption import exit_preempted
     exit_preempted()
