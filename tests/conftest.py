@@ -51,35 +51,37 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes",
                   int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]))
 
 
-# The longest test files first (their seconds in a whole run with 4 workers, the 60 slowest tests summed per file,
+# The longest test files first (their seconds in a whole run with 3 workers, the 60 slowest tests summed per file,
 # 2-core VM, 2026-11-29), the others after them in collection order: each file runs on one worker
 # (scripts/test.sh: --dist loadfile --no-loadscope-reorder), and a long file started last kept one worker busy
 # minutes after the others had finished.
 LONGEST_FIRST = (
-    "tests/sweep/test_ray_cluster.py",          # 396 s
-    "tests/recipes/test_family_recipes.py",     # 227
-    "tests/train/test_loop.py",                 # 158
-    "tests/train/test_calculator_learns.py",    # 156
-    "tests/sweep/test_ray.py",                  # 156
-    "tests/recipes/test_recipes.py",            # 150
-    "tests/distributed/test_memory_estimate.py",  # 117
-    "tests/test_first_day.py",                  # 117
-    "tests/train/test_lora_training.py",        # 106
-    "tests/model/test_moe.py",                  # 102
-    "tests/storage/test_store_workdir.py",      # 98
-    "tests/train/test_default_fingerprint.py",  # 96
-    "tests/train/test_lora_learns.py",          # 84
-    "tests/model/test_shared_prompt.py",        # 72
-    "tests/distributed/test_multihost.py",      # 68
-    "tests/distributed/test_mesh.py",           # 57
-    "tests/model/test_qwen3_5.py",              # 44
-    "tests/data/test_chain_sum.py",             # 44
-    "tests/sampling/test_continuous_batching.py",  # 37
-    "tests/train/test_curves_refresher.py",     # 35
-    "tests/model/test_compute_cast.py",         # 33
-    "tests/model/test_lora.py",                 # 31
-    "tests/train/test_faults.py",               # 26 (its default-suite points)
-    "tests/rewards/test_isolation.py",          # 25
+    "tests/recipes/test_family_recipes.py",     # 143 s
+    "tests/train/test_calculator_learns.py",    # 116
+    "tests/sweep/test_ray_cluster.py",          # 112
+    "tests/sweep/test_ray.py",                  # 104
+    "tests/recipes/test_recipes.py",            # 97
+    "tests/train/test_default_fingerprint.py",  # 86
+    "tests/test_first_day.py",                  # 65
+    "tests/storage/test_store_workdir.py",      # 58
+    "tests/distributed/test_memory_estimate.py",  # 56
+    "tests/train/test_lora_learns.py",          # 54
+    "tests/train/test_lora_training.py",        # 51
+    "tests/distributed/test_mesh.py",           # 50
+    "tests/model/test_moe.py",                  # 48
+    "tests/train/test_partial_rollouts.py",     # 47
+    "tests/distributed/test_multihost.py",      # 45
+    "tests/train/test_rollouts_ahead.py",       # 40
+    "tests/model/test_shared_prompt.py",        # 37
+    "tests/train/test_loop.py",                 # 36
+    "tests/model/test_qwen3_5.py",              # 36
+    "tests/sampling/test_continuous_batching.py",  # 35
+    "tests/model/test_lora.py",                 # 25
+    "tests/train/test_faults.py",               # 24 (its default-suite points)
+    "tests/data/test_chain_sum.py",             # 24
+    "tests/train/test_length_buckets.py",       # 23
+    "tests/train/test_curves_refresher.py",     # 19
+    "tests/rewards/test_isolation.py",          # 17
 )
 
 

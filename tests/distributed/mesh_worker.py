@@ -1,7 +1,7 @@
 """Run by test_mesh.py in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8.
 
 The trainer's own pieces (make_train_step, init_opt_state, the loop's batch placement, RefOffloader,
-Checkpointer, Sampler) on meshes (data, fsdp, tensor) = (1,1,1) [one device], (8,1,1), (2,4,1), (2,2,2).
+Checkpointer, Sampler) on meshes (data, fsdp, tensor) = (1,1,1) [one device], (2,4,1), (2,2,2).
 Prints one JSON object: per mesh the update's metrics, the specs and per-device shard shapes of parameters,
 momentum and reference parameters, whether sampling gave the same tokens (and on (2,2,2), whether a grouped
 prefill and a decode in segments did); and the cross-mesh checkpoint restores. Writes each mesh's updated
@@ -31,7 +31,7 @@ from grpo_jax.train.step import RolloutBatch, make_logprob_fn, make_train_step
 
 CFG = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_layers=1, num_heads=4,
                   num_kv_heads=2, head_dim=8, max_position_embeddings=32)
-MESHES = [(1, 1, 1), (8, 1, 1), (2, 4, 1), (2, 2, 2)]
+MESHES = [(1, 1, 1), (2, 4, 1), (2, 2, 2)]  # (8,1,1): data parallelism alone, restored onto below
 B, P, N = 16, 6, 5
 TEMPERATURE = 0.9
 # Two passes over two mini-batches of two micro-batches each: old log-probs, 4 optimizer updates, accumulation.

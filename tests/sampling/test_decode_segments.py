@@ -40,8 +40,10 @@ def _model(sliding: bool):
   return nnx.split(Transformer(cfg, rngs=nnx.Rngs(params=jax.random.key(3))))
 
 
-@pytest.mark.parametrize("sliding", [False, True])
-@pytest.mark.parametrize("greedy", [True, False])
+# Two of the four pairings (all four pass: `-m slow` runs the others).
+@pytest.mark.parametrize("sliding,greedy", [(False, False), (True, True),
+                                            pytest.param(False, True, marks=pytest.mark.slow),
+                                            pytest.param(True, False, marks=pytest.mark.slow)])
 def test_segments_give_the_tokens_and_log_probs_of_one_segment(sliding, greedy):
   graphdef, state = _model(sliding)
   prompts = [[5, 9, 11, 2], [7, 3], [40, 41, 42, 43, 44, 45, 46]]

@@ -133,8 +133,10 @@ def test_with_rollouts_ahead_an_interrupted_run_resumes_bitwise_identical(point,
                if "event" not in r and r["step"] > 0]
   assert staleness == [0, 1, 1, 1, 1, 1]
 
-@pytest.mark.parametrize("action", [pytest.param("term", marks=pytest.mark.faults), "term_stall",
-                                    pytest.param("kill", marks=pytest.mark.faults)])
+# All three with the faults marker: the default suite's SIGTERM and SIGKILL during the overlapped sampling (the
+# rescue save, a resume overlapped or inline) are tests/train/test_partial_rollouts.py's stopped runs.
+@pytest.mark.faults
+@pytest.mark.parametrize("action", ["term", "term_stall", "kill"])
 def test_with_the_sampler_on_its_own_device_an_interrupted_run_resumes_to_the_inline_run(action, uninterrupted_ahead,
                                                                                          cache_dir, tmp_path):
   """rollout.sampler_devices = 1 of 2: the third sampler call is batch 3's, on the sampler's device while update 2

@@ -203,6 +203,9 @@ def gemma3_checkpoint(tmp_path_factory):
   return build_gemma3_checkpoint(str(tmp_path_factory.mktemp("fixtures") / "tiny_gemma3"))
 
 
+# With the faults marker: the default suite kills and resumes the default model's run (above, and
+# tests/train/test_faults.py); Gemma 3 trains two steps and checkpoints in tests/recipes (its :test presets).
+@pytest.mark.faults
 def test_killed_and_resumed_gemma3_run_ends_identical(gemma3_checkpoint, compile_cache, tmp_path):
   def config():
     c = _config(gemma3_checkpoint)
