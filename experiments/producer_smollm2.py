@@ -1,9 +1,10 @@
 # The producer's decodes on a real model: SmolLM2-135M-Instruct on sums asked in English (10 GRPO steps), accuracy
 # against wall-clock for the static decode, continuous batching and continuous batching with rollouts that span
-# updates (issue 67's study).
+# updates.
 #   bash scripts/get_smollm2.sh     # once
 #   python scripts/sweep.py --config experiments/producer_smollm2.py --sweep_dir runs/producer_smollm2
-#   python scripts/report.py runs/producer_smollm2 --baseline static --mean_of sampling/slot_utilization,timing/sample_s
+#   python scripts/report.py runs/producer_smollm2 --baseline static --wall_clock \
+#     --mean_of sampling/slot_utilization,timing/sample_s
 # About 15 min per member on a 2-core CPU (9 members).
 """Static decoding (every row of a batch until the longest stops), continuous batching on 16 slots
 (`sampling.slots`: the same completions, bitwise), and continuous batching with rollouts that span updates

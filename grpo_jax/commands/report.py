@@ -39,6 +39,8 @@ def run(argv=None) -> int:
                       "over steps of each (e.g. clip_ratio/region,entropy)")
   parser.add_argument("--curves", default="", help="comma-separated metric names: metrics.png draws each "
                       "per group, the mean over seeds with its 95%% t interval (e.g. entropy,completions/mean_length)")
+  parser.add_argument("--wall_clock", action="store_true", help="wall_clock.png: held-out accuracy per group "
+                      "(mean over seeds, 95%% t interval) against the seconds its steps and evaluations took")
   parser.add_argument("--plan", action="store_true", help="print what this pilot says about the next study "
                       "(smallest detectable effect for 3, 5, 10, 20 seeds; seeds for --effect; prompts for --width) "
                       "instead of writing the report")
@@ -62,7 +64,7 @@ def run(argv=None) -> int:
     return 0
   paths = report.write_report(args.sweep_dir, args.out, group_fn, args.smooth, args.title, args.groups,
                               args.baseline, extra, [k for k in args.curves.split(",") if k],
-                              [k for k in args.primary.split(",") if k])
+                              [k for k in args.primary.split(",") if k], args.wall_clock)
   print(storage.read_text(paths["summary.md"]))
   print("wrote " + ", ".join(paths.values()))
   return 0

@@ -1,6 +1,6 @@
 """The report's figures: each group's mean curve over seeds with its 95% t interval (grpo_jax/stats/intervals.py),
-of the metrics themselves (curves.png, metrics.png) and of the same-seed differences to a baseline (paired.png),
-as panels for grpo_jax/train/plotting.py's draw_panels."""
+of the metrics themselves (curves.png, metrics.png), of the same-seed differences to a baseline (paired.png) and of
+the held-out accuracy against seconds (wall_clock.png), as panels for grpo_jax/train/plotting.py's draw_panels."""
 from __future__ import annotations
 
 import math
@@ -117,3 +117,25 @@ def metric_panels(runs: Sequence[MemberRun], keys: Sequence[str], smooth: int = 
   grouped = _plotted_groups(runs, include)
   return [(_title(key, key, smooth), [(f"{g} (n={len(ms)})", interval_band(band(ms, key, smooth)), None)
                                       for g, ms in grouped.items()]) for key in keys]
+
+
+def _seconds(member: MemberRun) -> dict[int, float]:
+  """{step: the seconds of the member's steps and evaluations up to it} (step_time, timing/eval_s)."""
+  total, out = 0.0, {}
+  for step in sorted(member.rows):
+    total += float(member.rows[step].get("step_time", 0.0)) + float(member.rows[step].get("timing/eval_s", 0.0))
+    out[step] = total
+  return out
+
+
+def wall_clock_panels(runs: Sequence[MemberRun], include=("done", "unfinished")):
+  """The panel of wall_clock.png: each group's held-out accuracy at each evaluation (mean over seeds, 95% t
+  interval) against the mean over those seeds of the seconds their steps and evaluations took up to it (each
+  step's step_time, compilation included, and timing/eval_s; not the process's start or a warm start)."""
+  curves = []
+  for g, ms in _plotted_groups(runs, include).items():
+    steps, mean, interval, count = interval_band(band(ms, EVAL_ACC))
+    seconds = [_seconds(m) for m in ms]
+    x = np.asarray([np.mean([s[k] for s in seconds if k in s]) for k in steps.tolist()])
+    curves.append((f"{g} (n={len(ms)})", (x, mean, interval, count), "o"))
+  return [("held-out accuracy against seconds", curves, "seconds of steps and evaluations")]

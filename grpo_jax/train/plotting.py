@@ -32,7 +32,8 @@ OPTIONAL_PANELS = (("episodes/turns", "messages per episode"),)
 
 
 def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) -> str:
-  """panels: [(title, [(label, (steps, mean, band, count), marker[, floor])] per curve)] -> one row of plots in a PNG.
+  """panels: [(title, [(label, (steps, mean, band, count), marker[, floor])] per curve[, x label])] -> one row of
+  plots in a PNG (x label: "step" unless given).
 
   Each curve is a line with a band where it is finite (NaN: no band): `band` is a std (mean ± std) or a pair
   (lo, hi) of arrays, an interval; a curve keeps its color (and
@@ -48,7 +49,7 @@ def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) ->
   cmap = plt.get_cmap("tab10")
   fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.2), squeeze=False)
   legend = {}
-  for ax, (title, curves) in zip(axes[0], panels):
+  for ax, (title, curves, *xlabel) in zip(axes[0], panels):
     drawn = False
     for i, (label, (steps, mean, std, _), marker, *floor) in enumerate(curves):
       if not steps.size:
@@ -63,7 +64,7 @@ def draw_panels(panels, path: str, dpi: int = 80, layout: dict | None = None) ->
         ax.axhline(floor[0], color=color, ls=":", lw=1.2)
       drawn = True
     ax.set_title(title, fontsize=10)
-    ax.set_xlabel("step")
+    ax.set_xlabel(xlabel[0] if xlabel else "step")
     ax.grid(alpha=0.3)
     if not drawn:
       ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")

@@ -173,14 +173,36 @@ def test_paired_band_differences_by_seed(sweep_dir):
 def test_report_cli_writes_table_csv_and_figures(sweep_dir, tmp_path):
   out = str(tmp_path / "out")
   result = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "report.py"), sweep_dir, "--out", out,
-                           "--smooth", "2", "--baseline", "a"], capture_output=True, text=True, cwd=REPO,
-                          timeout=120)
+                           "--smooth", "2", "--baseline", "a", "--wall_clock"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
   assert result.returncode == 0, result.stderr
   assert "| a | 2/2 |" in result.stdout and "difference to `a`" in result.stdout
-  assert sorted(os.listdir(out)) == ["curves.png", "groups.csv", "members.csv", "paired.png", "summary.md"]
-  for name in ("curves.png", "paired.png"):
+  assert sorted(os.listdir(out)) == ["curves.png", "groups.csv", "members.csv", "paired.png", "summary.md",
+                                     "wall_clock.png"]
+  for name in ("curves.png", "paired.png", "wall_clock.png"):
     with open(os.path.join(out, name), "rb") as f:
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_wall_clock_panel_puts_each_evaluation_at_the_mean_seconds_of_its_seeds(tmp_path):
+  """Two seeds of g: evaluations at steps 0 and 2; the seconds up to an evaluation are its member's step_time and
+  timing/eval_s summed over the steps up to it, averaged over the seeds that evaluated there."""
+  d = str(tmp_path / "sweep")
+  os.makedirs(d)
+  for name, times, evals, accs in [("g_seed0", [4.0, 1.0, 2.0], [0.5, 0.25], [0.1, 0.5]),
+                                   ("g_seed1", [6.0, 3.0, 1.0], [1.5, 0.75], [0.3, 0.9])]:
+    rows = [{"step": s, "step_time": t} for s, t in enumerate(times)]
+    rows += [{"step": 0, "eval/accuracy": accs[0], "timing/eval_s": evals[0]},
+             {"step": 2, "eval/accuracy": accs[1], "timing/eval_s": evals[1]}]
+    _write_member(d, name, rows, "DONE", {"wall_s": 1.0}, group="g")
+  ((title, [(label, (x, mean, (lo, hi), count), marker)], xlabel),) = figures.wall_clock_panels(
+      results.load_sweep_dir(d))
+  # seed 0: 4 + 0.5 = 4.5 at step 0, 4.5 + 1 + 2 + 0.25 = 7.75 at step 2; seed 1: 7.5, then 7.5 + 3 + 1 + 0.75 = 12.25
+  np.testing.assert_allclose(x, [(4.5 + 7.5) / 2, (7.75 + 12.25) / 2])
+  np.testing.assert_allclose(mean, [0.2, 0.7])
+  half = 12.706204736 * np.std([0.5, 0.9], ddof=1) / np.sqrt(2)  # Student's t, 1 degree of freedom
+  np.testing.assert_allclose([lo[1], hi[1]], [0.7 - half, 0.7 + half], rtol=1e-6)
+  assert label == "g (n=2)" and count.tolist() == [2, 2] and xlabel.startswith("seconds")
 
 
 def test_select_groups(sweep_dir):
