@@ -38,12 +38,41 @@ kernels, what bounds an accelerator's decode; per_row: each row's own compute an
   static       every row of the batch until the longest stops:    D = max L * t(B)
   continuous   `sampling.slots` = s rows at once, a row that stops hands its slot to the next (list scheduling in
                row order): D = makespan * t(s), makespan >= sum L / s
-  partial      continuous, and unfinished rows carry over to the next batch (rollouts spanning updates): in the
-               steady state every slot is busy, D = sum L / s * t(s)
+  pooled       an upper bound, not this project's mode: continuous, and unfinished rows carry over into one pool
+               of slots that never idles (AReaL-style: a decode server that streams rows across updates):
+               D = sum L / s * t(s)
 
 Its utilization, sum L / (rows x steps), is `sampling/slot_utilization`. The sampling phase is then the prefill
 (`--prefill`) plus D, and the step follows the forms above, the weight copy X included (the best layout of each).
 `decode_modes` gives the three for a length distribution; `--decode` sets t(r) on the phases' devices.
+
+Rollouts that span updates as built (`rollout.decode_budget` = b, `rollout.staleness` = k >= 1;
+grpo_jax/train/partial.py): batch t takes one segment per policy, by the policies after p0 = max(0, t - 1 - k) ..
+t - 1 updates, each segment one `Sampler.generate` call over the batch's rows still running: the first
+prefills each group's prompt once and decodes at most b new tokens per row, segment j (2 .. k) prefills each
+unfinished row's prompt and its (j - 1) b tokens so far again (no KV cache survives a segment) and decodes at
+most b more, segment k + 1 (the policy after t - 1 updates) has no budget and finishes every row; a batch whose
+rows all stop earlier needs no more. Before each update every batch in flight advances a segment, so in the
+steady state a step runs segment j of some batch for each j = 1 .. k + 1 (those any row reaches), and with all
+batches drawn from one length distribution (`segments`):
+
+  segments     D = sum over j of  prefill(tokens_j) + steps_j x t(rows_j)
+               rows_j: the rows longer than (j - 1) b (static: the sampler's row bucket of them; with slots s:
+               min(s, rows), steps_j the makespan of their new tokens over s slots); steps_j: the longest row's
+               new tokens in segment j less the one the prefill emits, rounded up to the decode loop's chunks of
+               `stop_check_every` steps (the last chunk: the rest of max_new_tokens - 1); prefill(n tokens) =
+               fixed + per_token x n (fixed: a generate call's own seconds, dispatch and host bookkeeping), n:
+               prompts x prompt width for j = 1, rows_j x (prompt + (j - 1) b) after, each padded as the sampler
+               pads them; the first segment's prefill may be given as measured (`--prefill`).
+
+Overlapped, the finishing segment runs before the update (batch t must be complete) and the others during it:
+T = O + F(n - s) + S_finish(s) + max(U(n - s), X + S_rest(s) + W). A step's k + 1 calls run one after the
+other and each lasts as long as its longest row, so the step still runs about max L token steps (the longest
+row's, split over its segments) plus a prefill per continued segment: where a token step is bound by reading the
+weights (`fixed`), spanning saves only per-row work. The pooled bound's gain would need the batches' rows in one
+decode. `--budget`, `--staleness`, `--prompt_tokens` and `--group` set the case; the per-token prefill cost is
+`--prefill` over the first segment's prompt tokens. benchmarks/segments_bench.py checks the model against runs on
+this CPU.
 """
 from __future__ import annotations
 
@@ -81,11 +110,14 @@ def sync_step(p: Phases, devices: int, efficiency: float = 1.0, sample_efficienc
 
 
 def overlapped_step(p: Phases, devices: int, sampler_devices: int, transfer_s: float, efficiency: float = 1.0,
-                    sample_efficiency: float = 1.0) -> float:
+                    sample_efficiency: float = 1.0, serial: float = 0.0) -> float:
+  """`serial`: the seconds of `p.sample` that run before the update instead of during it (with a decode budget:
+  the segment that finishes the update's batch)."""
   trainer = devices - sampler_devices
   s = lambda t, n, e: scaled(t, p.devices, n, e)
-  return p.other + s(p.reference, trainer, efficiency) + max(
-      s(p.update, trainer, efficiency), transfer_s + s(p.sample, sampler_devices, sample_efficiency) + p.reward)
+  return p.other + s(p.reference, trainer, efficiency) + s(serial, sampler_devices, sample_efficiency) + max(
+      s(p.update, trainer, efficiency),
+      transfer_s + s(p.sample - serial, sampler_devices, sample_efficiency) + p.reward)
 
 
 def shared_pool_step(p: Phases, transfer_s: float = 0.0) -> float:
@@ -115,6 +147,15 @@ def lognormal_lengths(median: float, sigma: float, cap: int, rows: int, seed: in
   return np.clip(np.ceil(draws), 1, cap).astype(np.int64)
 
 
+class Prefill(NamedTuple):
+  """A prefill of n tokens (padding included) takes fixed_s + per_token_s * n seconds (module docstring)."""
+  fixed_s: float
+  per_token_s: float
+
+  def seconds(self, tokens: int) -> float:
+    return self.fixed_s + self.per_token_s * tokens
+
+
 def makespan(lengths: Sequence[int], slots: int, every: int = 1) -> int:
   """Token steps for `slots` slots to decode rows of `lengths`, each row taking the first free slot, in order; a
   slot is refilled (and the decode ends) at a multiple of `every` steps (the sampler's `stop_check_every`)."""
@@ -125,12 +166,72 @@ def makespan(lengths: Sequence[int], slots: int, every: int = 1) -> int:
 
 
 def decode_modes(lengths: Sequence[int], slots: int, decode: Decode) -> dict[str, tuple[float, float]]:
-  """{mode: (decode seconds, slot utilization)} for static, continuous and partial decoding (module docstring)."""
+  """{mode: (decode seconds, slot utilization)} for static, continuous and pooled decoding (module docstring)."""
   lengths = np.asarray(lengths)
   rows, total = len(lengths), float(lengths.sum())
   steps = {"static": (int(lengths.max()), rows), "continuous": (makespan(lengths, slots), slots),
-           "partial": (total / slots, slots)}
+           "pooled": (total / slots, slots)}
   return {mode: (n * decode.step_s(r), total / (n * r)) for mode, (n, r) in steps.items()}
+
+
+def chunked_steps(needed: int, max_new_tokens: int | None = None, every: int = 1) -> int:
+  """Decode steps a generate call runs when its longest row needs `needed` after the prefill's token: the loop
+  tests "every row done" before each chunk of `every` steps, its last chunk the rest of max_new_tokens - 1."""
+  if needed <= 0:
+    return 0
+  steps = -(-needed // every) * every
+  if max_new_tokens is None:
+    return steps
+  total = max_new_tokens - 1
+  return steps if steps <= total // every * every else total
+
+
+class Segment(NamedTuple):
+  """One generate call of a batch in flight (`segments`)."""
+  index: int           # j: the batch's j-th segment (1 starts it, k + 1 finishes it)
+  rows: int            # rows it continues: those longer than (j - 1) b
+  prefill_tokens: int  # tokens it prefills, padding included
+  decode_steps: int
+  decode_rows: int     # rows each decode step runs (static: the row bucket; with slots: the slots)
+  decode_tokens: int   # kept tokens its decode steps emit (the prefill's one per row not counted)
+  seconds: float
+
+
+def segments(lengths: Sequence[int], budget: int, staleness: int, decode: Decode, prefill: Prefill, *,
+             prompt_tokens: int = 0, group: int = 1, slots: int = 0, every: int = 1, max_new_tokens: int | None = None,
+             row_bucket=None, width_bucket=None, first_prefill_s: float | None = None) -> list[Segment]:
+  """The segments of one batch of completions of `lengths` with decode budget `budget` (0: one call to the end)
+  and staleness k (module docstring): in the steady state a step runs one of each, so their seconds add up to
+  the step's sampling. `group`: G, rows per prompt (the first segment prefills each prompt once);
+  `prompt_tokens`: the longest prompt's tokens; `row_bucket(r)` / `width_bucket(w)`: the sampler's padding of
+  r prompts or rows and of a context (prompt and tokens so far) of w tokens (none: exact); `slots`: continuous
+  batching's slots (0: static); `every`, `max_new_tokens`: the decode loop's chunks (`chunked_steps`);
+  `first_prefill_s`: the first segment's prefill seconds, if measured (else `prefill` of its tokens)."""
+  lengths = np.asarray(lengths, np.int64)
+  row_bucket = row_bucket or (lambda r: r)
+  width_bucket = width_bucket or (lambda w: w)
+  out = []
+  for j in range(1, (staleness + 1 if budget else 1) + 1):
+    done = (j - 1) * budget
+    running = lengths > done
+    rows = int(running.sum())
+    if not rows:
+      break
+    new = lengths[running] - done
+    if budget and j <= staleness:
+      new = np.minimum(new, budget)
+    prompts, repeats = (-(-rows // group), group) if j == 1 else (rows, 1)
+    tokens = row_bucket(prompts) * width_bucket(prompt_tokens + done)
+    prefill_s = first_prefill_s if j == 1 and first_prefill_s is not None else prefill.seconds(tokens)
+    if slots:
+      decode_rows = min(slots, rows)
+      steps = makespan(new - 1, decode_rows, every)
+    else:
+      decode_rows = row_bucket(prompts) * repeats
+      steps = chunked_steps(int(new.max()) - 1, max_new_tokens, every)
+    seconds = prefill_s + steps * decode.step_s(decode_rows)
+    out.append(Segment(j, rows, tokens, steps, decode_rows, int((new - 1).sum()), seconds))
+  return out
 
 
 def with_decode(p: Phases, static_decode_s: float, decode_s: float) -> Phases:
@@ -138,13 +239,13 @@ def with_decode(p: Phases, static_decode_s: float, decode_s: float) -> Phases:
   return p._replace(sample=p.sample - static_decode_s + decode_s)
 
 
-def table(p: Phases, devices: int, transfer_s: float, efficiency: float = 1.0,
-          sample_efficiency: float = 1.0) -> list[tuple[str, float]]:
+def table(p: Phases, devices: int, transfer_s: float, efficiency: float = 1.0, sample_efficiency: float = 1.0,
+          serial: float = 0.0) -> list[tuple[str, float]]:
   """(layout, predicted step seconds): sync on all devices, then each split of the overlapped run."""
   rows = [(f"sync / inline, {devices} devices", sync_step(p, devices, efficiency, sample_efficiency))]
   for sampler in range(1, devices):
     rows.append((f"overlapped, sampler {sampler} + trainer {devices - sampler}",
-                 overlapped_step(p, devices, sampler, transfer_s, efficiency, sample_efficiency)))
+                 overlapped_step(p, devices, sampler, transfer_s, efficiency, sample_efficiency, serial)))
   return rows
 
 
@@ -170,6 +271,12 @@ def main(argv=None) -> None:
   # step, taken here as a fixed 3.5 ms (weights and launches) plus 4 us per row.
   parser.add_argument("--decode", default="3.5,0.004", help="fixed,per_row milliseconds of one token step")
   parser.add_argument("--prefill", type=float, default=0.05, help="seconds of the sampling's prefill")
+  parser.add_argument("--prompt_tokens", type=int, default=200, help="tokens of a prompt (assumed: a GSM8K "
+                      "question in the chat template; the prefill's per-token cost is --prefill over them)")
+  parser.add_argument("--group", type=int, default=8, help="rows per prompt (G): the first prefill's prompts")
+  parser.add_argument("--budget", type=int, default=256, help="rollout.decode_budget of the segments modes")
+  parser.add_argument("--staleness", type=int, default=1, help="rollout.staleness of the segments modes")
+  parser.add_argument("--stop_check_every", type=int, default=8, help="the decode loop's chunk of steps")
   args = parser.parse_args(argv)
   sample, reward, reference, update = map(float, args.phases.split(","))
   p = Phases(sample, reward, reference, update, args.measured_on)
@@ -186,19 +293,35 @@ def main(argv=None) -> None:
   print(f"recommended: {best[0]} ({base / best[1]:.2f}x the synchronous step)")
   fixed_ms, per_row_ms = map(float, args.decode.split(","))
   decode = Decode(fixed_ms / 1e3, per_row_ms / 1e3)
+  k, budget = args.staleness, args.budget
+  # The first segment's prefill (each group's prompt once) is `--prefill`; a continued row's costs per token alike.
+  prefill = Prefill(0.0, args.prefill / (-(-args.rows // args.group) * args.prompt_tokens))
   print(f"\ndecode on {p.devices} device(s): a token step of r rows {fixed_ms} ms + {per_row_ms} ms x r; {args.rows} "
-        f"rows, {args.slots} slots; sampling = prefill {args.prefill} s + the decode; the best of the layouts above")
-  print(f"{'lengths (lognormal)':<42} {'mode':<11} {'decode s':>9} {'util':>6} {'step s':>8} {'vs static':>10}")
+        f"rows ({args.group} per prompt of {args.prompt_tokens} tokens), {args.slots} slots; sampling = prefill "
+        f"{args.prefill} s ({prefill.per_token_s * 1e6:.2f} us/token) + the decode; segments: decode_budget "
+        f"{budget}, staleness {k}, chunks of {args.stop_check_every} steps; the best of the layouts above")
+  print(f"{'lengths (lognormal)':<42} {'mode':<15} {'sample s':>9} {'util':>6} {'step s':>8} {'vs static':>10}")
   for name in args.lengths.split(","):
     median, sigma, cap = LENGTH_PRESETS[name]
     label = f"{name}: median {median:g}, sigma {sigma:g}, cap {cap}"
-    modes = decode_modes(lognormal_lengths(median, sigma, cap, args.rows), args.slots, decode)
-    steps = {mode: min(seconds for _, seconds in table(p._replace(sample=args.prefill + decode_s), args.devices,
-                                                          transfer_s, args.efficiency, args.sample_efficiency))
-             for mode, (decode_s, _) in modes.items()}
-    for mode, (decode_s, utilization) in modes.items():
-      print(f"{label:<42} {mode:<11} {decode_s:9.3f} {utilization:6.2f} {steps[mode]:8.3f} "
+    lengths = lognormal_lengths(median, sigma, cap, args.rows)
+    # mode: (sampling seconds, utilization, the seconds of it that run before the update when overlapped)
+    modes = {mode: (args.prefill + decode_s, utilization, 0.0)
+             for mode, (decode_s, utilization) in decode_modes(lengths, args.slots, decode).items()}
+    for mode, slots in (("segments", 0), ("segments+slots", args.slots)):
+      segs = segments(lengths, budget, k, decode, prefill, prompt_tokens=args.prompt_tokens, group=args.group,
+                      slots=slots, every=args.stop_check_every, max_new_tokens=cap, first_prefill_s=args.prefill)
+      finishing = sum(seg.seconds for seg in segs if seg.index == k + 1)
+      utilization = sum(seg.decode_tokens for seg in segs) / max(sum(seg.decode_steps * seg.decode_rows
+                                                                     for seg in segs), 1)
+      modes[mode] = (sum(seg.seconds for seg in segs), utilization, finishing)
+    steps = {mode: min(seconds for _, seconds in table(p._replace(sample=sample_s), args.devices, transfer_s,
+                                                          args.efficiency, args.sample_efficiency, serial))
+             for mode, (sample_s, _, serial) in modes.items()}
+    for mode, (sample_s, utilization, _) in modes.items():
+      print(f"{label:<42} {mode:<15} {sample_s:9.3f} {utilization:6.2f} {steps[mode]:8.3f} "
             f"{steps['static'] / steps[mode]:9.2f}x")
+
 
 if __name__ == "__main__":
   main()

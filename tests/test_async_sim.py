@@ -66,7 +66,7 @@ def test_decode_modes_by_hand():
   modes = async_sim.decode_modes(lengths, 2, decode)
   assert modes["static"] == pytest.approx((4 * 3.0, 8 / 16))       # 4 steps of 4 rows at 1 + 2 s
   assert modes["continuous"] == pytest.approx((4 * 2.0, 8 / 8))    # 4 steps of 2 slots at 1 + 1 s
-  assert modes["partial"] == pytest.approx((8 / 2 * 2.0, 1.0))     # 8 tokens over 2 always-busy slots
+  assert modes["pooled"] == pytest.approx((8 / 2 * 2.0, 1.0))      # 8 tokens over 2 always-busy slots
   lengths = async_sim.lognormal_lengths(180.0, 0.5, 512, 10_000)
   assert lengths.min() >= 1 and lengths.max() == 512 and 170 <= np.median(lengths) <= 190
 
@@ -74,4 +74,77 @@ def test_decode_modes_by_hand():
 def test_the_decode_table_prints_each_mode(capsys):
   async_sim.main(["--lengths", "gsm8k", "--rows", "8", "--slots", "4"])
   out = capsys.readouterr().out
-  assert all(f" {mode} " in out for mode in ("static", "continuous", "partial"))
+  assert all(f" {mode} " in out for mode in ("static", "continuous", "pooled", "segments", "segments+slots"))
+
+
+def test_chunked_decode_steps():
+  assert async_sim.chunked_steps(0, 6, 4) == 0   # every row done after the prefill: no decode step
+  assert async_sim.chunked_steps(1, 6, 4) == 4   # one chunk of 4 steps
+  assert async_sim.chunked_steps(5, 6, 4) == 5   # past the whole chunks (4 of the 5 steps): the rest, 1 more
+  assert async_sim.chunked_steps(3, None, 4) == 4 and async_sim.chunked_steps(3) == 3
+
+
+def test_segments_by_hand():
+  # Rows of 5, 1, 3, 2 tokens, 2 per prompt of 3 tokens; budget 2, staleness 2: three segments. A decode step of r
+  # rows takes 1 + 0.5 r s; a prefill of n tokens 0.5 + 0.1 n s.
+  lengths, decode, prefill = [5, 1, 3, 2], async_sim.Decode(1.0, 0.5), async_sim.Prefill(0.5, 0.1)
+  segs = async_sim.segments(lengths, 2, 2, decode, prefill, prompt_tokens=3, group=2)
+  # 1: all 4 rows, new tokens 2, 1, 2, 2; 2 prompts x 3 tokens prefilled (0.5 + 0.6); the longest row's 2nd token
+  #    is 1 decode step of 4 rows (3 s): 4.1 s. Decode tokens 1 + 0 + 1 + 1.
+  # 2: the rows of 5 and 3 (2 tokens so far), new 2 and 1; prefill 2 x (3 + 2) tokens (1.5 s); 1 step of 2 rows
+  #    (2 s): 3.5 s.
+  # 3 (no budget): the row of 5 (4 so far): prefill 1 x 7 tokens (1.2 s), its last token comes from it: 1.2 s.
+  assert [tuple(s[:6]) for s in segs] == [(1, 4, 6, 1, 4, 3), (2, 2, 10, 1, 2, 1), (3, 1, 7, 0, 1, 0)]
+  assert [s.seconds for s in segs] == pytest.approx([4.1, 3.5, 1.2])
+  # Budget 0: one call to the end, 4 decode steps of 4 rows: 1.1 + 12
+  assert [s.seconds for s in async_sim.segments(lengths, 0, 2, decode, prefill, prompt_tokens=3, group=2)] == \
+      pytest.approx([13.1])
+  # Staleness 1: the second segment finishes the rows of 5 and 3 (new 3 and 1): 2 decode steps of 2 rows.
+  segs = async_sim.segments(lengths, 2, 1, decode, prefill, prompt_tokens=3, group=2)
+  assert [s.seconds for s in segs] == pytest.approx([4.1, 1.5 + 2 * 2.0])
+  # 2 slots: segment 1's decode tokens 1, 0, 1, 1 over 2 slots end at step 2 (1 + 1 s each): 1.1 + 4
+  segs = async_sim.segments(lengths, 2, 2, decode, prefill, prompt_tokens=3, group=2, slots=2)
+  assert segs[0].seconds == pytest.approx(5.1) and segs[0].decode_rows == 2
+  # The sampler's padding: rows to a multiple of 4, contexts to 8 tokens; a measured first prefill.
+  segs = async_sim.segments(lengths, 2, 2, decode, prefill, prompt_tokens=3, group=2, first_prefill_s=0.25,
+                            row_bucket=lambda r: -(-r // 4) * 4, width_bucket=lambda w: 8)
+  # 1: 0.25 + 1 step of 4 x 2 = 8 rows (5 s); 2: 4 rows x 8 tokens (3.7 s) + 1 step of 4 rows (3 s); 3: 3.7 s
+  assert [s.seconds for s in segs] == pytest.approx([5.25, 6.7, 3.7])
+
+
+def test_the_finishing_segment_runs_before_the_update():
+  # 1 s of the 4 s sampling before the update, the rest beside it: 0.25 + 1 + 1 + max(6, 0.1 + 3 + 0.5)
+  assert async_sim.overlapped_step(P, 2, 1, transfer_s=0.1, serial=1.0) == pytest.approx(8.25)
+
+
+FIT_CHECK = """
+import numpy as np
+import segments_bench as sb
+assert sb.mixed_lengths(3.25, 8).tolist() == [4, 4, 3, 3, 3, 3, 3, 3]
+# Costs made from a prefill of 1 ms + 2 us x tokens and a decode step of 0.5 ms + 4 us x rows; 3 decode steps to
+# the end (max_new_tokens 4), rows unpadded, contexts of 8 tokens after 1 or 2 so far, 16 after 3.
+step = lambda r: 0.5e-3 + 4e-6 * r
+shapes = dict(rows=256, group=8, max_new_tokens=4, every=8, widths=[8, 8, 8, 16])
+costs = dict(shapes=shapes, bucket=lambda r: r, first_prefill=2e-3, first_full=2e-3 + 3 * step(256))
+for r in (64, 128, 256):
+  for q in (1, 2, 3):
+    costs[f"continued_prefill_{r}_{q}"] = 1e-3 + 2e-6 * r * shapes["widths"][q]
+    if q < 3:
+      costs[f"continued_full_{r}_{q}"] = costs[f"continued_prefill_{r}_{q}"] + 3 * step(r)
+prefill, decode = sb.fit(costs)
+assert np.allclose(prefill, (1e-3, 2e-6)) and np.allclose(decode, (0.5e-3, 4e-6)), (prefill, decode)
+print("ok")
+"""
+
+
+def test_segments_bench_fits_its_costs():
+  # benchmarks/segments_bench.py imports its sibling modules as a script does: run it from that folder.
+  import os
+  import subprocess
+  import sys
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+  done = subprocess.run([sys.executable, "-c", FIT_CHECK], cwd=folder, capture_output=True, text=True, timeout=60)
+  assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+  done = subprocess.run([sys.executable, "segments_bench.py", "--help"], cwd=folder, capture_output=True, text=True,
+                        timeout=60)
+  assert done.returncode == 0 and "Rollouts that span updates" in done.stdout, done.stderr
