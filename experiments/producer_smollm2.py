@@ -5,9 +5,10 @@
 #   python scripts/sweep.py --config experiments/producer_smollm2.py --sweep_dir runs/producer_smollm2
 #   python scripts/report.py runs/producer_smollm2 --baseline static --wall_clock \
 #     --mean_of sampling/slot_utilization,timing/sample_s
-# About 15 min per member on a 2-core CPU (9 members).
+# About 10 min per member on a 2-core CPU (9 members); docs/ablations.md has the results.
 """Static decoding (every row of a batch until the longest stops), continuous batching on 16 slots
-(`sampling.slots`: the same completions, bitwise), and continuous batching with rollouts that span updates
+(`sampling.slots`: the same completions up to float rounding, which differs with the rows a decode step runs, so
+the runs drift apart after a few steps), and continuous batching with rollouts that span updates
 (`rollout.decode_budget` 24 of the 48 new tokens, `rollout.staleness` 1: a completion's first 24 tokens by the
 policy one update older, the rest by the newest), on experiments/smollm2_arithmetic.py; 3 seeds each."""
 from grpo_jax.sweep import spec

@@ -148,3 +148,40 @@ def test_segments_bench_fits_its_costs():
   done = subprocess.run([sys.executable, "segments_bench.py", "--help"], cwd=folder, capture_output=True, text=True,
                         timeout=60)
   assert done.returncode == 0 and "Rollouts that span updates" in done.stdout, done.stderr
+
+
+STUDY_CHECK = """
+import numpy as np
+import producer_study_check as pc
+row = {"completions/min_length": 5, "completions/max_length": 48, "completions/mean_length": 30.0,
+       "completions/clipped_ratio": 0.25}
+lengths = pc.modelled_lengths(row, 64, 48)
+assert len(lengths) == 64 and lengths.min() >= 5 and lengths.max() == 48, lengths
+assert (lengths == 48).sum() == 16 and abs(lengths.mean() - 30.0) < 0.5, (np.sort(lengths), lengths.mean())
+none = pc.modelled_lengths(dict(row, **{"completions/clipped_ratio": 0.0, "completions/max_length": 40}), 64, 48)
+assert none.max() == 40 and abs(none.mean() - 30.0) < 0.5, (np.sort(none), none.mean())
+# Costs made from a static step of 100 ms over 64 rows, a slot step of 20 ms + 2 ms x slots, a continued prefill of
+# 50 ms + 1 ms x padded tokens; 16 decode steps per call; contexts of 64 tokens; rows unpadded.
+slot = lambda s: 0.02 + 0.002 * s
+shapes = dict(rows=64, group=8, max_new_tokens=48, every=8, slots=16, prompt=40, prefix=24, decode_steps=16)
+costs = dict(shapes=shapes, bucket=lambda r: r, width=lambda w: 64, first_prefill=0.5, static_first=0.5 + 16 * 0.1,
+             slots_first_prefill=0.4, slots_first=0.4 + 64 * slot(16), half_slots_prefill=0.3,
+             half_slots=0.3 + 16 * slot(8), **{f"continued_prefill_{r}": 0.05 + 0.001 * r * 64 for r in (8, 16, 32, 64)})
+static, slotted, prefill = pc.fit(costs)
+assert np.allclose(static, (0.1, 0.0)) and np.allclose(slotted, (0.02, 0.002)), (static, slotted)
+assert np.allclose(prefill, (0.05, 0.001)), prefill
+# Every row 48 tokens: the static decode runs 47 steps after the prefill's token (chunks of 8: 40, then the rest 7).
+full = dict(row, **{"completions/clipped_ratio": 1.0, "completions/min_length": 48, "completions/mean_length": 48})
+assert np.isclose(pc.predicted_sample_s(pc.modelled_lengths(full, 64, 48), {}, costs, static, slotted, prefill),
+                  0.5 + 47 * 0.1)
+print("ok")
+"""
+
+
+def test_producer_study_check_models_lengths_and_fits_its_costs():
+  import os
+  import subprocess
+  import sys
+  folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+  done = subprocess.run([sys.executable, "-c", STUDY_CHECK], cwd=folder, capture_output=True, text=True, timeout=60)
+  assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

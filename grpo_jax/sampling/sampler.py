@@ -31,9 +31,11 @@ the decode runs `slots` rows at a time: every `stop_check_every` steps each idle
 yet started, in (prompt, sample) order, copying its prompt's cache; a slot holding row b at token t feeds token
 t - 1 at cache slot P + t - 1 with row b's rotary angles and draws token t from u[t, b], the static decode's
 uniform (the per-row cache index is `Transformer.__call__`'s [B] cache_index). A row's cache, inputs and uniforms
-are those of its static row, so the completions are the static decode's (bitwise on XLA:CPU for the tests' models;
-not guaranteed: on SmolLM2-135M, 1 of 2 ten-step runs of 64 rows on 16 slots sampled another batch at step 4,
-likely logits rounded otherwise over 16 rows than over 64, flipping a draw at a CDF boundary); the slots
+are those of its static row, so the completions are the static decode's: bitwise for the same rows per step (on
+XLA:CPU, the tests' models; on SmolLM2-135M 16 slots over 16 rows give the 16-row static decode exactly), up to
+float rounding otherwise, since XLA:CPU's matrix products round with the row count (on SmolLM2-135M the static
+decode alone agrees bitwise with itself over 16 and 64 rows on 40% of the log-probs, within 6.1e-5, and 0 to 3 of
+64 completions on 16 slots take another token at a draw near a boundary of the inverse CDF); the slots
 take as many token steps as the longest row at least, and about sum(lengths) / slots when rows are many. It wins
 when lengths vary: each step costs `slots` rows instead of B (benchmarks/continuous_batching_bench.py). Refills
 wait for the chunk's end (no copy, no test inside the chunk's static loop), so a slot freed mid-chunk idles up to
