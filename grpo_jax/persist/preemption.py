@@ -166,11 +166,6 @@ class Preemption:
     local = self.reason is not None
     return not self.collective(not local) if self.collective else local
 
-  def raise_if_requested(self) -> None:
-    """Raises `Preempted` if a stop was requested (a point where stopping loses nothing)."""
-    if self.reason is not None:
-      raise errors.Preempted(self.reason)
-
   def seconds_since_request(self) -> float:
     return 0.0 if self.requested_at is None else time.monotonic() - self.requested_at
 
