@@ -72,11 +72,6 @@ def init_cache(cfg: ModelConfig, batch: int, length: int) -> list[LayerCache | L
           for i in range(cfg.num_layers)]
 
 
-def attention_caches(cache: list) -> list[LayerCache]:
-  """The KV caches of a model's cache (its attention layers')."""
-  return [c for c in cache if isinstance(c, LayerCache)]
-
-
 def extend_cache(cfg: ModelConfig, cache: list[LayerCache], extra: int) -> list[LayerCache]:
   """A cache of `length` positions (all written) grown to `length + extra`: global layers get `extra` empty
   slots; a ring that holds fewer than sliding_window slots never wrapped (slot = index), so it grows the same
