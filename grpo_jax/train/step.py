@@ -101,13 +101,11 @@ def check_prompt_runs(batch: RolloutBatch, prompt_repeats: int) -> None:
                        f"do not share one {name} (model.share_prompt_forward needs each group's rows contiguous)")
 
 
-def _masked_max_abs(a_BxC, b_BxC, mask_BxC):
-  return jnp.max(jnp.where(mask_BxC > 0, jnp.abs(a_BxC - b_BxC), 0.0))
-
-
-def _masked_abs_sum_count(a_BxC, b_BxC, mask_BxC):
+def _mismatch(a_BxC, b_BxC, mask_BxC):
+  """(max, (sum, count)) of |a - b| over the real tokens."""
   real = mask_BxC > 0
-  return jnp.sum(jnp.where(real, jnp.abs(a_BxC - b_BxC), 0.0)), jnp.sum(real).astype(jnp.float32)
+  abs_BxC = jnp.where(real, jnp.abs(a_BxC - b_BxC), 0.0)
+  return jnp.max(abs_BxC), (jnp.sum(abs_BxC), jnp.sum(real).astype(jnp.float32))
 
 
 def keep_if(flag, new, old):
@@ -196,11 +194,9 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       loss_sum, metrics = loss_sum + moe_loss * denom, {**metrics, **moe_metrics}
       if micro.experts_BxTxLxk is not None:
         metrics["moe/routing_flip"] = _routing_flips(routing, micro, prompt_repeats)
-    logp_sg = jax.lax.stop_gradient(logp)
-    mismatch = _masked_max_abs(logp_sg, micro.sampler_logp_BxC, micro.completion_mask_BxC)
-    metrics = dict(metrics, logp_mismatch_mean=_masked_abs_sum_count(logp_sg, micro.sampler_logp_BxC,
-                                                                       micro.completion_mask_BxC))
-    return loss_sum, (denom, metrics, mismatch)
+    mismatch, mismatch_mean = _mismatch(jax.lax.stop_gradient(logp), micro.sampler_logp_BxC,
+                                        micro.completion_mask_BxC)
+    return loss_sum, (denom, dict(metrics, logp_mismatch_mean=mismatch_mean), mismatch)
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
@@ -212,15 +208,13 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
     U = mini_batch_size // micro_batch_size
     on_policy = num_iterations == 1 and M == 1
     if on_policy:
-      old_logp = None
-      old_mismatch = None
+      old_logp = old_mismatch = None
     else:
       old_fn = make_logprob_fn(graphdef, temperature=temperature, chunk_size=chunk_size,
                                micro_batch_size=micro_batch_size, prompt_repeats=prompt_repeats,
                                routing_replay=routing_replay)
       old_logp = jax.lax.stop_gradient(old_fn(params, batch))
-      old_mismatch = _masked_max_abs(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
-      old_mismatch_mean = _masked_abs_sum_count(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
+      old_mismatch, old_mismatch_mean = _mismatch(old_logp, batch.sampler_logp_BxC, batch.completion_mask_BxC)
     pieces = jax.tree.map(lambda x: _split(x, M, U), (batch, old_logp))
 
     # The metric dict's structure, to start the accumulators at zero.
