@@ -160,19 +160,16 @@ class ModelConfig:
   final_logit_softcapping: float | None = None
 
   def __post_init__(self):
-    for name in ("param_dtype", "dtype"):
-      if getattr(self, name) not in DTYPES:
-        raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected one of {sorted(DTYPES)}")
-    if self.attention not in ATTENTION:
-      raise ValueError(f"ModelConfig.attention={self.attention!r}: expected one of {list(ATTENTION)}")
-    if self.decode_attention not in DECODE_ATTENTION:
-      raise ValueError(f"ModelConfig.decode_attention={self.decode_attention!r}: expected one of "
-                       f"{list(DECODE_ATTENTION)}")
+    choices = dict(param_dtype=sorted(DTYPES), dtype=sorted(DTYPES), attention=list(ATTENTION),
+                   decode_attention=list(DECODE_ATTENTION), family=sorted(FAMILIES))
+    if self.num_experts:
+      choices.update(router=list(ROUTERS), moe_impl=list(MOE_IMPLS))
+    for name, allowed in choices.items():
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: expected one of {allowed}")
     if self.attention == "cudnn" and self.dtype not in ("bfloat16", "float16"):
       raise ValueError(f"ModelConfig.attention='cudnn' needs dtype bfloat16 or float16 (cuDNN flash attention), "
                        f"got dtype={self.dtype!r}")
-    if self.family not in FAMILIES:
-      raise ValueError(f"ModelConfig.family={self.family!r}: expected one of {sorted(FAMILIES)}")
     if self.layer_types is not None:
       if not isinstance(self.layer_types, tuple) or len(self.layer_types) != self.num_layers:
         raise ValueError(f"ModelConfig.layer_types must be a tuple of num_layers={self.num_layers} entries, "
@@ -203,10 +200,6 @@ class ModelConfig:
       if not 1 <= self.num_experts_per_tok <= self.num_experts or self.moe_intermediate_size < 1:
         raise ValueError(f"ModelConfig: num_experts={self.num_experts} needs 1 <= num_experts_per_tok <= "
                          f"num_experts (got {self.num_experts_per_tok}) and moe_intermediate_size >= 1")
-      if self.router not in ROUTERS:
-        raise ValueError(f"ModelConfig.router={self.router!r}: expected one of {list(ROUTERS)}")
-      if self.moe_impl not in MOE_IMPLS:
-        raise ValueError(f"ModelConfig.moe_impl={self.moe_impl!r}: expected one of {list(MOE_IMPLS)}")
       if self.moe_layers is not None and len(self.moe_layers) != self.num_layers:
         raise ValueError(f"ModelConfig.moe_layers must have num_layers={self.num_layers} entries")
     if self.num_heads % self.num_kv_heads:
@@ -451,14 +444,10 @@ def from_hf_config(hf: Mapping[str, Any], **overrides) -> ModelConfig:
     _unsupported(f"quantization_config.quant_method={quant!r}: quantized weights cannot be read; give a "
                  f"dequantized copy (e.g. transformers' from_pretrained with the quantization config's "
                  f"dequantize=True, then save_pretrained)")
-  if model_type == "gemma3_text":
-    return _from_gemma3_config(hf, overrides)
-  if model_type == "gpt_oss":
-    return _from_gpt_oss_config(hf, overrides)
-  if model_type in ("qwen3_5_text", "qwen3_5_moe_text"):
-    return _from_qwen3_5_config(hf, overrides)
-  if model_type == "gemma4_text":
-    return _from_gemma4_config(hf, overrides)
+  family_fields = {"gemma3_text": _gemma3_fields, "gpt_oss": _gpt_oss_fields, "qwen3_5_text": _qwen3_5_fields,
+                   "qwen3_5_moe_text": _qwen3_5_fields, "gemma4_text": _gemma4_fields}.get(model_type)
+  if family_fields is not None:
+    return ModelConfig(**{**family_fields(hf), **overrides})
   if hf.get("hidden_act", "silu") != "silu":
     _unsupported(f"hidden_act={hf.get('hidden_act')!r} is not supported (only 'silu')")
   num_heads = hf["num_attention_heads"]
@@ -514,7 +503,7 @@ def _qwen3_moe_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
               router="softmax_topk", norm_topk_prob=bool(hf.get("norm_topk_prob", False)))
 
 
-def _from_gpt_oss_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+def _gpt_oss_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
   """gpt-oss: every layer's feed-forward is the expert block (intermediate_size is one expert's), attention with
   q/k/v/o biases and sinks, alternating sliding and full layers, YaRN rope on both."""
   if hf.get("hidden_act", "silu") != "silu":
@@ -522,7 +511,7 @@ def _from_gpt_oss_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
   rp = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
   n = hf["num_hidden_layers"]
   layer_types = tuple(hf.get("layer_types") or [SLIDING if i % 2 == 0 else FULL for i in range(n)])
-  kw = dict(
+  return dict(
       vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
       num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=hf["num_key_value_heads"],
       head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
@@ -534,11 +523,9 @@ def _from_gpt_oss_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
       num_experts_per_tok=hf["num_experts_per_tok"], moe_intermediate_size=hf["intermediate_size"],
       router="topk_softmax", expert_bias=True, swiglu_limit=float(hf.get("swiglu_limit", 7.0)),
       swiglu_alpha=float(hf.get("swiglu_alpha", 1.702)))
-  kw.update(overrides)
-  return ModelConfig(**kw)
 
 
-def _from_qwen3_5_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+def _qwen3_5_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
   """Qwen3.5 (transformers' Qwen3_5TextConfig): linear-attention layers, every full_attention_interval-th (default
   4th) layer full attention with an output gate and q/k norms, norms stored as offsets from 1, partial RoPE. Its
   multimodal RoPE sections rotate text tokens exactly as plain RoPE (all three position ids are the same).
@@ -575,8 +562,7 @@ def _from_qwen3_5_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
     kw.update(num_experts=hf["num_experts"], num_experts_per_tok=hf["num_experts_per_tok"],
               moe_intermediate_size=hf["moe_intermediate_size"], router="softmax_topk", norm_topk_prob=True,
               shared_expert_size=hf["shared_expert_intermediate_size"])
-  kw.update(overrides)
-  return ModelConfig(**kw)
+  return kw
 
 
 def _to_qwen3_5_config(cfg: ModelConfig) -> dict[str, Any]:
@@ -616,7 +602,7 @@ def _rope_scaling_of(rs: Mapping[str, Any] | None):
   return None
 
 
-def _from_gemma3_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+def _gemma3_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
   """A gemma3_text config.json (transformers 4.5x's rope_theta / rope_local_base_freq / rope_scaling /
   sliding_window_pattern, or transformers 5's rope_parameters per layer type and layer_types); its
   architectures are checked by from_hf_config."""
@@ -645,7 +631,7 @@ def _from_gemma3_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
   global_scaling = _rope_scaling_of(hf.get("rope_scaling") or full)
   if _rope_scaling_of(local) is not None:
     _unsupported(f"rope scaling on sliding_attention layers is not supported: {local}")
-  kw = dict(
+  return dict(
       vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
       num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=hf["num_key_value_heads"],
       head_dim=hf["head_dim"], max_position_embeddings=hf["max_position_embeddings"],
@@ -655,8 +641,6 @@ def _from_gemma3_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
       sliding_window=int(hf["sliding_window"]),
       local_rope_theta=float(local.get("rope_theta", hf["rope_local_base_freq"])),
       query_pre_attn_scalar=float(hf["query_pre_attn_scalar"]))
-  kw.update(overrides)
-  return ModelConfig(**kw)
 
 
 def _rope_dict(rs) -> dict[str, Any] | None:
@@ -768,7 +752,7 @@ def _gemma4_rope(rp: Mapping[str, Any], layer_type: str):
   return float(rp.get("rope_theta", GEMMA4_ROPE_DEFAULTS[layer_type]["rope_theta"])), scaling
 
 
-def _from_gemma4_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
+def _gemma4_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
   """A gemma4_text config.json: transformers' Gemma4TextConfig defaults, then the checks that anything the
   decoder here would not reproduce exactly is refused by name."""
   hf = {**GEMMA4_TEXT_DEFAULTS, **{k: v for k, v in hf.items() if v is not None or k in (
@@ -811,7 +795,7 @@ def _from_gemma4_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
   if shared and not (0 < first and set(layer_types[first:]) <= set(layer_types[:first])):
     _unsupported(f"num_kv_shared_layers={shared}: every layer type among the shared layers needs a layer before them")
   cap = hf.get("final_logit_softcapping")
-  kw = dict(
+  return dict(
       vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
       num_layers=n, num_heads=hf["num_attention_heads"], num_kv_heads=K, head_dim=H,
       max_position_embeddings=hf["max_position_embeddings"], rope_theta=theta, rope_scaling=scaling,
@@ -824,8 +808,6 @@ def _from_gemma4_config(hf: Mapping[str, Any], overrides) -> ModelConfig:
       double_wide_mlp=bool(hf["use_double_wide_mlp"]) and shared > 0, per_layer_input_size=P,
       per_layer_input_vocab_size=hf["vocab_size_per_layer_input"] if P else 0,
       final_logit_softcapping=None if cap is None else float(cap), **experts)
-  kw.update(overrides)
-  return ModelConfig(**kw)
 
 
 def _to_gemma4_config(cfg: ModelConfig) -> dict[str, Any]:
