@@ -75,8 +75,7 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
   def show_progress():
     if time.time() - shown[0] >= every_s:
       shown[0] = time.time()
-      states = [progress.read_member(sweep_dir, m.name) for m in members]
-      live.show(progress.status_line(states), key=sorted((m.state, m.preempted) for m in states))
+      live.show(progress.read_members(sweep_dir, members))
 
   try:
     outcomes = runner.run_members(members, config_spec=config_spec, sweep_dir=sweep_dir,
@@ -85,6 +84,5 @@ def run_sweep(config_spec: str, sweep_dir: str, *, backend: str = "local", membe
                                   max_preemptions=max_preemptions, echo=echo, tick=show_progress)
   finally:
     live.end()
-  echo(progress.summary_table([progress.read_member(sweep_dir, m.name, outcomes[m.name]) for m in members],
-                              time.time() - started))
+  echo(progress.summary_table(progress.read_members(sweep_dir, members, outcomes), time.time() - started))
   return outcomes

@@ -10,7 +10,7 @@ import dataclasses
 import json
 import sys
 import time
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from grpo_jax import storage
 from grpo_jax.sweep import runner
@@ -62,6 +62,11 @@ def read_member(sweep_dir: str, name: str, outcome: str | None = None, now: floa
   return MemberProgress(name, state, _last_step(workdir), int(config.get("num_steps", 0) or 0),
                         len(set(starts) | ended - {None}), wall_s,
                         sum(r.get("outcome") == "preempted" for r in rows))
+
+
+def read_members(sweep_dir: str, members, outcomes: Mapping[str, str] | None = None) -> list[MemberProgress]:
+  """`read_member` of each of the sweep's `members` (spec.Member), with its outcome from `outcomes` if any."""
+  return [read_member(sweep_dir, m.name, (outcomes or {}).get(m.name)) for m in members]
 
 
 def eta_s(members: Sequence[MemberProgress]) -> float | None:
@@ -121,8 +126,9 @@ class LiveLine:
     self.echo, self.every_s, self.tty = echo, every_s, sys.stdout.isatty() and echo is print
     self.last_key, self.last_time = None, 0.0
 
-  def show(self, line: str, key) -> None:
-    """`key` (the members' states): a change of it is printed at once."""
+  def show(self, members: Sequence[MemberProgress]) -> None:
+    """The members' `status_line`; a change of their states is printed at once."""
+    line, key = status_line(members), sorted((m.state, m.preempted) for m in members)
     if self.tty:
       sys.stdout.write("\r\033[K" + line)
       sys.stdout.flush()

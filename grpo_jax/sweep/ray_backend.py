@@ -201,12 +201,6 @@ def _repo_root() -> str:
   return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _train_cmd(train_cmd: Sequence[str] | None) -> list[str]:
-  """The trainer command on this node: this node's Python running `grpo_jax.commands.train` from this node's
-  copy of the code (a `ray job submit --working-dir` unpacks it on every node; the trainer runs there)."""
-  return list(train_cmd) if train_cmd else spec_lib.default_train_cmd()
-
-
 def portable_path(config_spec: str) -> str:
   """An experiment path the member tasks can open: relative to the repository root when inside it (each node
   runs the trainer there, in its own copy of the code), else absolute."""
@@ -233,7 +227,7 @@ def _host_task(workdir: str, args: Sequence[str], train_cmd: Sequence[str] | Non
                coordinator: str) -> int:
   """Process `rank` (> 0) of a multi-host member; its output goes to WORKDIR/train.<rank>.log."""
   import ray
-  rc, _ = runner.attempt(workdir, _train_cmd(train_cmd) + list(args), cwd=_repo_root(),
+  rc, _ = runner.attempt(workdir, list(train_cmd or spec_lib.default_train_cmd()) + list(args), cwd=_repo_root(),
                          env=_trainer_env(ray, rank, hosts, coordinator), log_name=f"train.{rank}.log")
   return rc
 
@@ -245,7 +239,7 @@ def _member_task(m: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_
   runner.record's ('done', 'failed', 'preempted') or prepare's ('skipped-*', exit code None)."""
   import ray
   from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-  cmd = _train_cmd(train_cmd)
+  cmd = list(train_cmd or spec_lib.default_train_cmd())  # this node's Python and copy of the code
   runner.wait_for_donor(m, sweep_dir)  # members run at once here: a shared warm start may still be on its way
   prepared = runner.prepare(m, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=cmd, common=common,
                             skip_failed=skip_failed)
@@ -409,8 +403,7 @@ def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_d
               submit(m, False)
               continue
           outcomes[m.name] = outcome
-        states = _progress(sweep_dir, members, outcomes)
-        live.show(progress.status_line(states), key=sorted((m.state, m.preempted) for m in states))
+        live.show(progress.read_members(sweep_dir, members, outcomes))
       if interrupted.is_set():
         raise KeyboardInterrupt("SIGINT")
     live.end()
@@ -424,12 +417,8 @@ def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_d
       with contextlib.suppress(Exception):  # the cluster may be gone
         remove_placement_group(pg)
     ray.shutdown()
-  echo(progress.summary_table(_progress(sweep_dir, members, outcomes), time.time() - started))
+  echo(progress.summary_table(progress.read_members(sweep_dir, members, outcomes), time.time() - started))
   return {m.name: outcomes[m.name] for m in members}
-
-
-def _progress(sweep_dir: str, members: Sequence[spec_lib.Member], outcomes: Mapping[str, str]):
-  return [progress.read_member(sweep_dir, m.name, outcomes.get(m.name)) for m in members]
 
 
 def _end_lost_attempt(workdir: str, outcome: str, error: Exception) -> None:

@@ -55,16 +55,14 @@ def member_dir(sweep_dir: str, member: spec_lib.Member) -> str:
 
 def status(workdir: str) -> str:
   """'done', 'failed', 'unfinished' (has a log or metrics but no marker) or 'pending' (never started)."""
-  if storage.exists(RunFiles(workdir).done):
+  files = RunFiles(workdir)
+  if storage.exists(files.done):
     return "done"
-  if storage.exists(RunFiles(workdir).failed):
+  if storage.exists(files.failed):
     return "failed"
-  trainer = RunFiles(workdir)
-  if storage.exists(trainer.summary):
+  if storage.exists(files.summary):
     return "done"
-  if any(storage.exists(p) for p in (RunFiles(workdir).train_log, RunFiles(workdir).attempts, trainer.metrics)):
-    return "unfinished"
-  return "pending"
+  return "unfinished" if any(storage.exists(p) for p in (files.train_log, files.attempts, files.metrics)) else "pending"
 
 
 def read_json(path: str) -> dict[str, Any] | None:
