@@ -38,7 +38,8 @@ import signal
 import sys
 
 from grpo_jax import hash_seed, signals
-from grpo_jax.errors import EXIT_USER_ERROR, UserError
+from grpo_jax.commands import exit_on_mistake
+from grpo_jax.errors import UserError
 from grpo_jax.sweep import load_members, run_sweep, runner, spec
 
 
@@ -132,19 +133,14 @@ def main() -> None:
   """The `grpo-sweep` command."""
   # The members' trainers inherit the hash seed, so none of them re-executes to set it (grpo_jax/hash_seed.py).
   hash_seed.pin()
-  try:
-    sys.exit(run())
+  try:  # a bad sweep file, flag or key, a missing extra, an unshared sweep directory: one line naming it
+    sys.exit(exit_on_mistake("grpo-sweep", run, (UserError, ValueError, KeyError, TypeError, FileNotFoundError,
+                                                 AttributeError)))
   except KeyboardInterrupt as e:
     # Ctrl-C or SIGTERM (a cluster's time limit): the running member's trainer was stopped, its checkpoints kept.
     print(f"[sweep] interrupted ({e or 'Ctrl-C'}): the running member stopped at its last checkpoint; run the same "
           "command again to resume", file=sys.stderr)
     sys.exit(130)
-  except (UserError, ValueError, KeyError, TypeError, FileNotFoundError, AttributeError) as e:
-    # A bad sweep file, flag or key, a missing extra, an unshared sweep directory: one line naming it.
-    if "--debug" in sys.argv:
-      raise
-    print(f"grpo-sweep: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
-    sys.exit(EXIT_USER_ERROR)
 
 
 if __name__ == "__main__":
