@@ -346,8 +346,7 @@ def from_pretrained(path, *, param_dtype: str | None = None, dtype: str | None =
   flat = list(nnx.to_flat_state(abstract_state))
   shardings = None
   if mesh is not None:
-    shardings = dict(nnx.to_flat_state(sharding_lib.param_shardings(
-        abstract_state, mesh, sharding_lib.LOGICAL_RULES if rules is None else rules)))
+    shardings = dict(nnx.to_flat_state(sharding_lib.param_shardings(abstract_state, mesh, rules)))
 
   ckpt = _Checkpoint(path)
   if hf.get("model_type") in MULTIMODAL:

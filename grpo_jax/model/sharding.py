@@ -96,16 +96,6 @@ def logical_to_spec(names: Sequence[str | None], mesh: jax.sharding.Mesh, rules=
   return PartitionSpec(*spec)
 
 
-def named_sharding(mesh: jax.sharding.Mesh, names: Sequence[str | None], shape: Sequence[int] | None = None,
-                   rules=LOGICAL_RULES) -> NamedSharding:
-  """NamedSharding for an array (parameter or activation, e.g. names=('batch', 'length'))."""
-  return NamedSharding(mesh, logical_to_spec(names, mesh, rules, shape))
-
-
-def _is_variable(x) -> bool:
-  return isinstance(x, nnx.Variable)
-
-
 def param_shardings(state, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):
   """The state's pytree with each Variable's value replaced by its NamedSharding.
 
@@ -120,9 +110,9 @@ def param_shardings(state, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):
     names = v.get_metadata().get("out_sharding") or (None,) * len(shape)
     if len(names) != len(shape):
       raise ValueError(f"out_sharding {names} has {len(names)} names for a value of shape {shape}")
-    return v.replace(named_sharding(mesh, names, shape, rules))
+    return v.replace(NamedSharding(mesh, logical_to_spec(names, mesh, rules, shape)))
 
-  return jax.tree.map(one, state, is_leaf=_is_variable)
+  return jax.tree.map(one, state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
 def shard_state(state, mesh: jax.sharding.Mesh, rules=LOGICAL_RULES):

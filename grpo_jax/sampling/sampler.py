@@ -83,7 +83,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from grpo_jax.model.logprobs import positions_from_mask
-from grpo_jax.model.sharding import logical_to_spec
+from grpo_jax.model.sharding import batch_axes
 from grpo_jax.model.transformer import cast_for_compute, extend_cache, init_cache
 from grpo_jax.sampling.buckets import bucket_size, left_pad
 from grpo_jax.sampling.config import SamplingConfig
@@ -128,18 +128,12 @@ def state_mesh(state) -> jax.sharding.Mesh | None:
   return None
 
 
-def _batch_axes(mesh) -> tuple[str, ...]:
-  """The mesh axes the logical 'batch' axis is split over (LOGICAL_RULES: 'data' and 'fsdp')."""
-  entry = logical_to_spec(("batch",), mesh)[0]
-  return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-
-
 def _split_batch(tree, mesh):
   """Constrains each array's leading axis to be split over the batch axes (no-op without a mesh)."""
   if mesh is None:
     return tree
   return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, NamedSharding(
-      mesh, PartitionSpec(_batch_axes(mesh), *[PartitionSpec.UNCONSTRAINED] * (x.ndim - 1)))), tree)
+      mesh, PartitionSpec(batch_axes(mesh), *[PartitionSpec.UNCONSTRAINED] * (x.ndim - 1)))), tree)
 
 
 def _replicate(tree, mesh):
@@ -536,12 +530,12 @@ class Sampler:
     self._check_prompts(state, prompts)
     prefixes = None if prefixes is None else [list(map(int, q)) for q in prefixes]
     mesh = self.mesh if self.mesh is not None else state_mesh(state)
-    ways = 1 if mesh is None else math.prod(mesh.shape[a] for a in _batch_axes(mesh))
+    ways = 1 if mesh is None else math.prod(mesh.shape[a] for a in batch_axes(mesh))
     rows, P = self.shapes_for(len(prompts), max(len(p) for p in prompts), ways)
     slots = min(self.cfg.slots, rows * repeats)  # more slots than rows would idle
     if slots % ways:
       raise ValueError(f"Sampler.generate: sampling.slots={self.cfg.slots} must be a multiple of the {ways} devices "
-                       f"the batch is split over (mesh axes {'/'.join(_batch_axes(mesh))}): set it to one")
+                       f"the batch is split over (mesh axes {'/'.join(batch_axes(mesh))}): set it to one")
     keyed = self._keyed(row_keys, prefixes, budget, prompts, repeats, rows * repeats)
     prompt_RxP, prompt_mask_RxP = left_pad(prompts, P, rows, self.cfg.pad_id)
     # The prefill's prompts: with prefixes, each prompt followed by its prefix (a KV cache is never kept across
@@ -557,7 +551,7 @@ class Sampler:
     inputs = (context_RxW, context_mask_RxW, row_valid_B, context_mask_BxW, *(keyed or ()))
     if mesh is not None:
       # Every process holds the whole batch: each device takes its rows (works across processes too).
-      split = NamedSharding(mesh, PartitionSpec(_batch_axes(mesh)))
+      split = NamedSharding(mesh, PartitionSpec(batch_axes(mesh)))
       inputs = tuple(jax.make_array_from_callback(x.shape, split, lambda idx, x=x: x[idx]) for x in inputs)
     keyed = None if keyed is None else _Keyed(*inputs[4:])
     if keyed is not None and key is None:
