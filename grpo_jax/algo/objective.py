@@ -51,25 +51,10 @@ _RUN = GrpoSettings  # a run's defaults (grpo_jax/settings.py), also the library
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-  """Every knob of the objective, the defaults a run's (GrpoSettings). Frozen and hashable: a static jit argument.
-
-  policy_loss: registry name ("clipped", "cispo", or one a user registered) or a policy-loss function.
-  epsilon_low / epsilon_high: clip range [1 − ε_low, 1 + ε_high] of the ratio; ε_high None means ε_low.
-    DAPO clip-higher: 0.2 / 0.28. GSPO (importance_level="sequence"): 3e-4 / 4e-4.
-  delta: dual clip δ > 1 for negative advantages (None: off).
-  importance_level: "token" (GRPO) or "sequence" (GSPO: one length-normalized ratio per completion).
-  cispo_epsilon_high: cap on the importance weight for policy_loss="cispo".
-  kl_estimator: "k1" | "k2" | "k3" (DeepSeekMath) or a function fn(logp, ref_logp) -> per-token kl.
-  beta: KL weight β (DeepSeekMath 0.04, R1-Zero 0.001, DAPO / Dr. GRPO 0).
-  entropy_coef: weight of the entropy bonus (the loss gets −entropy_coef·H).
-  top_entropy_quantile: keep the policy term only on this top fraction of highest-entropy tokens (None: all).
-  aggregation: "seq_mean_token_mean" | "token_mean" | "seq_mean_token_sum_norm".
-  max_completion_length: C_max of seq_mean_token_sum_norm (None: the mask's width).
-  tis_cap: truncated importance sampling cap C > 0 on π_old / π_sampler per token (None: off).
-  correction: what the ratio is taken against for a batch an older policy sampled (`corrections.py`):
-    "proximal" (the trainer's policy at the update's start; with tis_cap, AReaL's decoupled objective) or
-    "behaviour" (the sampler's log-probs: naive PPO), or a function.
-  """
+  """Every knob of the objective: the fields of a run's `grpo` section of the same names, documented with their
+  defaults in grpo_jax/settings.py (GrpoSettings), and `max_completion_length`, C_max of seq_mean_token_sum_norm
+  (None: the mask's width). Here policy_loss, kl_estimator and correction may also be functions (registry.py,
+  kl.py: fn(logp, ref_logp) -> per-token kl, corrections.py). Frozen and hashable: a static jit argument."""
   policy_loss: str | Callable = _RUN.policy_loss
   epsilon_low: float = _RUN.epsilon_low
   epsilon_high: Optional[float] = _RUN.epsilon_high
