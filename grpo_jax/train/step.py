@@ -249,11 +249,9 @@ def make_train_step(graphdef: nnx.GraphDef, optimizer: optax.GradientTransformat
       metrics_total = jax.tree.map(jnp.add, metrics_total, metrics)
       return (trained, opt_state, metrics_total), (loss_sum / denom, grad_norm, mismatch, ~finite)
 
-    def one_pass(carry, _):
-      return jax.lax.scan(update, carry, pieces)
-
     (trained, opt_state, metric_sums), (loss, grad_norm, mismatch, skipped) = jax.lax.scan(
-        one_pass, (trained, opt_state, zero_metrics), None, length=num_iterations)
+        lambda carry, _: jax.lax.scan(update, carry, pieces), (trained, opt_state, zero_metrics), None,
+        length=num_iterations)
     params = join(trained, frozen)
     out = {"loss": jnp.mean(loss), "grad_norm": jnp.mean(grad_norm),
            "skipped_updates": jnp.sum(skipped).astype(jnp.float32),
