@@ -397,15 +397,6 @@ COLUMNS = ("params", "grads", "optimizer", "ref_params", "kv_cache", "activation
            "total", "total_remat")
 
 
-def format_row(label: str, est: dict) -> str:
-  return f"| {label} | " + " | ".join(f"{est[c] / GIB:.2f}" for c in COLUMNS) + " |"
-
-
-def header() -> str:
-  names = ["params", "grads", "AdamW", "ref", "KV cache", "act.", "act. remat", "total", "total remat"]
-  return "| model, mesh (data,fsdp,tensor), dtype | " + " | ".join(names) + " |\n|" + "---|" * (len(names) + 1)
-
-
 # The configurations of docs/scaling.md: (model, mesh, param dtype, workload).
 TABLE = [
     ("qwen2.5-0.5b", Mesh(1, 1, 1), "float32", Workload(sampler_batch=256)),
@@ -546,7 +537,8 @@ def run(argv=None):
     print(plan_table(args.table))
     return
   if args.table:
-    print(header())
+    names = ["params", "grads", "AdamW", "ref", "KV cache", "act.", "act. remat", "total", "total remat"]  # COLUMNS
+    print("| model, mesh (data,fsdp,tensor), dtype | " + " | ".join(names) + " |\n|" + "---|" * (len(names) + 1))
     for name, mesh, pdt, w in (GEMMA3_TABLE if args.table == "gemma3" else TABLE):
       est = estimate(model_config(name, pdt, "bfloat16"), mesh, w)
       extra = ", ref offloaded" if w.offload_ref else ""
@@ -554,7 +546,8 @@ def run(argv=None):
         extra += f", LoRA r{w.lora_rank}"
       if w.sampler_batch != Workload._field_defaults["sampler_batch"] and args.table == "qwen":
         extra += f" (sampler batch {w.sampler_batch})"
-      print(format_row(f"{name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)[:3]}, {pdt}{extra}", est))
+      print(f"| {name} ({est['num_params'] / 1e9:.2f}B), {tuple(mesh)[:3]}, {pdt}{extra} | "
+            + " | ".join(f"{est[c] / GIB:.2f}" for c in COLUMNS) + " |")
     return
   if not (args.model or args.hf_config):
     p.error("give --model, --hf-config or --table")

@@ -51,7 +51,8 @@ def _parse_flags(argv):
   except (AttributeError, KeyError):
     # ml_collections rejects a --config.KEY that the config lacks: one line naming the closest keys.
     known = set(config_lib.keys())
-    unknown = [key for key in _config_keys(argv) if key not in known]
+    keys = [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]  # --config.KEY[=V]
+    unknown = [key for key in keys if key not in known]
     if "--debug" in argv or not unknown:
       raise
     _one_line(config_lib.unknown_key_message(unknown[0]))
@@ -66,11 +67,6 @@ def _without_traceback(message: str) -> str:
     return message
   last = [line for line in trace.strip().splitlines() if line.strip()][-1]
   return head.rstrip(": \n\t") + ": " + last.strip()
-
-
-def _config_keys(argv) -> list[str]:
-  """The keys of the --config.KEY=VALUE (or --config.KEY VALUE) flags."""
-  return [a[len("--config."):].split("=", 1)[0] for a in argv if a.startswith("--config.")]
 
 
 def _train(argv):
