@@ -60,10 +60,7 @@ class Checkpointer:
   """Saves checkpoints, asynchronously with `async_save` (a run killed mid-save loses only that save)."""
 
   def __init__(self, directory: str, keep: int, verify: bool = True, async_save: bool = True):
-    self.directory = storage.absolute(directory)
-    self.keep = keep
-    self.verify = verify
-    self.async_save = async_save
+    self.directory, self.verify, self.async_save = storage.absolute(directory), verify, async_save
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=async_save,
                                            cleanup_tmp_directories=True, **storage.orbax_options(self.directory))
     self._manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "meta", "pending"))

@@ -96,7 +96,7 @@ class MemberRun:
     self.status = runner.status(workdir)
     self.files = RunFiles(workdir)
     self.rows = read_metrics(self.files.metrics)
-    marker = runner.read_json(RunFiles(workdir).done if self.status == "done" else RunFiles(workdir).failed)
+    marker = runner.read_json(self.files.done if self.status == "done" else self.files.failed)
     # A marker written before runner.member_wall_s existed may have missed an attempt killed without a trace.
     walls = [w for w in ((marker or {}).get("wall_s"), runner.member_wall_s(workdir)) if w]
     self.error = (marker or {}).get("error", "") if self.status == "failed" else ""
