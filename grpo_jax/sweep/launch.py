@@ -24,14 +24,9 @@ def load_members(config_spec: str, *, only: str | None = None, common: Mapping[s
                  check_keys: bool = True) -> list[spec.Member]:
   """The experiment file's members (`--only` regex applied), with `common` checked: no clash with a member's
   own overrides, and (with check_keys) every key a field of the experiment's config."""
-  members = spec.select(spec.load_sweep(config_spec, check_keys=check_keys), only)
-  common = dict(common or {})
+  members = spec.select(spec.load_sweep(config_spec, check_keys=check_keys, common=common), only)
   for m in members:
-    spec.merge_overrides(common, m)  # clashes are errors before anything runs
-  if common and check_keys:
-    module = spec.load_module(config_spec)
-    preset = config_spec.partition(":")[2]
-    spec.check_keys_exist(module.get_config(preset) if preset else module.get_config(), common, "--set")
+    spec.merge_overrides(common or {}, m)  # clashes are errors before anything runs
   return members
 
 

@@ -186,9 +186,10 @@ def sibling_experiment(this_file: str, name: str):
   return load_module(os.path.join(os.path.dirname(os.path.abspath(this_file)), name))
 
 
-def load_sweep(config_spec: str, check_keys: bool = False) -> list[Member]:
+def load_sweep(config_spec: str, check_keys: bool = False, common: Mapping[str, Any] | None = None) -> list[Member]:
   """Imports the experiment file of `config_spec` (`path.py` or `path.py:preset`) and validates `get_sweep()`.
-  With `check_keys`, every override must also name an existing field of the file's `get_config([preset])`."""
+  With `check_keys`, every override (the members' and the sweep-wide `common`, --set) must also name an existing
+  field of the file's `get_config([preset])`."""
   path, _, preset = config_spec.partition(":")
   module = load_module(config_spec)
   if not hasattr(module, "get_sweep"):
@@ -198,6 +199,7 @@ def load_sweep(config_spec: str, check_keys: bool = False) -> list[Member]:
     config = module.get_config(preset) if preset else module.get_config()
     for member in members:
       check_keys_exist(config, member.overrides, f"sweep member {member.name!r}")
+    check_keys_exist(config, common or {}, "--set")
   return members
 
 
