@@ -102,17 +102,6 @@ def validate_config(model) -> None:
 EXPERT_WEIGHT_OF = {"gate_proj": "gate_ExDxF", "up_proj": "up_ExDxF", "down_proj": "down_ExFxD"}
 
 
-def projection_sizes(cfg: ModelConfig, experts: bool = False) -> dict[str, tuple[int, int]]:
-  """Projection name -> (D_in, D_out) of the matrix it applies (one expert's with `experts`), with the model-wide
-  head_dim, kv heads and intermediate size (`layer_projection_sizes` for a given layer's)."""
-  D, NH, KH = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-  F = cfg.moe_intermediate_size if experts else cfg.intermediate_size
-  values = cfg.linear_num_value_heads * cfg.linear_value_head_dim
-  return {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D),
-          "gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D),
-          "in_proj_qkv": (D, linear_attention.channels(cfg)), "in_proj_z": (D, values), "out_proj": (values, D)}
-
-
 def layer_projection_sizes(cfg: ModelConfig, layer: int) -> list[tuple[dict[str, tuple[int, int]], bool]]:
   """(target -> (D_in, D_out), whether it is an expert block) for each block of layer `layer` that `_blocks`
   yields, from the config alone (what `add_adapters` reads from the weights): the mixer with the layer's own head
@@ -120,16 +109,16 @@ def layer_projection_sizes(cfg: ModelConfig, layer: int) -> list[tuple[dict[str,
   D, NH = cfg.hidden_size, cfg.num_heads * cfg.layer_head_dim(layer)
   KH = cfg.layer_kv_heads(layer) * cfg.layer_head_dim(layer)
   if cfg.is_linear(layer):
-    mixer = {name: projection_sizes(cfg)[name] for name in LINEAR_TARGETS}
+    values = cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    mixer = {"in_proj_qkv": (D, linear_attention.channels(cfg)), "in_proj_z": (D, values), "out_proj": (values, D)}
   else:
     mixer = {"q_proj": (D, NH), "k_proj": (D, KH), "v_proj": (D, KH), "o_proj": (NH, D)}
     if cfg.kv_source(layer) is not None:
       del mixer["k_proj"], mixer["v_proj"]
     elif cfg.values_from_keys(layer):
       del mixer["v_proj"]
-  F = cfg.layer_intermediate_size(layer)
-  dense = {"gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D)}
-  experts = {n: projection_sizes(cfg, experts=True)[n] for n in MLP_TARGETS}
+  mlp = lambda F: {"gate_proj": (D, F), "up_proj": (D, F), "down_proj": (F, D)}  # noqa: E731
+  dense, experts = mlp(cfg.layer_intermediate_size(layer)), mlp(cfg.moe_intermediate_size)  # one expert's
   if not cfg.is_moe(layer):
     return [(mixer, False), (dense, False)]
   if cfg.gemma4:  # the expert block beside the MLP

@@ -60,7 +60,7 @@ def test_zero_initialized_b_gives_the_base_model_and_the_base_graphdef_reads_the
 
 def test_adapter_update_matches_numpy():
   config = lora.LoraConfig(rank=2, alpha=5.0, targets=("q_proj",))
-  sizes = lora.projection_sizes(CFG)
+  sizes = lora.layer_projection_sizes(CFG, 0)[0][0]  # the attention block's
   adapters = lora.LayerAdapters({"q_proj": sizes["q_proj"], "o_proj": sizes["o_proj"]}, config, CFG,
                                 rngs=nnx.Rngs(2))
   a = np.asarray(adapters.q_proj.lora_a[...], np.float64)
