@@ -1,10 +1,6 @@
-"""Synthetic tasks with verifiable answers, generated on the fly (nothing to download).
-
-A task offers `tokenizer`, `train_rows(start, n)` and `eval_rows(n)`, each returning columns as lists:
-`{"prompt": [...], "answer": [...]}` (the reward functions receive the columns other than "prompt").
-Training row i depends only on (seed, i), so the data position (the index of the next row) is all a
-checkpoint needs to resume the stream. Held-out problems are a fixed hash-defined subset of all problems,
-never produced by `train_rows`, and the same for every seed.
+"""Synthetic tasks with verifiable answers, generated on the fly (nothing to download); what a task offers:
+grpo_jax/data/tasks.py. Held-out problems are a fixed hash-defined subset of all problems, never produced by
+`train_rows`, and the same for every seed.
 """
 from __future__ import annotations
 

@@ -25,10 +25,7 @@ class SamplingConfig:
   greedy: argmax instead of sampling (temperature then only affects the returned log-probs).
   stop_ids: a row stops after emitting any of these; the stop token is part of the completion (mask 1).
   pad_id: emitted (mask 0, log-prob 0) after a row stopped, and used to left-pad prompts.
-  decode_segment: 0, or decode in segments of this many token steps, each over the cache slots filled by its
-    end (grpo_jax/sampling/sampler.py: `decode_segments`); the same tokens, fewer KV-cache bytes read per step.
-  slots: 0, or decode with continuous batching on this many rows ("slots"): a row that stops hands its slot to the
-    next (prompt, sample) not yet started; the same completions as 0 (grpo_jax/sampling/sampler.py).
+  decode_segment, slots: as a run's `sampling` section has them (grpo_jax/settings.py: SamplingSettings).
   """
   max_new_tokens: int
   temperature: float = 1.0
