@@ -9,7 +9,7 @@ from grpo_jax import hash_seed, signals
 from grpo_jax.errors import EXIT_PREEMPTED
 
 
-def _preempted_while_starting(signum, frame):
+def preempted_while_starting(signum, frame):
   """SIGTERM / SIGINT before the trainer has started (imports, flags, the hash seed's re-execution): nothing to
   save, so the process ends at once with the preempted exit code, and a sweep retries the member instead of
   counting a failure. Not sys.exit: raised inside the import of a C extension (jaxlib), SystemExit aborted the
@@ -19,10 +19,6 @@ def _preempted_while_starting(signum, frame):
   os._exit(EXIT_PREEMPTED)
 
 
-def catch_signals_while_starting() -> None:
-  signals.install(_preempted_while_starting)
-
-
 def _pinned(command: str) -> None:
   hash_seed.pin()
   importlib.import_module(f"grpo_jax.commands.{command}").main()
@@ -30,7 +26,7 @@ def _pinned(command: str) -> None:
 
 def train() -> None:
   """`grpo-train` and scripts/train.py."""
-  catch_signals_while_starting()  # first: JAX's import takes seconds
+  signals.install(preempted_while_starting)  # first: JAX's import takes seconds
   _pinned("train")
 
 

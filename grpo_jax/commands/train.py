@@ -15,8 +15,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
-from grpo_jax import hash_seed
-from grpo_jax.commands.launch import catch_signals_while_starting
+from grpo_jax import hash_seed, signals
+from grpo_jax.commands.launch import preempted_while_starting
 from grpo_jax.errors import EXIT_USER_ERROR, Preempted, UserError
 from grpo_jax.train.loop import train
 from grpo_jax.persist.preemption import exit_preempted
@@ -86,7 +86,7 @@ def _train(argv):
 
 def main() -> None:
   """The `grpo-train` command."""
-  catch_signals_while_starting()  # again (`python -m grpo_jax.commands.train` starts here)
+  signals.install(preempted_while_starting)  # again (`python -m grpo_jax.commands.train` starts here)
   # JAX lets a process use 75% of a GPU's memory unless told otherwise; a training run owns its accelerator, and
   # the larger recipes' updates need more than 75% of an 80 GB H100 (benchmarks/README.md, "Figures behind code
   # choices"). Read when the backend starts (after this); an explicit setting wins.
