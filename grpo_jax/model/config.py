@@ -567,14 +567,12 @@ def _qwen3_5_fields(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 def _to_qwen3_5_config(cfg: ModelConfig) -> dict[str, Any]:
   return {
-      **_shape_fields(cfg), "hidden_act": "silu", "max_position_embeddings": cfg.max_position_embeddings,
-      "rms_norm_eps": cfg.rms_norm_eps, "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False,
-      "attention_dropout": 0.0, "layer_types": list(cfg.layer_types),
+      **_shape_fields(cfg), "hidden_act": "silu", "attention_bias": False, "layer_types": list(cfg.layer_types),
       "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rope_theta,
                           "partial_rotary_factor": cfg.partial_rotary_factor},
       "linear_num_key_heads": cfg.linear_num_key_heads, "linear_num_value_heads": cfg.linear_num_value_heads,
       "linear_key_head_dim": cfg.linear_key_head_dim, "linear_value_head_dim": cfg.linear_value_head_dim,
-      "linear_conv_kernel_dim": cfg.linear_conv_kernel, "dtype": cfg.param_dtype,
+      "linear_conv_kernel_dim": cfg.linear_conv_kernel,
       **({} if not cfg.num_experts else {
           "num_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
           "moe_intermediate_size": cfg.moe_intermediate_size, "shared_expert_intermediate_size": cfg.shared_expert_size,
@@ -662,11 +660,13 @@ def _int_if_whole(x: float) -> int | float:
 
 
 def _shape_fields(cfg: ModelConfig) -> dict[str, Any]:
-  """The config.json fields every family writes alike: architecture and shape."""
+  """The config.json fields every family writes alike: architecture, shape, norms and dtype."""
   return {"architectures": [FAMILIES[cfg.family]], "model_type": cfg.family, "vocab_size": cfg.vocab_size,
           "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
           "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
-          "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim}
+          "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
+          "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
+          "tie_word_embeddings": cfg.tie_word_embeddings, "attention_dropout": 0.0, "dtype": cfg.param_dtype}
 
 
 def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
@@ -674,11 +674,7 @@ def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
   return {
       **_shape_fields(cfg),
       "hidden_activation": "gelu_pytorch_tanh",
-      "max_position_embeddings": cfg.max_position_embeddings,
-      "rms_norm_eps": cfg.rms_norm_eps,
-      "tie_word_embeddings": True,
       "attention_bias": False,
-      "attention_dropout": 0.0,
       "query_pre_attn_scalar": _int_if_whole(cfg.query_pre_attn_scalar or cfg.head_dim),  # an int in HF
       "sliding_window": cfg.sliding_window,
       "layer_types": list(cfg.layer_types or (FULL,) * cfg.num_layers),
@@ -686,7 +682,6 @@ def _to_gemma3_config(cfg: ModelConfig) -> dict[str, Any]:
       "final_logit_softcapping": None,
       "attn_logit_softcapping": None,
       "use_bidirectional_attention": False,
-      "dtype": cfg.param_dtype,
   }
 
 
@@ -820,9 +815,7 @@ def _to_gemma4_config(cfg: ModelConfig) -> dict[str, Any]:
               if v is not None}
   digits = len(str(cfg.num_layers - 1))
   return {
-      **_shape_fields(cfg), "hidden_activation": "gelu_pytorch_tanh",
-      "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
-      "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": False, "attention_dropout": 0.0,
+      **_shape_fields(cfg), "hidden_activation": "gelu_pytorch_tanh", "attention_bias": False,
       "sliding_window": cfg.sliding_window, "layer_types": list(cfg.types),
       "rope_parameters": {FULL: {**full, "rope_theta": cfg.rope_theta},
                           SLIDING: {"rope_type": "default", "rope_theta": cfg.local_rope_theta}},
@@ -835,19 +828,17 @@ def _to_gemma4_config(cfg: ModelConfig) -> dict[str, Any]:
       "attention_k_eq_v": cfg.attention_k_eq_v, "num_kv_shared_layers": cfg.num_kv_shared_layers,
       "use_double_wide_mlp": cfg.double_wide_mlp, "enable_moe_block": cfg.num_experts > 0,
       "num_experts": cfg.num_experts or None, "top_k_experts": cfg.num_experts_per_tok or None,
-      "moe_intermediate_size": cfg.moe_intermediate_size or None, "dtype": cfg.param_dtype}
+      "moe_intermediate_size": cfg.moe_intermediate_size or None}
 
 
 def _to_gpt_oss_config(cfg: ModelConfig) -> dict[str, Any]:
   return {
       **_shape_fields(cfg), "intermediate_size": cfg.moe_intermediate_size, "hidden_act": "silu",
-      "max_position_embeddings": cfg.max_position_embeddings, "rms_norm_eps": cfg.rms_norm_eps,
-      "tie_word_embeddings": cfg.tie_word_embeddings, "attention_bias": True, "attention_dropout": 0.0,
-      "layer_types": list(cfg.layer_types), "sliding_window": cfg.sliding_window,
+      "attention_bias": True, "layer_types": list(cfg.layer_types), "sliding_window": cfg.sliding_window,
       "rope_parameters": {"rope_theta": cfg.rope_theta, **(_rope_dict(cfg.rope_scaling) or {"rope_type": "default"})},
       "num_local_experts": cfg.num_experts, "num_experts_per_tok": cfg.num_experts_per_tok,
       "swiglu_limit": cfg.swiglu_limit, "swiglu_alpha": cfg.swiglu_alpha, "router_aux_loss_coef": 0.0,
-      "output_router_logits": False, "dtype": cfg.param_dtype}
+      "output_router_logits": False}
 
 
 def _moe_fields(cfg: ModelConfig) -> dict[str, Any]:
@@ -889,15 +880,10 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   hf = {
       **_shape_fields(cfg),
       "hidden_act": "silu",
-      "max_position_embeddings": cfg.max_position_embeddings,
-      "rms_norm_eps": cfg.rms_norm_eps,
-      "tie_word_embeddings": cfg.tie_word_embeddings,
       # transformers >= 5 reads rope_parameters; rope_theta / rope_scaling keep older readers correct.
       "rope_parameters": rope,
       "rope_theta": cfg.rope_theta,
       "rope_scaling": legacy_scaling,
-      "attention_dropout": 0.0,
-      "dtype": cfg.param_dtype,
   }
   if cfg.family == "llama":
     hf.update(attention_bias=False, mlp_bias=False)
