@@ -11,6 +11,7 @@ memory_estimate.py is run as `python -m grpo_jax.commands.memory_estimate`. `pyt
 `python scripts/X.py` (what a Ray job's uploaded working directory runs) are the same commands.
 """
 
+import argparse
 import os
 import sys
 from typing import Callable, TypeVar
@@ -39,3 +40,10 @@ def exit_on_mistake(prog: str, run: Callable[[], T], mistakes: tuple = MISTAKES)
       raise
     print(one_line(prog, e), file=sys.stderr)
     sys.exit(EXIT_USER_ERROR)
+
+
+def command_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+  """A command's parser: `doc` (its module docstring) as its help, and --debug (`exit_on_mistake`)."""
+  p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
+  return p

@@ -29,7 +29,7 @@ import time
 import jax
 
 from grpo_jax import compile_cache, errors, hash_seed
-from grpo_jax.commands import exit_on_mistake
+from grpo_jax.commands import command_parser, exit_on_mistake
 from grpo_jax.data import tasks
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
@@ -42,8 +42,7 @@ from grpo_jax.train.rollout import scoring_of
 
 def run(argv=None) -> None:
   """Evaluates as the command line `argv` says (what `grpo-evaluate` runs, after pinning the hash seed)."""
-  parser = argparse.ArgumentParser(prog="grpo-evaluate", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = command_parser("grpo-evaluate", __doc__)
   parser.add_argument("workdir", nargs="?", default=None, help="a run's directory (or give --config)")
   parser.add_argument("--config", default=None,
                       help="FILE.py[:PRESET]: evaluate that experiment's starting model, without a run (implies --base)")
@@ -62,7 +61,6 @@ def run(argv=None) -> None:
   parser.add_argument("--out", default=None, help="FILE.jsonl: one row per prompt with every sample's answer, "
                       "reward and correctness")
   parser.add_argument("--export", default=None, help="write the parameters as a Hugging Face model here")
-  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   args = parser.parse_args(argv)
   if (args.workdir is None) == (args.config is None):
     parser.error("give a run's workdir or --config FILE.py[:PRESET], not both")

@@ -10,9 +10,7 @@ WORKDIR/hf_model.
 """
 from __future__ import annotations
 
-import argparse
-
-from grpo_jax.commands import exit_on_mistake
+from grpo_jax.commands import command_parser, exit_on_mistake
 from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
 from grpo_jax.train import build
@@ -25,12 +23,10 @@ def main(argv=None) -> None:
 
 
 def run(argv=None) -> None:
-  parser = argparse.ArgumentParser(prog="grpo-export", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = command_parser("grpo-export", __doc__)
   parser.add_argument("workdir", help="a training run's workdir")
   parser.add_argument("out", help="the directory to write")
   parser.add_argument("--step", type=int, default=None, help="checkpoint step (default: the latest)")
-  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   args = parser.parse_args(argv)
   settings = Settings.from_config(load_run_config(args.workdir))  # checked when the run started
   tokenizer, _ = build.build_tokenizer_and_task(settings)

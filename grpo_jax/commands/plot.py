@@ -4,9 +4,7 @@ figure.
   grpo-plot runs/default                       # -> runs/default/curves.png
   grpo-plot runs/a runs/b --out compare.png    # several runs, one line each
 """
-import argparse
-
-from grpo_jax.commands import exit_on_mistake
+from grpo_jax.commands import command_parser, exit_on_mistake
 from grpo_jax.persist.layout import RunFiles
 from grpo_jax.train.plotting import plot_runs
 
@@ -17,12 +15,10 @@ def main(argv=None) -> None:
 
 
 def run(argv=None) -> None:
-  parser = argparse.ArgumentParser(prog="grpo-plot", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = command_parser("grpo-plot", __doc__)
   parser.add_argument("workdirs", nargs="+", help="training workdirs (each holds a metrics.jsonl)")
   parser.add_argument("--out", default=None, help="PNG path (default: WORKDIR/curves.png for one run, "
                       "curves.png in the current directory for several)")
-  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   parser.add_argument("--labels", nargs="*", default=None, help="legend labels, one per workdir")
   parser.add_argument("--metrics", default="", help="comma-separated metric names, one panel each (default: "
                       "reward, held-out accuracy, KL, entropy, completion length, and messages per episode "

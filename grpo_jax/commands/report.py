@@ -13,20 +13,17 @@ The definitions of every number are in grpo_jax/sweep/results.py and tables.py.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 from grpo_jax import storage
-from grpo_jax.commands import exit_on_mistake
+from grpo_jax.commands import command_parser, exit_on_mistake
 from grpo_jax.sweep import report, results, tables
 
 
 def run(argv=None) -> int:
   """Writes the report as the command line `argv` says; prints its summary."""
-  parser = argparse.ArgumentParser(prog="grpo-report", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = command_parser("grpo-report", __doc__)
   parser.add_argument("sweep_dir")
-  parser.add_argument("--debug", action="store_true", help="a mistake's traceback instead of its one line")
   parser.add_argument("--group_by", default=None, help="regex on member names that yields the group")
   parser.add_argument("--out", default=None, help="output directory (default SWEEP_DIR/report)")
   parser.add_argument("--smooth", type=int, default=10, help="moving-average window for reward and KL curves")

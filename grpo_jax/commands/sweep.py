@@ -38,7 +38,7 @@ import signal
 import sys
 
 from grpo_jax import hash_seed, signals
-from grpo_jax.commands import exit_on_mistake
+from grpo_jax.commands import command_parser, exit_on_mistake
 from grpo_jax.errors import UserError
 from grpo_jax.sweep import load_members, run_sweep, runner, spec
 
@@ -62,8 +62,7 @@ def _interrupt(signum, frame):
 
 def run(argv=None) -> int:
   """Runs (or prints, or lists) the members; the exit code: 1 if a member failed in this invocation."""
-  parser = argparse.ArgumentParser(prog="grpo-sweep", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = command_parser("grpo-sweep", __doc__)
   parser.add_argument("--config", required=True, help="experiment file defining get_sweep() (path.py[:preset])")
   parser.add_argument("--sweep_dir", required=True, help="one workdir per member is created under it")
   parser.add_argument("--only", default=None, help="regex (re.search) on member names: run/print only those")
@@ -90,7 +89,6 @@ def run(argv=None) -> int:
   parser.add_argument("--max_preemptions", type=int, default=runner.MAX_PREEMPTIONS,
                       help="preempted attempts (exit code 75, a lost Ray node) retried per member, apart from "
                            "--max_attempts; past it the member is marked FAILED")
-  parser.add_argument("--debug", action="store_true", help="show the traceback of a user error")
   args = parser.parse_args(argv)
   if args.max_attempts < 1:
     parser.error(f"--max_attempts must be >= 1, got {args.max_attempts}")
