@@ -60,8 +60,7 @@ def summarize(rows: Mapping[int, Mapping[str, Any]], wall_s: float | None = None
               extra: Sequence[str] = ()) -> dict[str, float]:
   """The per-member numbers of the module docstring; NaN where the metric was never logged. For each metric
   name in `extra`, `mean:<name>` is its mean over the steps that logged it."""
-  def of(key: str, pick: Callable[[np.ndarray], float]) -> float:
-    """pick(the logged values of `key`, in step order); NaN when it was never logged."""
+  def of(key: str, pick: Callable[[np.ndarray], float]) -> float:  # NaN when `key` was never logged
     _, values = series(rows, key)
     return pick(values) if values.size else math.nan
 

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=+-]*$")
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_SEED_SUFFIX_RE = re.compile(r"_seed\d+$")
+_SEED_SUFFIX_RE = re.compile(r"_seed(\d+)$")
 
 # An option of an axis: a label (used in member names) and the overrides it stands for.
 Option = tuple[str, dict[str, Any]]
@@ -96,7 +96,7 @@ def grid(*axes: Sequence[Option], seeds: Iterable[int] = (0,), seed_key: str = "
 
 
 def seed_of(name: str) -> int | None:
-  match = re.search(r"_seed(\d+)$", name)
+  match = _SEED_SUFFIX_RE.search(name)
   return int(match.group(1)) if match else None
 
 
