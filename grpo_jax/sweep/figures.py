@@ -67,7 +67,7 @@ def interval_band(aggregate):
   return steps, mean, (mean - half, mean + half), count
 
 
-def _plotted_groups(runs, include):
+def _plotted_groups(runs, include=("done", "unfinished")):
   return {g: chosen for g, ms in groups_in_order(runs).items() if (chosen := [m for m in ms if m.status in include])}
 
 
@@ -81,10 +81,10 @@ def _floor(members: Sequence[MemberRun]) -> float | None:
   return float(np.mean(values)) if values else None
 
 
-def curve_panels(runs: Sequence[MemberRun], smooth: int = 10, include=("done", "unfinished")):
+def curve_panels(runs: Sequence[MemberRun], smooth: int = 10):
   """The panels of curves.png (plotting.draw_panels' format): reward, held-out accuracy (with each group's
   constant-answer floor where logged, e.g. reasoning-gym tasks) and KL (left out when no member logged one)."""
-  grouped = _plotted_groups(runs, include)
+  grouped = _plotted_groups(runs)
   panels = []
   for key, label in CURVES:
     window = 1 if key == EVAL_ACC else smooth
@@ -99,10 +99,10 @@ def curve_panels(runs: Sequence[MemberRun], smooth: int = 10, include=("done", "
   return panels
 
 
-def paired_panels(runs: Sequence[MemberRun], baseline: str, smooth: int = 10, include=("done", "unfinished")):
+def paired_panels(runs: Sequence[MemberRun], baseline: str, smooth: int = 10):
   """The panels of paired.png: the mean over seeds of (group − baseline, same seed) with its 95% t interval, for
   reward and held-out accuracy."""
-  grouped = _plotted_groups(runs, include)
+  grouped = _plotted_groups(runs)
   if baseline not in grouped:
     raise ValueError(f"--baseline {baseline!r} is not a group with runs; groups: {list(grouped)}")
   return [(_title(f"{label} − {baseline} (same seed)", key, smooth),
@@ -111,10 +111,10 @@ def paired_panels(runs: Sequence[MemberRun], baseline: str, smooth: int = 10, in
           for key, label in CURVES[:2]]
 
 
-def metric_panels(runs: Sequence[MemberRun], keys: Sequence[str], smooth: int = 10, include=("done", "unfinished")):
+def metric_panels(runs: Sequence[MemberRun], keys: Sequence[str], smooth: int = 10):
   """The panels of metrics.png: the mean curve over seeds per group with its 95% t interval for each metric in
   `keys`, one panel each."""
-  grouped = _plotted_groups(runs, include)
+  grouped = _plotted_groups(runs)
   return [(_title(key, key, smooth), [(f"{g} (n={len(ms)})", interval_band(band(ms, key, smooth)), None)
                                       for g, ms in grouped.items()]) for key in keys]
 
@@ -128,12 +128,12 @@ def _seconds(member: MemberRun) -> dict[int, float]:
   return out
 
 
-def wall_clock_panels(runs: Sequence[MemberRun], include=("done", "unfinished")):
+def wall_clock_panels(runs: Sequence[MemberRun]):
   """The panel of wall_clock.png: each group's held-out accuracy at each evaluation (mean over seeds, 95% t
   interval) against the mean over those seeds of the seconds their steps and evaluations took up to it (each
   step's step_time, compilation included, and timing/eval_s; not the process's start or a warm start)."""
   curves = []
-  for g, ms in _plotted_groups(runs, include).items():
+  for g, ms in _plotted_groups(runs).items():
     steps, mean, interval, count = interval_band(band(ms, EVAL_ACC))
     seconds = [_seconds(m) for m in ms]
     x = np.asarray([np.mean([s[k] for s in seconds if k in s]) for k in steps.tolist()])
