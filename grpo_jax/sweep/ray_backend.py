@@ -346,8 +346,7 @@ def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_d
   outcomes: dict[str, str] = {}
   refs: dict[Any, spec_lib.Member] = {}  # the attempts in flight
   groups: dict[str, Any] = {}
-  failures: dict[str, int] = {}
-  preemptions: dict[str, int] = {}
+  ends: dict[str, dict[str, int]] = {}  # each member's attempts' outcomes, for runner.retry
   try:
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     if resources is None:
@@ -389,20 +388,12 @@ def run_members(members: Sequence[spec_lib.Member], *, config_spec: str, sweep_d
           except Exception as e:  # noqa: BLE001 (the task was lost with its worker or node, or broke)
             outcome, rc = ("preempted" if preempted_error(e) else "failed"), None
             _end_lost_attempt(workdir, outcome, e)
-          if outcome == "preempted":
-            preemptions[m.name] = preemptions.get(m.name, 0) + 1
-            if preemptions[m.name] <= max_preemptions:
-              echo(f"[sweep] {m.name}: preempted ({preemptions[m.name]} of at most {max_preemptions}), resubmitted")
-              submit(m, False)
-              continue
-            outcome = runner.too_many_preemptions(m, workdir, preemptions[m.name], max_preemptions, echo)
-          elif outcome == "failed" and (rc is None or runner.retryable(rc)):
-            failures[m.name] = failures.get(m.name, 0) + 1
-            if failures[m.name] < max_attempts:
-              echo(f"[sweep] {m.name}: attempt {failures[m.name] + 1} of {max_attempts}, resubmitted")
-              submit(m, False)
-              continue
-          outcomes[m.name] = outcome
+          outcome = runner.retry(m, workdir, outcome, rc, ends.setdefault(m.name, {}), max_attempts, max_preemptions,
+                                 echo)
+          if outcome:
+            outcomes[m.name] = outcome
+          else:
+            submit(m, False)
         live.show(progress.read_members(sweep_dir, members, outcomes))
       if interrupted.is_set():
         raise KeyboardInterrupt("SIGINT")

@@ -288,48 +288,47 @@ def mark_failed(workdir: str, rc: int | None, error: str) -> None:
   _write_json(RunFiles(workdir).failed, {"rc": rc, "wall_s": member_wall_s(workdir), "error": error})
 
 
-def too_many_preemptions(member: spec_lib.Member, workdir: str, preemptions: int, max_preemptions: int,
-                         echo=print) -> str:
-  """Marks a member preempted more than `max_preemptions` times FAILED; returns 'failed'."""
-  error = (f"preempted {preemptions} times in this sweep run, more than --max_preemptions={max_preemptions}: the "
-           "machines keep going away; start the sweep again to resume it, or raise --max_preemptions")
-  mark_failed(workdir, EXIT_PREEMPTED, error)
-  echo(f"[sweep] {member.name}: FAILED, {error}")
-  return "failed"
-
-
-def retryable(rc: int) -> bool:
-  """A crash or a kill may pass on a new attempt (which resumes from the last checkpoint); a user error (exit
-  code 2: a bad key or value, a workdir that holds another run) will not."""
-  return rc not in (0, EXIT_USER_ERROR)
-
-
 def run_member(member: spec_lib.Member, *, config_spec: str, sweep_dir: str, train_cmd: Sequence[str],
                common: Mapping[str, Any] | None = None, skip_failed: bool = False, max_attempts: int = 1,
                max_preemptions: int = MAX_PREEMPTIONS, env: Mapping[str, str] | None = None, echo=print,
                tick: Callable[[], None] | None = None) -> str:
-  """Runs one member unless it is finished, up to `max_attempts` times while it fails for a retryable reason
-  (preempted attempts do not count, up to `max_preemptions` of them); returns its status afterwards ('done',
+  """Runs one member unless it is finished, again as `retry` says; returns its status afterwards ('done',
   'failed', 'skipped-*')."""
   prepared = prepare(member, config_spec=config_spec, sweep_dir=sweep_dir, train_cmd=train_cmd, common=common,
                      skip_failed=skip_failed, echo=echo)
   if isinstance(prepared, str):
     return prepared
   workdir, argv = prepared
-  failures = preemptions = 0
+  ends: dict[str, int] = {}
   while True:
     rc, offset = attempt(workdir, argv, env=env, tick=tick)
-    outcome = record(member, workdir, rc, offset, echo)
-    if outcome == "preempted":
-      preemptions += 1
-      if preemptions > max_preemptions:
-        return too_many_preemptions(member, workdir, preemptions, max_preemptions, echo)
-      echo(f"[sweep] {member.name}: preemption {preemptions} (at most {max_preemptions}), resuming")
-      continue
-    failures += 1
-    if outcome == "done" or not retryable(rc) or failures == max_attempts:
+    outcome = retry(member, workdir, record(member, workdir, rc, offset, echo), rc, ends, max_attempts,
+                    max_preemptions, echo)
+    if outcome:
       return outcome
-    echo(f"[sweep] {member.name}: attempt {failures + 1} of {max_attempts}, resuming from its last checkpoint")
+
+
+def retry(member: spec_lib.Member, workdir: str, outcome: str, rc: int | None, ends: dict[str, int],
+          max_attempts: int, max_preemptions: int, echo=print) -> str | None:
+  """After an attempt that ended as `outcome` (counted in `ends`, the member's outcomes so far): None when the
+  member is to run again, resuming from its last checkpoint, else its outcome. A preempted member runs again up to
+  `max_preemptions` times, then is marked FAILED; a failed one while fewer than `max_attempts` attempts failed,
+  unless with a user error (exit code 2: a bad key or value, a workdir that holds another run), which a new
+  attempt would repeat (a crash, a kill or a lost task, rc None, may pass)."""
+  ends[outcome] = n = ends.get(outcome, 0) + 1
+  if outcome == "preempted":
+    if n <= max_preemptions:
+      echo(f"[sweep] {member.name}: preemption {n} (at most {max_preemptions}), resuming from its last checkpoint")
+      return None
+    error = (f"preempted {n} times in this sweep run, more than --max_preemptions={max_preemptions}: the "
+             "machines keep going away; start the sweep again to resume it, or raise --max_preemptions")
+    mark_failed(workdir, EXIT_PREEMPTED, error)
+    echo(f"[sweep] {member.name}: FAILED, {error}")
+    return "failed"
+  if outcome == "failed" and rc != EXIT_USER_ERROR and n < max_attempts:
+    echo(f"[sweep] {member.name}: attempt {n + 1} of {max_attempts}, resuming from its last checkpoint")
+    return None
+  return outcome
 
 
 def run_members(members: Sequence[spec_lib.Member], **kwargs) -> dict[str, str]:
