@@ -77,7 +77,7 @@ class Producer:
     self.offset, self.count = rows
     self.all_true = all_true
     self.staleness, self.decode_budget = settings.rollout.staleness, settings.rollout.decode_budget
-    self.decoder = _decoder(sampler)
+    self.slot_counts = _slot_counts(sampler)
     key = jax.random.key(settings.seed)
     self.base_key = key if sampler_mesh is None else jax.device_put(key, NamedSharding(sampler_mesh,
                                                                                         PartitionSpec()))
@@ -189,13 +189,12 @@ class Producer:
                                           len(columns["prompt"]) * self.rollout_spec.group_size)
         start, position = (t, position, columns, key_data), position + self.settings.grpo.prompts_per_step
         pending.append(None)
-      counted = (self.decoder.slot_steps, self.decoder.kept_slot_steps) if self.decoder else (0, 0)
+      counted = self.slot_counts()
       with self._on_sampler():  # (the small programs of a complete batch's advantages too)
         batch, seconds = partial.segment(self.sampler, self.params, self.tokenizer, self.rollout_spec, batch, q,
                                          None if q == t - 1 else self.decode_budget, start)
-        if self.decoder:
-          batch = batch._replace(slot_steps=(batch.slot_steps[0] + self.decoder.slot_steps - counted[0],
-                                             batch.slot_steps[1] + self.decoder.kept_slot_steps - counted[1]))
+        batch = batch._replace(slot_steps=tuple(a + b - c for a, b, c in zip(batch.slot_steps, self.slot_counts(),
+                                                                               counted)))
         self._seconds["timing/sample_s"] += seconds
         if batch.done_B.all():
           batch = partial.completed(batch, self.tokenizer, self.rollout_spec)
@@ -225,7 +224,7 @@ class Producer:
       position += g.prompts_per_step
       return columns
 
-    counted = (self.decoder.slot_steps, self.decoder.kept_slot_steps) if self.decoder else None
+    counted = self.slot_counts()
     with self._on_sampler():
       key = jax.random.fold_in(self.base_key, step)
       if g.dynamic_sampling:  # DAPO: more prompts until the batch has prompts_per_step groups with signal
@@ -233,9 +232,9 @@ class Producer:
                                           key, max_rounds=g.dynamic_sampling_max_rounds, all_done=self.all_true)
       else:
         rollout = collect_rollout(self.sampler, params, self.tokenizer, next_columns(), self.rollout_spec, key)
-    if counted and self.decoder.slot_steps > counted[0]:  # decode slot-steps that produced a kept token
-      rollout.metrics["sampling/slot_utilization"] = ((self.decoder.kept_slot_steps - counted[1])
-                                                      / (self.decoder.slot_steps - counted[0]))
+    slot_steps, kept = (now - then for now, then in zip(self.slot_counts(), counted))
+    if slot_steps:  # decode slot-steps that produced a kept token
+      rollout.metrics["sampling/slot_utilization"] = kept / slot_steps
     self._seconds["timing/sample_s"] += rollout.seconds[0]
     self._seconds["timing/reward_s"] += rollout.seconds[1]
     return rollout, position
@@ -246,9 +245,9 @@ class Producer:
         self.sampler_mesh.devices.flat[0])
 
 
-def _decoder(sampler):
-  """The Sampler inside `sampler`'s wrappers (distributed.GlobalSampler, episodes.EpisodeSampler), whose slot-step
-  counters give sampling/slot_utilization; None for a sampler without them."""
+def _slot_counts(sampler) -> Callable[[], tuple[int, int]]:
+  """() -> (slot_steps, kept_slot_steps) of the Sampler inside `sampler`'s wrappers (distributed.GlobalSampler,
+  episodes.EpisodeSampler), counters that give sampling/slot_utilization; (0, 0) for a sampler without them."""
   while sampler is not None and not hasattr(sampler, "slot_steps"):
     sampler = getattr(sampler, "sampler", None) or getattr(sampler, "turn_sampler", None)
-  return sampler
+  return lambda: (sampler.slot_steps, sampler.kept_slot_steps) if sampler is not None else (0, 0)
