@@ -1,12 +1,13 @@
 """KV-cache sampler: one jitted prefill over the left-padded prompts, then one jitted `lax.while_loop` decode
-that feeds one token per step into a static cache of length S = P + C.
+that feeds one token per step into a static cache of length S = P + C. docs/guide.md ("Sampling") gives its
+settings, its guarantees as tested and its measurements; here, what the code relies on.
 
 Shapes: R distinct prompts (bucketed), G completions per prompt (`repeats`), B = R x G rows, P prompt length
-(bucketed), C = max_new_tokens, S = P + C cache slots, D hidden size, V vocabulary.
-
-Groups share their prompt's prefill: `generate(..., repeats=G)` runs the prefill on the R distinct prompts and
-repeats each one's KV cache and last-position logits G times (rows r*G .. r*G + G - 1), so a GRPO batch pays
-for R prompt forwards, not R x G. The G rows then differ only through their own uniforms.
+(bucketed), C = max_new_tokens, S = P + C cache slots, D hidden size, V vocabulary. `generate(..., repeats=G)`
+runs the prefill on the R distinct prompts and repeats each one's KV cache and last-position logits G times
+(rows r*G .. r*G + G - 1), which then differ only through their own uniforms. Completions come back C wide
+(pad_id, mask 0 after a row stopped: one completion shape per run), prompts left-padded to P (extra columns mask
+0); dummy rows added to reach the batch bucket are dropped.
 
 Layout: prompts are LEFT-padded, so every row writes its step-t key/value at the same cache slot P + t - 1
 (the token sampled at step t - 1), while position ids differ per row (`positions_from_mask`: the prompt's
@@ -14,61 +15,33 @@ first real token is position 0). Query rows attend to prompt slots holding real 
 slots already written. Prefill and every loop step run the model's own cached forward (`Transformer.__call__`
 with T = P, then T = 1), which updates the KV cache (`init_cache`: keys [B, K, H, S], values [B, K, S, H]) in
 place. The rotary tables and the uniforms of every step are computed once per call, outside the loop.
-Decode segments (`SamplingConfig.decode_segment` = `seg` > 0): the loop runs in segments of `seg` token steps,
-and segment k's cache holds only the P + (k + 1) seg slots filled by its end (the prefill writes P + seg; each
-later segment pads the cache to its width, `transformer.extend_cache`), so a token step reads the KV cache of the
-slots written so far, rounded up to seg, not all S: on average about P + C / 2 + seg / 2 slots. The tokens and
-log-probs are those of one segment (attention to an unwritten slot is masked out either way); the price is a
-cache copy per segment, when the old and the new cache briefly coexist. `decode_segments` gives the widths.
-Sliding-window layers (Gemma 3) keep only their window: their cache is a ring buffer of
-min(sliding_window, S) slots (`transformer.init_cache`), so a long completion pays global-attention memory in
-global layers alone.
+Decode segments (`SamplingConfig.decode_segment` = `seg` > 0): segment k's cache holds only the P + (k + 1) seg
+slots filled by its end (the prefill writes P + seg; each later segment pads the cache to its width,
+`transformer.extend_cache`; `decode_segments` gives the widths); attention to an unwritten slot is masked out
+either way, so the tokens and log-probs are those of one segment. Sliding-window layers (Gemma 3) keep a ring
+buffer of min(sliding_window, S) slots (`transformer.init_cache`).
 
-Continuous batching (`SamplingConfig.slots` > 0): the static decode runs all B rows until the last one stops,
-so with a long tail of completion lengths most of its row-steps emit masked pads (`Sampler.slot_steps` and
-`kept_slot_steps` measure that). With slots, the prefill keeps the R prompts' caches (not repeated G times), and
-the decode runs `slots` rows at a time: every `stop_check_every` steps each idle slot takes the next row not
+Continuous batching (`SamplingConfig.slots` > 0): the prefill keeps the R prompts' caches (not repeated G times),
+and the decode runs `slots` rows at a time: every `stop_check_every` steps each idle slot takes the next row not
 yet started, in (prompt, sample) order, copying its prompt's cache; a slot holding row b at token t feeds token
 t - 1 at cache slot P + t - 1 with row b's rotary angles and draws token t from u[t, b], the static decode's
-uniform (the per-row cache index is `Transformer.__call__`'s [B] cache_index). A row's cache, inputs and uniforms
-are those of its static row, so the completions are the static decode's: bitwise for the same rows per step (on
-XLA:CPU, the tests' models; on SmolLM2-135M 16 slots over 16 rows give the 16-row static decode exactly), up to
-float rounding otherwise, since XLA:CPU's matrix products round with the row count (on SmolLM2-135M the static
-decode alone agrees bitwise with itself over 16 and 64 rows on 40% of the log-probs, within 6.1e-5, and 0 to 3 of
-64 completions on 16 slots take another token at a draw near a boundary of the inverse CDF); the slots
-take as many token steps as the longest row at least, and about sum(lengths) / slots when rows are many. It wins
-when lengths vary: each step costs `slots` rows instead of B (benchmarks/continuous_batching_bench.py). Refills
-wait for the chunk's end (no copy, no test inside the chunk's static loop), so a slot freed mid-chunk idles up to
-`stop_check_every` - 1 steps: for batches of mostly very short rows, lower it. Not with decode segments (a
+uniform (the per-row cache index is `Transformer.__call__`'s [B] cache_index), so a row's cache, inputs and
+uniforms are those of its static row. Refills wait for the chunk's end (no copy, no test inside the chunk's
+static loop), so a slot freed mid-chunk idles up to `stop_check_every` - 1 steps. Not with decode segments (a
 segment's width needs every row at one step). MoE experts are recorded for every token fed, which here excludes
 the stop token and the pads after it (zeros there; the static decode records what its forward of those chose).
 
-Keyed rows and pieces (`generate(..., row_keys=, prefixes=, budget=)`), for rollouts that span updates: with
-`row_keys` ([B] jax keys), row b's completion token j draws uniform(fold_in(row_keys[b], j)) (`_Keyed.uniforms`)
-instead of the call key's table, so a row's tokens depend on its key and context alone, not on its batch, position,
-slot or call. `budget` caps the new tokens per row (a per-row cap in the decode's `done` test; rows that reach it
-come back `unfinished_B`), and `prefixes` continues rows: row b's prefix of k_b completion tokens is prefilled
-with its prompt (no KV cache survives a call, so a paused row is just token ids, and may continue under other
-weights), and its new tokens start at index k_b, drawing the uniforms of k_b, k_b + 1, ..., until k_b + new = C.
-Pieces of budgets 3, 5 and the rest give the one call's tokens; their log-probs differ by float rounding only (the
-prefix's keys and values come from a prefill rather than token steps: 4.8e-7 in float32; tests/sampling/
-test_decode_pieces.py). The keyed mode compiles its own prefill and decode (once per shape; `budget` is an input,
-not a shape); a prefixed call's prompt width is that of prompt + prefix. Prefixes need `repeats` = 1, and a
-prefixed result has no experts (the prefix's routing would be the new weights').
+Keyed rows and pieces (`generate(..., row_keys=, prefixes=, budget=)`): row b's completion token j draws
+uniform(fold_in(row_keys[b], j)) (`_Keyed.uniforms`) instead of the call key's table. `budget` is a per-row cap
+in the decode's `done` test (an input, not a shape; rows that reach it come back `unfinished_B`); row b's prefix of
+k_b completion tokens is prefilled with its prompt (the call's prompt width is that of prompt + prefix), and its
+new tokens start at index k_b, drawing the uniforms of k_b, k_b + 1, ..., until k_b + new = C. Prefixes need
+`repeats` = 1, and a prefixed result has no experts (the prefix's routing would be the new weights').
 
-Devices: when the parameters live on a mesh of several devices (or `mesh=` is given), the batch is split
-along the mesh's 'data' and 'fsdp' axes, so that each device decodes its own rows (data parallel, parameters
-as they are sharded); the batch bucket is rounded up to a multiple of data * fsdp, and the results are
-gathered for the host. On a CPU this is also how both cores get used: with two host devices
-(`--xla_force_host_platform_device_count=2`) each core runs its own decode loop over half of the batch.
-Continuous batching splits its slots the same way (`slots` must be a multiple of data * fsdp), but any slot may
-take any row: XLA's partitioner moves the rows with collectives (per refill, an all-reduce of the slots' cache;
-per step, small gathers of the output rows). Slots confined to their device's rows (shard_map) would need none.
-
-Output widths: completions are always C = max_new_tokens wide (columns after every row stopped hold pad_id,
-mask 0), so the trainer sees one completion shape per run. Prompts come back left-padded to the bucketed
-length P (>= longest prompt; extra columns have mask 0). Dummy rows added to reach the batch bucket are
-dropped.
+Devices: on a mesh of several devices (the parameters' or `mesh=`) the batch is split along the 'data' and
+'fsdp' axes, each device decoding its own rows with the parameters as they are sharded; the batch bucket is
+rounded up to a multiple of data * fsdp, and the results are gathered for the host. Continuous batching splits
+its slots the same way, but any slot may take any row: XLA's partitioner moves the rows with collectives.
 """
 from __future__ import annotations
 
