@@ -14,7 +14,7 @@ memory_estimate.py is run as `python -m grpo_jax.commands.memory_estimate`. `pyt
 import argparse
 import os
 import sys
-from typing import Callable, TypeVar
+from typing import Callable, NoReturn, TypeVar
 
 from grpo_jax.errors import EXIT_USER_ERROR, UserError
 
@@ -24,10 +24,11 @@ T = TypeVar("T")
 MISTAKES = (UserError, FileNotFoundError, NotADirectoryError, ValueError)
 
 
-def one_line(prog: str, error) -> str:
-  """`prog: error: <message>` on one line (grpo_jax/errors.py)."""
+def exit_user_error(prog: str, error) -> NoReturn:
+  """Ends the command on a user's mistake: `prog: error: <message>` on one line, exit code 2 (grpo_jax/errors.py)."""
   text = error.args[0] if isinstance(error, KeyError) and error.args else error
-  return f"{prog}: error: {' '.join(str(text).split())}"
+  print(f"{prog}: error: {' '.join(str(text).split())}", file=sys.stderr)
+  sys.exit(EXIT_USER_ERROR)
 
 
 def exit_on_mistake(prog: str, run: Callable[[], T], mistakes: tuple = MISTAKES) -> T:
@@ -38,8 +39,7 @@ def exit_on_mistake(prog: str, run: Callable[[], T], mistakes: tuple = MISTAKES)
   except mistakes as e:
     if "--debug" in sys.argv[1:] or os.environ.get("GRPO_JAX_DEBUG"):
       raise
-    print(one_line(prog, e), file=sys.stderr)
-    sys.exit(EXIT_USER_ERROR)
+    exit_user_error(prog, e)
 
 
 def command_parser(prog: str, doc: str) -> argparse.ArgumentParser:

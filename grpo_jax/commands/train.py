@@ -9,15 +9,15 @@
 fields and wrong types are errors). The base config with every default: grpo_jax/config.py.
 """
 import os
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 from grpo_jax import config as config_lib
 from grpo_jax import hash_seed, signals
+from grpo_jax.commands import exit_user_error
 from grpo_jax.commands.launch import preempted_while_starting
-from grpo_jax.errors import EXIT_USER_ERROR, Preempted, UserError
+from grpo_jax.errors import Preempted, UserError
 from grpo_jax.train.loop import train
 from grpo_jax.persist.preemption import exit_preempted
 
@@ -28,12 +28,6 @@ _DEBUG = flags.DEFINE_bool("debug", False, "Show the traceback of a user error (
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _one_line(message: str) -> None:
-  """A user's mistake: one line naming it (no traceback) and exit code 2 (grpo_jax.errors)."""
-  print(f"grpo-train: error: {' '.join(str(message).split())}", file=sys.stderr)
-  sys.exit(EXIT_USER_ERROR)
-
-
 def _parse_flags(argv):
   # absl exits with code 1 and a usage hint on a bad flag value; ml_collections raises AttributeError (a bare
   # key name) for a --config.KEY that the config lacks. Both are the user's to fix.
@@ -41,13 +35,14 @@ def _parse_flags(argv):
     path = argv[i + 1] if arg == "--config" and i + 1 < len(argv) else arg[len("--config="):] \
         if arg.startswith("--config=") else None
     if path is not None and not os.path.isfile(path.partition(":")[0]):
-      _one_line(f"--config {path}: no such file {path.partition(':')[0]!r} (relative to {os.getcwd()})")
+      exit_user_error("grpo-train",
+                      f"--config {path}: no such file {path.partition(':')[0]!r} (relative to {os.getcwd()})")
   try:
     parsed = flags.FLAGS(argv)
   except flags.Error as e:
     if "--debug" in argv:
       raise
-    _one_line(_without_traceback(str(e)))
+    exit_user_error("grpo-train", _without_traceback(str(e)))
   except (AttributeError, KeyError):
     # ml_collections rejects a --config.KEY that the config lacks: one line naming the closest keys.
     known = set(config_lib.keys())
@@ -55,7 +50,7 @@ def _parse_flags(argv):
     unknown = [key for key in keys if key not in known]
     if "--debug" in argv or not unknown:
       raise
-    _one_line(config_lib.unknown_key_message(unknown[0]))
+    exit_user_error("grpo-train", config_lib.unknown_key_message(unknown[0]))
   return parsed
 
 
@@ -79,7 +74,7 @@ def _train(argv):
   except UserError as e:
     if _DEBUG.value:
       raise
-    _one_line(e)
+    exit_user_error("grpo-train", e)
   except Preempted:  # SIGTERM / SIGINT: the last completed step is saved (train printed which); rerun to resume
     exit_preempted(tell_coordinator=True)  # not sys.exit: XLA may still be compiling what the signal interrupted
 
