@@ -76,12 +76,6 @@ def remove(path: str) -> None:
   _epath(path).unlink(missing_ok=True)
 
 
-def rmtree(path: str) -> None:
-  p = _epath(path)
-  if p.exists():
-    p.rmtree()
-
-
 def read_text(path: str) -> str:
   return _epath(path).read_text()
 

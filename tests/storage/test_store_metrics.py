@@ -2,6 +2,8 @@
 before each checkpoint save), so a kill loses none up to the saved step; a resume drops the rows past it."""
 from __future__ import annotations
 
+from etils import epath
+
 from grpo_jax import storage
 from grpo_jax.persist.layout import RunFiles
 from grpo_jax.persist.metrics import MetricsWriter, read_jsonl
@@ -30,4 +32,4 @@ def test_rows_up_to_the_last_flush_survive_a_kill_and_a_resume_drops_the_rest(st
   assert [(r["step"], r["reward"]) for r in rows] == [(0, 0.0), (1, 0.1), (2, -2), (3, -3)]
   assert len(storage.listdir(storage.join(workdir, "tensorboard"))) == 2  # one event file per process, as locally
   writer.close()  # the "killed" writer's local TensorBoard directory
-  storage.rmtree(workdir)
+  epath.Path(workdir).rmtree(missing_ok=True)

@@ -8,6 +8,7 @@ import os
 import sys
 
 import pytest
+from etils import epath
 
 from grpo_jax import storage
 from grpo_jax.commands import plot as plot_command
@@ -62,4 +63,4 @@ def test_a_sweep_on_a_store_records_its_members_and_resumes_a_crashed_one(scheme
   assert storage.exists(storage.join(sweep_dir, "report", "curves.png"))
   plot_command.run([crashed])
   assert storage.exists(storage.join(crashed, "curves.png"))
-  storage.rmtree(sweep_dir)
+  epath.Path(sweep_dir).rmtree(missing_ok=True)
