@@ -4,9 +4,10 @@ fingerprints of tests/train/ compare.
 
 Each array is read as uint32 words (8-byte items and PRNG keys as two), and two wrap-around sums are taken on
 its devices, of the words weighted by (2 i + 1) and by (2 i + 1) * 0x9E3779B1 (i the flat index), so that a
-changed or moved value changes the pair; only these 8 bytes per array are copied to the host, where SHA-256
-hashes them with the key paths, dtypes and shapes. Multi-host: each process sums the shards it holds, and one
-gather adds them up.
+changed or moved value changes the pair (except with probability ~2^-32 per sum); only these 8 bytes per array
+are copied to the host, where SHA-256 hashes them with the key paths, dtypes and shapes. Integer sums are exact in
+any order, so each shard is summed on its own device and the parts added up, whatever the sharding; multi-host,
+each process sums the shards it holds, and one gather adds them up.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def _words_per_element(x) -> int:
 
 
 def _shard_sums(x, first_word, word_strides: tuple[int, ...]) -> jax.Array:
-  """uint32[2]: one shard's part of `_leaf_fingerprint`. Word `l` of the shard (index into x.shape + (k,),
+  """uint32[2]: one shard's part of its array's two sums. Word `l` of the shard (index into x.shape + (k,),
   k = `_words_per_element`) is word `first_word + sum_d l_d * word_strides[d]` of the whole array read flat;
   the strides are the whole array's row-major ones, so the parts of disjoint shards add up to the whole's."""
   ndim = x.ndim
@@ -84,14 +85,6 @@ def _combine(parts) -> np.ndarray:
   return np.sum(np.asarray(parts, np.uint32).reshape(-1, 2), axis=0, dtype=np.uint32)
 
 
-def _leaf_fingerprint(x) -> np.ndarray:
-  """uint32[2] of one array, computed where it lives: the wrap-around sums of its elements' bit patterns
-  weighted by (2 i + 1) and by (2 i + 1) * 0x9E3779B1, i the flat index. Integer sums are exact in any
-  order, so the result does not depend on the sharding or the device; a changed, moved or lost element
-  changes it except with probability ~2^-32 per sum."""
-  return _combine(jax.device_get(_shard_parts(x)))
-
-
 def _on_its_device(shard_data: jax.Array) -> jax.Array:
   """The same buffer under a SingleDeviceSharding (no copy). A shard of an array on a one-device mesh keeps the
   mesh's NamedSharding, and jit compiles a program per input sharding: without this, a run's digests compiled
@@ -112,10 +105,10 @@ def _in_device_memory(leaf):
 
 
 def state_fingerprint(state) -> str:
-  """A hex digest of the state's arrays: SHA-256 over the key paths, dtypes and shapes and each array's
-  `_leaf_fingerprint` (8 bytes per array, the only thing copied to the host). On an accelerator it reads the
-  state at memory bandwidth where it lives, instead of copying it to the host and hashing it there; on the
-  2-core CPU both read host memory and take about as long (2.7 vs 2.9 s for 1.84 GiB, benchmarks/README.md)."""
+  """A hex digest of the state's arrays: SHA-256 over the key paths, dtypes and shapes and each array's two sums
+  (8 bytes per array, the only thing copied to the host). On an accelerator it reads the state at memory
+  bandwidth where it lives, instead of copying it to the host and hashing it there; on the 2-core CPU both read
+  host memory and take about as long (2.7 vs 2.9 s for 1.84 GiB, benchmarks/README.md)."""
   flat = jax.tree_util.tree_flatten_with_path(state)[0]
   sums = np.array([_combine(parts) for parts in jax.device_get([_shard_parts(leaf) for _, leaf in flat])],
                   np.uint32).reshape(-1, 2)

@@ -108,6 +108,11 @@ def test_params_of_another_runs_checkpoint_are_read_without_touching_it(tmp_path
     restore_params(str(tmp_path / "ws"), 0, abstract)
 
 
+def _leaf_fingerprint(x) -> np.ndarray:
+  """uint32[2]: the two wrap-around sums of one array (grpo_jax/persist/fingerprint.py), computed where it lives."""
+  return fingerprint._combine(jax.device_get(fingerprint._shard_parts(x)))
+
+
 def _numpy_fingerprint(x: np.ndarray) -> tuple[int, int]:
   """The two wrap-around sums of `_leaf_fingerprint`, in Python integers."""
   itemsize = x.dtype.itemsize
@@ -123,15 +128,15 @@ def _numpy_fingerprint(x: np.ndarray) -> tuple[int, int]:
 def test_leaf_fingerprint_matches_numpy_and_sees_one_changed_element(dtype):
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(5, 7)) * 100).astype(dtype)
-  got = tuple(int(v) for v in np.asarray(fingerprint._leaf_fingerprint(x)))
+  got = tuple(int(v) for v in np.asarray(_leaf_fingerprint(x)))
   assert got == _numpy_fingerprint(np.asarray(x))
   for i, j in [(0, 0), (4, 6), (2, 3)]:  # any single changed element changes both sums (odd weights)
     y = x.at[i, j].set(x[i, j] + 1)
-    other = np.asarray(fingerprint._leaf_fingerprint(y))
+    other = np.asarray(_leaf_fingerprint(y))
     assert np.all(other != np.asarray(got))
   swapped = x.at[0, 0].set(x[0, 1]).at[0, 1].set(x[0, 0])  # the same values in another order
   if x[0, 0] != x[0, 1]:
-    assert tuple(int(v) for v in np.asarray(fingerprint._leaf_fingerprint(swapped))) != got
+    assert tuple(int(v) for v in np.asarray(_leaf_fingerprint(swapped))) != got
 
 
 def test_shard_parts_add_up_to_the_whole_arrays_fingerprint():
@@ -144,9 +149,9 @@ def test_shard_parts_add_up_to_the_whole_arrays_fingerprint():
            for r in (0, 3) for c in (0, 2, 4, 6)]
   assert tuple(int(v) for v in fingerprint._combine(jax.device_get(parts))) == _numpy_fingerprint(np.asarray(x))
   keys = jax.random.split(jax.random.key(3), 5)
-  assert tuple(int(v) for v in fingerprint._leaf_fingerprint(keys)) == _numpy_fingerprint(
+  assert tuple(int(v) for v in _leaf_fingerprint(keys)) == _numpy_fingerprint(
       np.asarray(jax.random.key_data(keys)))
-  assert tuple(int(v) for v in fingerprint._leaf_fingerprint(jnp.int32(7))) == _numpy_fingerprint(
+  assert tuple(int(v) for v in _leaf_fingerprint(jnp.int32(7))) == _numpy_fingerprint(
       np.asarray([7], np.int32))
 
 
