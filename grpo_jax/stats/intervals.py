@@ -33,9 +33,6 @@ class Interval(NamedTuple):
   hi: float
   method: str
 
-  def contains(self, value: float) -> bool:
-    return self.lo <= value <= self.hi
-
 
 NO_INTERVAL = Interval(math.nan, math.nan, "none")
 

@@ -57,7 +57,7 @@ def prompt_coverage(model, studies, resamples):
       ci = intervals.over_prompts(values)
     else:
       ci = intervals.bootstrap_mean(values, resamples=resamples, seed=int(rng.integers(2**31)))
-    hits += ci.contains(truth)
+    hits += ci.lo <= truth <= ci.hi
     methods.add(ci.method)
   return hits / studies, methods
 
@@ -79,7 +79,7 @@ def seed_coverage(seeds, studies, method):
       res = stats.bootstrap((values,), np.mean, method="percentile", n_resamples=999, vectorized=True,
                             rng=rng)
       ci = intervals.Interval(res.confidence_interval.low, res.confidence_interval.high, "percentile")
-    hits += ci.contains(truth)
+    hits += ci.lo <= truth <= ci.hi
   return hits / studies
 
 
