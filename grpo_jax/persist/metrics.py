@@ -229,7 +229,6 @@ def wandb_init_kwargs(lg, workdir: str, run_id: str, cfg_json: str) -> dict | No
 
 class NullWriter:
   """Stands in for the metrics writer on processes other than 0: everything written to it is dropped."""
-  metrics_path = None
 
   def write(self, *args, **kwargs):
     """Does nothing; so do write_samples, write_event, flush and close."""
