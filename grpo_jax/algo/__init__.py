@@ -22,14 +22,14 @@ from grpo_jax.algo.advantages import GroupStats, compute_advantages, frac_reward
 from grpo_jax.algo.aggregation import aggregate, masked_sum_count, safe_divide
 from grpo_jax.algo.entropy import entropy_from_logits, top_entropy_mask
 from grpo_jax.algo.kl import get_kl_estimator
-from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, grpo_objective
+from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
 from grpo_jax.algo.policy_losses import cispo, clipped_surrogate, importance_log_ratio
 from grpo_jax.algo.registry import get_loss, list_losses, register_loss
 
 __all__ = [
     "GroupStats", "LossConfig", "LossInputs", "aggregate", "aggregation", "advantages", "cispo",
     "clipped_surrogate", "compute_advantages", "entropy", "entropy_from_logits", "frac_reward_zero_std",
-    "get_kl_estimator", "get_loss", "grpo_loss", "grpo_objective", "group_stats", "importance_log_ratio", "kl",
+    "get_kl_estimator", "get_loss", "grpo_objective", "group_stats", "importance_log_ratio", "kl",
     "list_losses", "masked_sum_count", "objective", "policy_losses", "register_loss", "registry",
     "safe_divide", "top_entropy_mask",
 ]

@@ -212,9 +212,3 @@ def grpo_objective(inputs: LossInputs, cfg: LossConfig = LossConfig()):
   loss_sum, denom = agg.aggregate(cfg.aggregation, total_BxT, mask, cfg.max_completion_length)
   metrics = {k: (jax.lax.stop_gradient(s), jax.lax.stop_gradient(c)) for k, (s, c) in metrics.items()}
   return loss_sum, denom, metrics
-
-
-def grpo_loss(inputs: LossInputs, cfg: LossConfig = LossConfig()):
-  """(loss, metric means) of one whole batch: loss_sum / denom and sum / count (0 when empty)."""
-  loss_sum, denom, metrics = grpo_objective(inputs, cfg)
-  return agg.safe_divide(loss_sum, denom), {k: agg.safe_divide(s, c) for k, (s, c) in metrics.items()}

@@ -1,7 +1,11 @@
-"""Shared test data for tests/algo: random rollout batches with padding, empty and length-1 completions."""
+"""Shared test data for tests/algo: random rollout batches with padding, empty and length-1 completions; the
+whole-batch loss."""
 from __future__ import annotations
 
 import numpy as np
+
+from grpo_jax.algo import aggregation as agg
+from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
 
 # Policy-loss settings exercised against the reference (LossConfig keyword arguments).
 CASES = {
@@ -35,3 +39,8 @@ def make_batch(seed: int, B: int = 8, T: int = 6, nan_padding: bool = True):
   out.update(adv=adv.astype(np.float32), mask=mask, lengths=[int(n) for n in lengths])
   return out
 
+
+def grpo_loss(inputs: LossInputs, cfg: LossConfig = LossConfig()):
+  """(loss, metric means) of one whole batch: loss_sum / denom and sum / count (0 when empty)."""
+  loss_sum, denom, metrics = grpo_objective(inputs, cfg)
+  return agg.safe_divide(loss_sum, denom), {k: agg.safe_divide(s, c) for k, (s, c) in metrics.items()}

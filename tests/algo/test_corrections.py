@@ -9,9 +9,10 @@ import pytest
 
 from grpo_jax import errors
 from grpo_jax.algo import corrections
-from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, validate_config
+from grpo_jax.algo.objective import LossConfig, LossInputs, validate_config
 from grpo_jax.config import get_config
 from grpo_jax.train.checks import validate
+from .batches import grpo_loss
 
 POLICY_P = np.array([[0.5, 0.2, 0.6, 0.9]])     # pi_theta = pi_prox (one update per batch)
 BEHAVIOUR_P = np.array([[0.25, 0.2, 0.1, 0.3]])  # ratios 2, 1, 6 (and padding)

@@ -8,10 +8,10 @@ import pytest
 
 from grpo_jax.algo import advantages
 from grpo_jax.algo.entropy import entropy_from_logits
-from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss, grpo_objective
+from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_objective
 from tests.tolerance import assert_close_f32
 from . import reference as ref
-from .batches import CASES, make_batch
+from .batches import CASES, grpo_loss, make_batch
 
 # Compared with float64 / transformers: full float32 matmuls (TF32 by default on NVIDIA GPUs).
 pytestmark = pytest.mark.usefixtures("float32_matmuls")

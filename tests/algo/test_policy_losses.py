@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from grpo_jax.algo import registry
-from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss
+from grpo_jax.algo.objective import LossConfig, LossInputs
 from grpo_jax.algo.policy_losses import cispo, clipped_surrogate, importance_log_ratio
 from . import reference as ref
-from .batches import CASES, make_batch
+from .batches import CASES, grpo_loss, make_batch
 
 
 def _clean_inputs(b):

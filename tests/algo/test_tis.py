@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from grpo_jax.algo.objective import LossConfig, LossInputs, grpo_loss
+from grpo_jax.algo.objective import LossConfig, LossInputs
+from .batches import grpo_loss
 
 # One completion of 3 real tokens (+1 padding). The trainer's and the sampler's probabilities of the tokens:
 TRAINER_P = np.array([[0.5, 0.2, 0.6, 0.9]])
