@@ -113,7 +113,7 @@ def run(argv=None) -> int:
         line += [f"--set={k}={spec.format_value(v)}" for k, v in common.items()]
         if args.train_cmd:
           line += ["--train_cmd", args.train_cmd]
-      print(spec.shell_join(line))
+      print(shlex.join(line))
     return 0
   # SIGTERM (e.g. a cluster's time limit) unwinds like Ctrl-C: the trainer is stopped, the member stays unfinished.
   signals.install(_interrupt, (signal.SIGTERM,))

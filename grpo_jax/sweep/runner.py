@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -197,7 +198,7 @@ def attempt(workdir: str, argv: Sequence[str], *, env: Mapping[str, str] | None 
   storage.remove(RunFiles(workdir).failed)
   wait_until_free(workdir)  # the trainer of an earlier attempt may still be saving and exiting
   with storage.AppendFile(storage.join(workdir, log_name)) as log:
-    log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {spec_lib.shell_join(argv)}\n")
+    log.write(f"\n===== sweep attempt at {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(argv)}\n")
     log.flush()
     offset = log.tell()
     start = time.time()

@@ -24,7 +24,6 @@ import importlib.util
 import itertools
 import os
 import re
-import shlex
 import sys
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -264,7 +263,3 @@ def train_command(train_cmd: Sequence[str], config_spec: str, workdir: str,
   """argv of one trainer run: `<train_cmd> --config SPEC --workdir DIR --config.k=v ...`."""
   return [*train_cmd, "--config", config_spec, "--workdir", workdir,
           *(f"--config.{key}={format_value(value)}" for key, value in overrides.items())]
-
-
-def shell_join(argv: Sequence[str]) -> str:
-  return " ".join(shlex.quote(a) for a in argv)
