@@ -31,12 +31,12 @@ import jax
 from grpo_jax import compile_cache, errors, hash_seed
 from grpo_jax.commands import command_parser, exit_on_mistake
 from grpo_jax.data import tasks
-from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
 from grpo_jax.sweep.spec import load_module
 from grpo_jax.train import build, checks, eval_figures
 from grpo_jax.train.evaluation import evaluate, write_rows
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
+from grpo_jax.train.producer import make_meshes
 from grpo_jax.train.rollout import scoring_of
 
 
@@ -82,7 +82,7 @@ def run(argv=None) -> None:
   if args.set not in sets:  # before the model is loaded
     raise errors.UserError(f"--set {args.set!r}: the run's task ({settings.task.name}) has no such set; its sets: "
                            f"{', '.join(sets)} (transfer sets come from config.task.transfer)")
-  mesh = sharding_lib.make_mesh(data=settings.mesh.data, fsdp=settings.mesh.fsdp, tensor=settings.mesh.tensor)
+  mesh = make_meshes(settings)[0]  # the trainer's, as the run laid out its parameters
   t0 = time.perf_counter()
   print(f"[model] {'loading ' + settings.model.hf_path if settings.model.hf_path else 'initializing the model'} ...",
         file=sys.stderr, flush=True)

@@ -11,10 +11,10 @@ WORKDIR/hf_model.
 from __future__ import annotations
 
 from grpo_jax.commands import command_parser, exit_on_mistake
-from grpo_jax.model import sharding as sharding_lib
 from grpo_jax.settings import Settings
 from grpo_jax.train import build
 from grpo_jax.train.export import load_run_config, restore_run_params, write_hf_model
+from grpo_jax.train.producer import make_meshes
 
 
 def main(argv=None) -> None:
@@ -30,7 +30,7 @@ def run(argv=None) -> None:
   args = parser.parse_args(argv)
   settings = Settings.from_config(load_run_config(args.workdir))  # checked when the run started
   tokenizer, _ = build.build_tokenizer_and_task(settings)
-  mesh = sharding_lib.make_mesh(data=settings.mesh.data, fsdp=settings.mesh.fsdp, tensor=settings.mesh.tensor)
+  mesh = make_meshes(settings)[0]  # the trainer's, as the run laid out its parameters
   graphdef, params = build.build_model(settings, tokenizer, mesh)
   params, step = restore_run_params(args.workdir, params, args.step)
   write_hf_model(graphdef, params, settings.model.hf_path, tokenizer, args.out)

@@ -448,6 +448,26 @@ def test_evaluate_script_reproduces_the_runs_final_accuracy_and_exports_the_poli
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_export_lays_the_parameters_out_as_the_trainer_did(reference_run, tmp_path):
+  # The run's config saved again with the mesh of a run on 2 devices whose sampler owns one: mesh.data 1 is the
+  # trainer's device alone. grpo-export on 2 devices takes the trainer's mesh (a mesh of data 1 over both devices
+  # does not exist: it failed there before).
+  import subprocess
+  import sys
+  from tests.virtual_devices import env_with_devices
+  workdir = str(tmp_path / "run")
+  shutil.copytree(reference_run[0], workdir)
+  files = RunFiles(workdir)
+  config = json.loads(storage.read_text(files.config))
+  config["mesh"]["data"] = 1
+  config["rollout"].update(sampler_devices=1, staleness=1)
+  storage.write_text(files.config, json.dumps(config))
+  out = str(tmp_path / "policy")
+  proc = subprocess.run([sys.executable, "-m", "grpo_jax.commands.export", workdir, out], env=env_with_devices(2),
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and f"checkpoint {NUM_STEPS} -> {out}" in proc.stdout, proc.stderr[-3000:]
+
+
 def test_evaluate_script_writes_rows_that_give_back_every_figure(reference_run, capsys, tmp_path):
   """--out writes one row per prompt; every printed figure and interval is recomputed from the rows alone."""
   import json
