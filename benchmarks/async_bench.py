@@ -12,9 +12,9 @@ Prints the median step time of each (steps 3 onward), the ratio overlapped / inl
 predictions of the overlapped step with their errors:
   owned devices  from the one-core phases: other + reference + max(update, copy + sample + reward), the premise
                  of accelerators, where each side has its own devices;
-  shared pool    from the two-core phases of `inline`: their sum, plus the copy. XLA's virtual CPU devices share one intra-op
-                 thread pool (`--xla_cpu_multi_thread_eigen=false` does not change that in jax 0.10: a 2048^2
-                 matmul took 138 ms with and without it, 258 ms pinned to one core), so this is the premise that
+  shared pool    from the two-core phases of `inline`: their sum, plus the copy. XLA's virtual CPU devices share
+                 one intra-op thread pool (`--xla_cpu_multi_thread_eigen=false` does not change that in jax 0.10: a
+                 2048^2 matmul took 138 ms with and without it, 258 ms pinned to one core), so this is the premise that
                  holds here, and the check of the model on a CPU.
 """
 from __future__ import annotations
