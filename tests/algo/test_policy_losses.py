@@ -6,6 +6,7 @@ from hypothesis import given, settings, strategies as st
 from grpo_jax.algo import registry
 from grpo_jax.algo.objective import LossConfig, LossInputs
 from grpo_jax.algo.policy_losses import cispo, clipped_surrogate, importance_log_ratio
+from tests.tolerance import assert_close_f32
 from . import reference as ref
 from .batches import CASES, grpo_loss, make_batch
 
@@ -28,7 +29,9 @@ def test_per_token_loss_and_clip_metrics_match_reference(case, seed):
   lows, highs = [], []
   for i, n in enumerate(b["lengths"]):
     exp_loss, low, high = ref.policy_term(b["logp"][i, :n], b["old"][i, :n], float(b["adv"][i]), kw)
-    np.testing.assert_allclose(loss[i, :n], exp_loss, rtol=2e-5, atol=2e-6)
+    # A few roundings of r·A per token (~1 ulp of the row's largest measured); 128 keeps the old atol at rows
+    # whose largest loss is ~0.14.
+    assert_close_f32(loss[i, :n], exp_loss, ulps=128)
     lows.append(low); highs.append(high)
   n_tok = sum(b["lengths"])
   for name, flags in [("low", lows), ("high", highs), ("region", [l | h for l, h in zip(lows, highs)])]:
