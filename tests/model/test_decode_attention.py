@@ -87,7 +87,7 @@ def test_gradient_flows_through_the_reference():
   want = jax.grad(loss(kernel.reference_decode_attention), argnums=(0, 1, 2))(q, k, v)
   for g, w in zip(got, want):
     assert float(jnp.max(jnp.abs(w))) > 0
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
+    assert_close_f32(g, w, ulps=16)  # the same backward (equal here): 12 ulps the old atol
 
 
 def _model(sliding: bool, decode_attention: str):
@@ -108,7 +108,8 @@ def test_sampler_gives_the_einsum_paths_tokens_and_log_probs(sliding):
     sampler = Sampler(graphdef, SamplingConfig(max_new_tokens=13, temperature=0.7, pad_id=0), prompt_bucket_min=8)
     out[name] = sampler.generate(state, prompts, jax.random.key(0), repeats=2)
   np.testing.assert_array_equal(out["pallas"].completion_BxC, out["einsum"].completion_BxC)
-  np.testing.assert_allclose(out["pallas"].logp_BxC, out["einsum"].logp_BxC, rtol=0, atol=2e-5)
+  # Two attention programs through 2 layers: 1.6 ulps of the largest |log-prob| seen, 34 the old atol.
+  assert_close_f32(out["pallas"].logp_BxC, out["einsum"].logp_BxC, ulps=64)
   assert out["einsum"].lengths_B.max() == 13  # random weights: no row stops
 
 
