@@ -22,6 +22,7 @@ from grpo_jax.sampling.episodes import EpisodeResult, EpisodeSampler, hung_env_c
 from grpo_jax.sampling.sampler import SampleResult
 from grpo_jax.train.rollout import (RolloutSpec, Scoring, build_rollout, episode_metrics, rollout_metrics,
                                     sample_and_score)
+from tests.tolerance import assert_close_f32
 
 pytestmark = pytest.mark.usefixtures("float32_matmuls")
 
@@ -208,5 +209,6 @@ def test_real_sampler_logprobs_match_the_trainers_on_assembled_episodes():
   logp, _ = completion_logprobs(nnx.merge(graphdef, params), out.prompt_BxP, out.prompt_mask_BxP,
                                 out.completion_BxC, out.completion_mask_BxC, 1.0, 128)
   policy = out.completion_mask_BxC > 0
-  np.testing.assert_allclose(np.asarray(logp)[policy], out.logp_BxC[policy], atol=2e-5)
+  # The trainer's forward against the sampler's cached decode: 1.2 ulps of the largest seen, 50 the old atol.
+  assert_close_f32(np.asarray(logp)[policy], out.logp_BxC[policy], ulps=64)
   assert np.all(out.logp_BxC[out.env_mask_BxC > 0] == 0)

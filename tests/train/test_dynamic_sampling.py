@@ -10,6 +10,7 @@ import pytest
 from grpo_jax.data.char_tokenizer import CharTokenizer
 from grpo_jax.sampling.sampler import SampleResult
 from grpo_jax.train import rollout as rollout_lib
+from tests.tolerance import assert_close_f32
 
 G, P, N = 4, 6, 3
 TOKENIZER = CharTokenizer("abcdefghijklmnopqrstuvwxyz0123456789")
@@ -92,7 +93,7 @@ def test_zero_std_groups_are_replaced_by_groups_from_further_rounds():
   assert out.prompts == [p for p in ("p1", "p4", "p6", "p7") for _ in range(G)]
   rewards_RxG = out.rewards_B.reshape(-1, G)
   assert np.all(rewards_RxG.max(1) > rewards_RxG.min(1))  # only groups with signal are trained on
-  np.testing.assert_allclose(out.batch.advantages_B, _grpo_advantages(out.rewards_B), rtol=1e-5, atol=1e-6)
+  assert_close_f32(out.batch.advantages_B, _grpo_advantages(out.rewards_B), ulps=16)  # 0.07 seen, 10 old atol
   assert out.batch.prompt_BxP.shape == (4 * G, P) and out.batch.completion_BxC.shape == (4 * G, N + 1)
   # Same shapes every call (no new compilation); round r samples with fold_in(key, r), round 0 with the key.
   assert sampler.shapes == [(4 * G, P)] * 2
