@@ -35,23 +35,19 @@ import numpy as np
 import async_sim  # python benchmarks/producer_study_check.py: this folder is sys.path[0]
 
 
-def measure_costs(config: str, repeats: int, decode_steps: int = 16) -> dict:
-  """{name: median seconds} of the calls in the module docstring (1.), and the shapes and buckets."""
-  import importlib.util
-
+def measure_costs(config: str, repeats: int, slots: int, decode_steps: int = 16) -> dict:
+  """{name: median seconds} of the calls in the module docstring (1.), with `slots` and `slots` / 2 for the slot
+  step, and the shapes and buckets."""
   import jax
   from grpo_jax.sampling.buckets import bucket_size
   from grpo_jax.sampling.sampler import Sampler
   from grpo_jax.settings import Settings
+  from grpo_jax.sweep.spec import load_module
   from grpo_jax.train import build, partial
   from grpo_jax.train.producer import make_meshes
   from grpo_jax.train.rollout import RolloutSpec, encode_prompts
 
-  module_spec = importlib.util.spec_from_file_location("_study_check_experiment", config)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  settings = Settings.from_config(module.get_config(None))
-  slots = max(m["overrides"].get("sampling.slots", 0) for m in _members(module))
+  settings = Settings.from_config(load_module(config).get_config(None))
   tokenizer, task = build.build_tokenizer_and_task(settings, log=lambda *_: None)
   graphdef, params = build.build_model(settings, tokenizer, make_meshes(settings)[0])
   base = build.make_samplers(graphdef, settings, tokenizer)[0]
@@ -88,10 +84,6 @@ def measure_costs(config: str, repeats: int, decode_steps: int = 16) -> dict:
   costs["bucket"] = lambda r: bucket_size(r, 1, base.batch_bucket_step)
   costs["width"] = width
   return costs
-
-
-def _members(module) -> list[dict]:
-  return [{"name": m["name"], "group": m["group"], "overrides": dict(m["overrides"])} for m in module.get_sweep()]
 
 
 def fit(costs: dict) -> tuple[async_sim.Decode, async_sim.Decode, async_sim.Prefill]:
@@ -151,7 +143,9 @@ def main(argv=None) -> None:
   parser.add_argument("--config", default="experiments/producer_smollm2.py")
   parser.add_argument("--repeats", type=int, default=5, help="timed calls per shape")
   args = parser.parse_args(argv)
-  costs = measure_costs(args.config, args.repeats)
+  from grpo_jax.sweep.spec import load_sweep
+  members = load_sweep(args.config)
+  costs = measure_costs(args.config, args.repeats, max(m.overrides.get("sampling.slots", 0) for m in members))
   static, slot, prefill = fit(costs)
   s = costs["shapes"]
   print(f"costs ({args.config}, stop ids removed; medians of {args.repeats} calls, s): " + ", ".join(
@@ -159,29 +153,25 @@ def main(argv=None) -> None:
   print(f"fit: static step {static.fixed_s * 1e3:.1f} ms ({s['rows']} rows); slot step {slot.fixed_s * 1e3:.1f} ms "
         f"+ {slot.per_row_s * 1e3:.2f} ms x slots; continued prefill {prefill.fixed_s * 1e3:.1f} ms + "
         f"{prefill.per_token_s * 1e6:.1f} us x tokens; shapes {s}")
-  import importlib.util
-  module_spec = importlib.util.spec_from_file_location("_study_check_sweep", args.config)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
   by_variant: dict[str, list[tuple[float, ...]]] = {}
   print(f"{'member':<22} {'steps':>5} {'sample_s':>9} {'predicted':>9} {'error':>7} {'step_time':>9} {'predicted':>9} "
         f"{'error':>7}")
-  for member in _members(module):
-    path = os.path.join(args.sweep_dir, member["name"], "metrics.jsonl")
+  for member in members:
+    path = os.path.join(args.sweep_dir, member.name, "metrics.jsonl")
     if not glob.glob(path):
-      print(f"{member['name']:<22} (no metrics.jsonl: skipped)")
+      print(f"{member.name:<22} (no metrics.jsonl: skipped)")
       continue
     rows = [json.loads(line) for line in open(path)]
     rows = [r for r in rows if r.get("step", 0) >= 2 and "timing/sample_s" in r and "completions/min_length" in r]
     measured = [r["timing/sample_s"] for r in rows]
-    predicted = [predicted_sample_s(modelled_lengths(r, s["rows"], s["max_new_tokens"]), member["overrides"], costs,
+    predicted = [predicted_sample_s(modelled_lengths(r, s["rows"], s["max_new_tokens"]), member.overrides, costs,
                                     static, slot, prefill) for r in rows]
     # the step: its measured parts besides sampling, plus the sampling predicted
     steps = [r["step_time"] for r in rows]
     step_predicted = [t - m + p for t, m, p in zip(steps, measured, predicted)]
     figures = tuple(statistics.median(x) for x in (measured, predicted, steps, step_predicted))
-    by_variant.setdefault(member["group"], []).append(figures)
-    print(f"{member['name']:<22} {len(rows):>5} {_row(*figures)}")
+    by_variant.setdefault(member.group, []).append(figures)
+    print(f"{member.name:<22} {len(rows):>5} {_row(*figures)}")
   print(f"{'variant (mean of members)':<28} {'sample_s':>9} {'predicted':>9} {'error':>7} {'step_time':>9} "
         f"{'predicted':>9} {'error':>7}")
   for variant, members in by_variant.items():

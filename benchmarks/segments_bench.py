@@ -36,20 +36,16 @@ from async_bench import launch, median
 
 def measure_costs(config: str, repeats: int = 15) -> dict:
   """{shape: median seconds} of `partial.segment` calls (module docstring, 1.) and the sampler's bucketing."""
-  import importlib.util
-
   import jax
   from grpo_jax.sampling.buckets import bucket_size
   from grpo_jax.settings import Settings
+  from grpo_jax.sweep.spec import load_module
   from grpo_jax.train import build, partial
   from grpo_jax.train.producer import make_meshes
   from grpo_jax.train.rollout import RolloutSpec, encode_prompts
 
-  path, _, preset = config.partition(":")
-  module_spec = importlib.util.spec_from_file_location("_segments_bench_experiment", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  settings = Settings.from_config(module.get_config(preset or None))
+  preset = config.partition(":")[2]
+  settings = Settings.from_config(load_module(config).get_config(preset or None))
   tokenizer, task = build.build_tokenizer_and_task(settings, log=lambda *_: None)
   graphdef, params = build.build_model(settings, tokenizer, make_meshes(settings)[0])
   sampler = build.make_samplers(graphdef, settings, tokenizer)[0]

@@ -314,8 +314,8 @@ def retry(member: spec_lib.Member, workdir: str, outcome: str, rc: int | None, e
   """After an attempt that ended as `outcome` (counted in `ends`, the member's outcomes so far): None when the
   member is to run again, resuming from its last checkpoint, else its outcome. A preempted member runs again up to
   `max_preemptions` times, then is marked FAILED; a failed one while fewer than `max_attempts` attempts failed,
-  unless with a user error (exit code 2: a bad key or value, a workdir that holds another run), which a new
-  attempt would repeat (a crash, a kill or a lost task, rc None, may pass)."""
+  unless it exited 0 or with a user error (exit code 2: a bad key or value, a workdir that holds another run),
+  which a new attempt would repeat (a crash, a kill or a lost task, rc None, may pass)."""
   ends[outcome] = n = ends.get(outcome, 0) + 1
   if outcome == "preempted":
     if n <= max_preemptions:
@@ -326,7 +326,7 @@ def retry(member: spec_lib.Member, workdir: str, outcome: str, rc: int | None, e
     mark_failed(workdir, EXIT_PREEMPTED, error)
     echo(f"[sweep] {member.name}: FAILED, {error}")
     return "failed"
-  if outcome == "failed" and rc != EXIT_USER_ERROR and n < max_attempts:
+  if outcome == "failed" and rc not in (0, EXIT_USER_ERROR) and n < max_attempts:
     echo(f"[sweep] {member.name}: attempt {n + 1} of {max_attempts}, resuming from its last checkpoint")
     return None
   return outcome
